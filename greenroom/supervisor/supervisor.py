@@ -1,0 +1,582 @@
+"""`Supervisor`: OTP supervision over a Trio nursery.
+
+Each child runs in its own task, inside its own shielded `CancelScope`, in the
+supervisor's nursery. The shield is what makes shutdown ordered under any
+cancellation: a cancel of whatever encloses the supervisor cannot reach the
+children directly; it reaches the ``async with`` body, whose exit then stops
+the children one by one, last started first, each cancelled with a reason
+and given its grace.
+
+Unsolicited exits (a child returning or raising on its own) travel to one
+supervising task over a channel; that task alone applies the restart
+strategy, so strategies, intensity and backoff never interleave with each
+other or with `start_child`/`stop_child`/`restart_child` (they share one lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import AbstractAsyncContextManager, contextmanager
+from contextvars import ContextVar
+from types import TracebackType
+from typing import Final
+
+import trio
+
+from greenroom.supervisor.spec import (
+    STRATEGIES,
+    Backoff,
+    ChildNode,
+    ChildSpec,
+    ChildState,
+    ExitRecord,
+    Outcome,
+    Restart,
+    Shutdown,
+    Strategy,
+    SupervisorEscalation,
+    SupervisorTree,
+)
+
+ExitListener = Callable[[ExitRecord], object]
+
+#: How many exit records a supervisor keeps in `Supervisor.exits`.
+EXIT_HISTORY: Final = 256
+
+logger = logging.getLogger("greenroom.supervisor")
+
+_current_child: ContextVar[_Child] = ContextVar("greenroom_current_child")
+
+
+class _Child:
+    """One incarnation of a child: a restart makes a new one under the same name."""
+
+    __slots__ = (
+        "cleanup_scopes",
+        "cutoff",
+        "done",
+        "restarts",
+        "scope",
+        "spec",
+        "state",
+        "stop_outcome",
+        "value",
+    )
+
+    def __init__(self, spec: ChildSpec, restarts: int) -> None:
+        self.spec = spec
+        self.restarts = restarts
+        self.state: ChildState = "starting"
+        self.scope = trio.CancelScope(shield=True)
+        self.done = trio.Event()
+        self.value: object = None
+        self.stop_outcome: Outcome | None = None
+        self.cutoff: float | None = None  # when its cleanup scopes are cut off
+        self.cleanup_scopes: set[trio.CancelScope] | None = None
+
+
+class _ChildStatus:
+    """Forwards ``started()`` to the nursery and notes that the child is up."""
+
+    __slots__ = ("_child", "_inner")
+
+    def __init__(self, inner: trio.TaskStatus[object], child: _Child) -> None:
+        self._inner = inner
+        self._child = child
+
+    def started(self, value: object = None) -> None:
+        child = self._child
+        child.value = value
+        if child.state == "starting":
+            child.state = "running"
+        self._inner.started(value)
+
+
+@contextmanager
+def cleanup_scope() -> Iterator[trio.CancelScope]:
+    """A shielded scope for a child's cleanup, cut off when its shutdown grace runs out.
+
+    Use it around the cleanup a child does after its supervisor cancelled it
+    (a final flush, a goodbye frame): the shield keeps the cancel out, and the
+    supervisor cancels the scope at the end of the child's grace (at once for
+    ``"brutal"``, never for ``"infinity"``). Outside a supervised child it is a
+    plain shielded scope.
+    """
+    scope = trio.CancelScope(shield=True)
+    child = _current_child.get(None)
+    if child is None:
+        with scope:
+            yield scope
+        return
+    if child.cutoff is not None:
+        scope.deadline = child.cutoff
+    if child.cleanup_scopes is None:
+        child.cleanup_scopes = set()
+    child.cleanup_scopes.add(scope)
+    try:
+        with scope:
+            yield scope
+    finally:
+        child.cleanup_scopes.discard(scope)
+
+
+class Supervisor:
+    """Supervise children in a nursery, OTP-style.
+
+    ``async with Supervisor(children, ...) as sup:`` starts the static
+    ``children`` in order (each is up only once it called ``started``), runs
+    the body, then stops every child in reverse start order. The same ordered
+    shutdown runs when the body raises or is cancelled.
+
+    * ``strategy``: ``one_for_one`` restarts only the child that exited;
+      ``one_for_all`` stops every other running child (last started first)
+      and restarts them all in start order; ``rest_for_one`` does that for the
+      children started after the one that exited. A strategy counts as one
+      restart against the intensity, however many children it restarts.
+    * ``intensity``/``period``: at most ``intensity`` restarts within
+      ``period`` seconds. One more stops every child in reverse start order
+      and raises `SupervisorEscalation` out of the ``async with``.
+    * ``backoff``: an optional `Backoff` slept before each restart; ``rng``
+      draws its jitter (pass a seeded ``random.Random`` for repeatable runs).
+
+    Not guaranteed: a child that shields its own cleanup with a bare
+    ``CancelScope(shield=True)`` (instead of `cleanup_scope`) cannot be cut
+    off; the supervisor records it ``killed`` and moves on when its grace runs
+    out, and the nursery still waits for it before the ``async with`` exits.
+    """
+
+    def __init__(
+        self,
+        children: Sequence[ChildSpec] = (),
+        *,
+        name: str = "supervisor",
+        strategy: Strategy = "one_for_one",
+        intensity: int = 3,
+        period: float = 5.0,
+        backoff: Backoff | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        _check_config(name, children, strategy, intensity, period)
+        self.name = name
+        self.strategy: Strategy = strategy
+        self.intensity = intensity
+        self.period = float(period)
+        self.backoff = backoff
+        self.exits: deque[ExitRecord] = deque(maxlen=EXIT_HISTORY)
+        self._rng = rng or random.Random()
+        self._static = tuple(children)
+        self._children: dict[str, _Child] = {}  # insertion order is start order
+        self._restart_times: deque[float] = deque()
+        self._window: deque[ExitRecord] = deque()
+        self._listeners: list[ExitListener] = []
+        self._lock = trio.Lock()
+        self._entered = False
+        self._closed = False
+        self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] = trio.open_nursery()
+        self._nursery: trio.Nursery | None = None
+        self._loop_scope = trio.CancelScope()
+        self._loop_done = trio.Event()
+        self._exits_in, self._exits_out = trio.open_memory_channel[tuple[_Child, ExitRecord]](
+            math.inf
+        )
+
+    @property
+    def closed(self) -> bool:
+        """True once shutdown has begun; no child can be started after that."""
+        return self._closed
+
+    # -- lifecycle: the nesting here is the teardown order -------------------
+
+    async def __aenter__(self) -> Supervisor:
+        if self._entered:
+            raise RuntimeError(f"supervisor {self.name!r} can be entered only once")
+        self._entered = True
+        self._nursery = await self._nursery_manager.__aenter__()
+        self._nursery.start_soon(self._supervise, name=f"supervisor:{self.name}")
+        try:
+            async with self._lock:
+                for spec in self._static:
+                    await self._start(self._place(spec, restarts=0), forget_on_failure=True)
+        except BaseException as exc:
+            if not await self.__aexit__(type(exc), exc, exc.__traceback__):
+                raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        with trio.CancelScope(shield=True):
+            await self._shutdown()
+        try:
+            return bool(await self._nursery_manager.__aexit__(exc_type, exc, tb))
+        except BaseExceptionGroup as group:
+            # Children never raise into the nursery (their exits are records), so
+            # a group here holds the body's own error or our escalation: unwrap a
+            # single one so that callers catch the type they expect.
+            if len(group.exceptions) == 1:
+                raise group.exceptions[0] from None
+            raise
+
+    async def _shutdown(self) -> None:
+        """Stop the supervising task, then every child, last started first."""
+        self._closed = True
+        reason = f"supervisor {self.name!r}: shutdown"
+        self._loop_scope.cancel(reason=reason)
+        for child in self._children.values():
+            if child.state == "starting":  # a start in flight holds its starter
+                child.scope.cancel(reason=reason)
+        await self._loop_done.wait()
+        await self._stop_all(list(self._children.values()), "shutdown")
+
+    # -- the public verbs --------------------------------------------------
+
+    async def start_child(self, spec: ChildSpec) -> object:
+        """Start a child after the others; returns the value it passed to ``started``.
+
+        Raises `RuntimeError` if the supervisor is closed or the child fails to
+        start (naming the child; nothing is left half-started), and
+        `ValueError` for a name already in use.
+        """
+        self._require_open(spec.name)
+        async with self._lock:
+            if spec.name in self._children:
+                raise ValueError(f"supervisor {self.name!r}: duplicate child name {spec.name!r}")
+            child = self._place(spec, restarts=0)
+            await self._start(child, forget_on_failure=True)
+            return child.value
+
+    async def stop_child(self, name: str) -> None:
+        """Stop one child (cancel, grace, cut-off); its spec is kept for `restart_child`.
+
+        A temporary child is forgotten instead. Raises `KeyError` for an unknown name.
+        """
+        self._require_open(name)
+        async with self._lock:
+            child = self._child(name)
+            await self._stop(child, "shutdown")
+            self._settle(child)
+
+    async def restart_child(self, name: str) -> object:
+        """Stop the child if it runs, then start it again; returns its new ``started`` value."""
+        self._require_open(name)
+        async with self._lock:
+            child = self._child(name)
+            await self._stop(child, "shutdown")
+            fresh = self._place(child.spec, restarts=child.restarts + 1)
+            await self._start(fresh, forget_on_failure=False)
+            return fresh.value
+
+    def add_exit_listener(self, listener: ExitListener) -> Callable[[], None]:
+        """Call ``listener(record)`` on every child exit; returns its remover.
+
+        A listener that raises is logged and contained: the other listeners and
+        the supervisor go on.
+        """
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        return remove
+
+    def tree(self) -> SupervisorTree:
+        """A snapshot of this supervisor and its children, nested supervisors included."""
+        nodes = [
+            ChildNode(
+                name=child.spec.name,
+                state=child.state,
+                restart=child.spec.restart,
+                restarts=child.restarts,
+                supervisor=child.value.tree() if isinstance(child.value, Supervisor) else None,
+            )
+            for child in self._children.values()
+        ]
+        return SupervisorTree(
+            name=self.name,
+            strategy=self.strategy,
+            intensity=self.intensity,
+            period=self.period,
+            closed=self._closed,
+            children=nodes,
+        )
+
+    # -- one child's life --------------------------------------------------
+
+    def _require_open(self, name: str) -> None:
+        if self._closed or not self._entered:
+            state = "closed" if self._closed else "not entered"
+            raise RuntimeError(f"supervisor {self.name!r} is {state}; cannot act on child {name!r}")
+
+    def _child(self, name: str) -> _Child:
+        try:
+            return self._children[name]
+        except KeyError:
+            raise KeyError(f"supervisor {self.name!r} has no child {name!r}") from None
+
+    def _place(self, spec: ChildSpec, restarts: int) -> _Child:
+        """A new incarnation, in its predecessor's place in the start order (or last)."""
+        child = _Child(spec, restarts)
+        self._children[spec.name] = child
+        return child
+
+    async def _start(self, child: _Child, *, forget_on_failure: bool) -> None:
+        assert self._nursery is not None
+        try:
+            await self._nursery.start(self._run_child, child, name=child.spec.name)
+        except BaseException:
+            if forget_on_failure and self._children.get(child.spec.name) is child:
+                del self._children[child.spec.name]
+            raise
+
+    async def _run_child(self, child: _Child, *, task_status: trio.TaskStatus[object]) -> None:
+        _current_child.set(child)
+        error: Exception | None = None
+        with child.scope:
+            try:
+                await child.spec.start(task_status=_ChildStatus(task_status, child))
+            except Exception as exc:
+                error = exc
+        if child.state == "starting":
+            child.state = "exited"
+            child.done.set()
+            name = child.spec.name
+            if error is not None:
+                raise RuntimeError(
+                    f"supervisor {self.name!r}: child {name!r} failed to start: {error!r}"
+                ) from error
+            if child.scope.cancelled_caught:
+                raise RuntimeError(
+                    f"supervisor {self.name!r}: start of child {name!r} was cancelled"
+                )
+            raise RuntimeError(
+                f"supervisor {self.name!r}: child {name!r} returned without calling"
+                " task_status.started()"
+            )
+        self._child_exited(child, error)
+
+    def _child_exited(self, child: _Child, error: Exception | None) -> None:
+        now = trio.current_time()
+        outcome: Outcome
+        if error is not None:
+            outcome = "error"
+        elif child.stop_outcome is None:
+            outcome = "normal"
+        elif child.cutoff is not None and now >= child.cutoff:
+            outcome = "killed"
+        else:
+            outcome = child.stop_outcome
+        record = ExitRecord(
+            child=child.spec.name,
+            outcome=outcome,
+            restarts=child.restarts,
+            time=now,
+            supervisor=self.name,
+            exception=None if error is None else f"{type(error).__name__}: {error}",
+        )
+        unsolicited = child.stop_outcome is None
+        child.state = "exited" if unsolicited else "terminated"
+        child.done.set()
+        self._publish(record)
+        if unsolicited and self._children.get(child.spec.name) is child:
+            self._exits_in.send_nowait((child, record))
+
+    def _publish(self, record: ExitRecord) -> None:
+        self.exits.append(record)
+        for listener in list(self._listeners):
+            try:
+                listener(record)
+            except Exception:
+                logger.exception("exit listener of supervisor %r raised", self.name)
+
+    def _settle(self, child: _Child) -> None:
+        """A child that will not run again: forgotten if temporary, else kept as terminated."""
+        if self._children.get(child.spec.name) is not child:
+            return
+        if child.spec.restart == "temporary":
+            del self._children[child.spec.name]
+        else:
+            child.state = "terminated"
+
+    async def _stop_all(self, children: list[_Child], outcome: Outcome, because: str = "") -> None:
+        for child in reversed(children):
+            await self._stop(child, outcome, because)
+
+    async def _stop(self, child: _Child, outcome: Outcome, because: str = "") -> None:
+        """Cancel `child` with a reason, wait out its grace, then cut it off and move on."""
+        if child.done.is_set():
+            return
+        child.state = "stopping"
+        child.stop_outcome = outcome
+        grace = child.spec.shutdown
+        if grace == "brutal":
+            child.cutoff = trio.current_time()
+        elif grace != "infinity":
+            child.cutoff = trio.current_time() + grace
+        if because:
+            child.scope.cancel(
+                reason=f"supervisor {self.name!r}: restarting after {because!r} exited"
+            )
+        else:
+            child.scope.cancel(reason=f"supervisor {self.name!r}: {outcome}")
+        if child.cutoff is None:
+            await child.done.wait()
+            return
+        with trio.move_on_at(child.cutoff):
+            await child.done.wait()
+        for scope in child.cleanup_scopes or ():
+            scope.cancel(reason=f"supervisor {self.name!r}: grace of {child.spec.name!r} ran out")
+
+    # -- the supervising task: strategy, intensity, backoff ------------------
+
+    async def _supervise(self) -> None:
+        """Apply the restart strategy to each unsolicited exit, one at a time."""
+        try:
+            with self._loop_scope:
+                async for child, record in self._exits_out:
+                    async with self._lock:
+                        if self._children.get(child.spec.name) is child:
+                            await self._handle_exit(child, record)
+        except SupervisorEscalation:
+            self._closed = True
+            with trio.CancelScope(shield=True):
+                await self._stop_all(list(self._children.values()), "shutdown")
+            raise
+        finally:
+            self._loop_done.set()
+
+    async def _handle_exit(self, child: _Child, record: ExitRecord) -> None:
+        if not _wants_restart(child.spec, record.outcome):
+            self._settle(child)
+            return
+        members = list(self._children.values())
+        if self.strategy == "one_for_one":
+            group = [child]
+        elif self.strategy == "one_for_all":
+            group = [c for c in members if c is child or c.state == "running"]
+        else:
+            rest = members[members.index(child) :]
+            group = [c for c in rest if c is child or c.state == "running"]
+        await self._stop_all(group, "cancelled", because=child.spec.name)
+        for sibling in group:
+            if sibling is not child and sibling.spec.restart == "temporary":
+                self._settle(sibling)
+        self._count_restart(record)
+        await self._backoff()
+        for member in group:
+            if member is child or member.spec.restart != "temporary":
+                await self._start_again(member)
+
+    async def _start_again(self, previous: _Child) -> None:
+        """Start a new incarnation of `previous`; a failed start counts as one more restart."""
+        restarts = previous.restarts + 1
+        while True:
+            fresh = self._place(previous.spec, restarts)
+            try:
+                await self._start(fresh, forget_on_failure=False)
+                return
+            except RuntimeError as exc:
+                if self._closed:
+                    return
+                failure = ExitRecord(
+                    child=previous.spec.name,
+                    outcome="error",
+                    restarts=restarts,
+                    time=trio.current_time(),
+                    supervisor=self.name,
+                    exception=str(exc),
+                )
+            self._publish(failure)
+            self._count_restart(failure)
+            await self._backoff()
+            restarts += 1
+
+    def _count_restart(self, record: ExitRecord) -> None:
+        """Note one restart now; raise `SupervisorEscalation` past the intensity."""
+        now = trio.current_time()
+        horizon = now - self.period
+        while self._restart_times and self._restart_times[0] <= horizon:
+            self._restart_times.popleft()
+            self._window.popleft()
+        self._restart_times.append(now)
+        self._window.append(record)
+        if len(self._restart_times) > self.intensity:
+            raise SupervisorEscalation(self.name, self.intensity, self.period, list(self._window))
+
+    async def _backoff(self) -> None:
+        if self.backoff is not None:
+            recent = len(self._restart_times) - 1
+            await trio.sleep(self.backoff.delay(recent, self._rng.random()))
+
+
+def _check_config(
+    name: str, children: Sequence[ChildSpec], strategy: str, intensity: int, period: float
+) -> None:
+    if strategy not in STRATEGIES:
+        raise ValueError(
+            f"supervisor {name!r}: unknown strategy {strategy!r}"
+            f" (expected one of {sorted(STRATEGIES)})"
+        )
+    if isinstance(intensity, bool) or not isinstance(intensity, int) or intensity < 0:
+        raise ValueError(f"supervisor {name!r}: intensity must be an int >= 0, got {intensity!r}")
+    if not isinstance(period, int | float) or not math.isfinite(period) or period <= 0:
+        raise ValueError(f"supervisor {name!r}: period must be seconds > 0, got {period!r}")
+    seen: set[str] = set()
+    for spec in children:
+        if not isinstance(spec, ChildSpec):
+            raise TypeError(f"supervisor {name!r}: children must be ChildSpecs, got {spec!r}")
+        if spec.name in seen:
+            raise ValueError(f"supervisor {name!r}: duplicate child name {spec.name!r}")
+        seen.add(spec.name)
+
+
+def _wants_restart(spec: ChildSpec, outcome: Outcome) -> bool:
+    if spec.restart == "permanent":
+        return True
+    if spec.restart == "transient":
+        return outcome in ("error", "killed")
+    return False
+
+
+def supervisor_child(
+    name: str,
+    children: Sequence[ChildSpec] = (),
+    *,
+    strategy: Strategy = "one_for_one",
+    intensity: int = 3,
+    period: float = 5.0,
+    backoff: Backoff | None = None,
+    restart: Restart = "permanent",
+    shutdown: Shutdown = "infinity",
+) -> ChildSpec:
+    """A `ChildSpec` that runs a nested `Supervisor`; its ``started`` value is that supervisor.
+
+    The nested supervisor's `SupervisorEscalation` is an error exit of this
+    child, so the parent counts it as one failure and applies its own strategy.
+    Its shutdown defaults to ``"infinity"`` (OTP's default for supervisors):
+    the parent waits while the nested one stops its own children in order.
+    """
+    children = tuple(children)
+    _check_config(name, children, strategy, intensity, period)
+
+    async def run(*, task_status: trio.TaskStatus[Supervisor]) -> None:
+        nested = Supervisor(
+            children,
+            name=name,
+            strategy=strategy,
+            intensity=intensity,
+            period=period,
+            backoff=backoff,
+        )
+        async with nested:
+            task_status.started(nested)
+            await trio.sleep_forever()
+
+    return ChildSpec(name, run, restart=restart, shutdown=shutdown)

@@ -1,0 +1,100 @@
+"""Every test runs in virtual time and fails if it leaks a task.
+
+Each async test gets a `trio.testing.MockClock` with ``autojump_threshold=0``
+(the autojump clock) unless it is marked ``real_clock`` (it waits on real
+processes or sockets and bounds itself with ``trio.fail_after``) or asks for a
+clock fixture itself. Each test also runs with a `TaskLeakCheck` instrument:
+a task spawned while the test ran that is still alive when the test's own
+task ends outlived the runtime that should have owned it, and fails the test.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import hypothesis
+import pytest
+import trio
+import trio.testing
+
+hypothesis.settings.register_profile("greenroom", deadline=None, max_examples=60)
+hypothesis.settings.load_profile("greenroom")
+
+
+class TaskLeakCheck(trio.abc.Instrument):
+    """Records the tasks spawned during a test that outlive the test's own task.
+
+    pytest-trio runs the test body in a task named ``<test 'name'>``; fixtures
+    run in sibling tasks and are not counted, nor is anything they spawn.
+    """
+
+    def __init__(self) -> None:
+        self.test_task: trio.lowlevel.Task | None = None
+        self.live: set[trio.lowlevel.Task] = set()
+        self.leaked: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        if self.test_task is None:
+            if task.name.startswith("<test "):
+                self.test_task = task
+        elif task is not self.test_task and self._spawned_by_test(task):
+            self.live.add(task)
+
+    def task_exited(self, task: trio.lowlevel.Task) -> None:
+        self.live.discard(task)
+        if task is self.test_task:
+            self.leaked = sorted(t.name for t in self.live)
+
+    def _spawned_by_test(self, task: trio.lowlevel.Task) -> bool:
+        parent: trio.lowlevel.Task | None = task
+        while parent is not None:
+            if parent is self.test_task:
+                return True
+            nursery = parent.parent_nursery
+            parent = nursery.parent_task if nursery is not None else None
+        # System tasks (trio.lowlevel.spawn_system_task) have no link to the test;
+        # once the test started, nothing else spawns them.
+        return task.parent_nursery is not None and task.parent_nursery.parent_task.name == "<init>"
+
+
+def virtual_run(
+    fn: Callable[[], Awaitable[Any]],
+    *,
+    clock: trio.abc.Clock | None,
+    instruments: Sequence[trio.abc.Instrument],
+) -> Any:
+    """pytest-trio's runner for every test not marked real_clock."""
+    return _checked_run(fn, clock or trio.testing.MockClock(autojump_threshold=0), instruments)
+
+
+def real_run(
+    fn: Callable[[], Awaitable[Any]],
+    *,
+    clock: trio.abc.Clock | None,
+    instruments: Sequence[trio.abc.Instrument],
+) -> Any:
+    """pytest-trio's runner for tests marked real_clock."""
+    return _checked_run(fn, clock, instruments)
+
+
+def _checked_run(
+    fn: Callable[[], Awaitable[Any]],
+    clock: trio.abc.Clock | None,
+    instruments: Sequence[trio.abc.Instrument],
+) -> Any:
+    check = TaskLeakCheck()
+    result = trio.run(fn, clock=clock, instruments=[*instruments, check])
+    if check.leaked:
+        pytest.fail(f"tasks outlived the test that spawned them: {check.leaked}")
+    return result
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    # trio_mode marks async tests with trio.run; our marker goes in front of it.
+    for item in items:
+        if item.get_closest_marker("trio") is None:
+            continue
+        run = real_run if item.get_closest_marker("real_clock") else virtual_run
+        item.add_marker(pytest.mark.trio(run=run), append=False)
