@@ -58,13 +58,14 @@ class _Child:
     __slots__ = (
         "cleanup_scopes",
         "cutoff",
-        "done",
+        "finished",
         "restarts",
         "scope",
         "spec",
         "state",
         "stop_outcome",
         "value",
+        "waiter",
     )
 
     def __init__(self, spec: ChildSpec, restarts: int) -> None:
@@ -72,11 +73,48 @@ class _Child:
         self.restarts = restarts
         self.state: ChildState = "starting"
         self.scope = trio.CancelScope(shield=True)
-        self.done = trio.Event()
+        self.finished = False
+        self.waiter: trio.Event | None = None  # made only when someone waits
         self.value: object = None
         self.stop_outcome: Outcome | None = None
         self.cutoff: float | None = None  # when its cleanup scopes are cut off
         self.cleanup_scopes: set[trio.CancelScope] | None = None
+
+    def finish(self) -> None:
+        self.finished = True
+        if self.waiter is not None:
+            self.waiter.set()
+
+    async def wait(self) -> None:
+        """Wait until this incarnation has finished (checkpoints)."""
+        if self.finished:
+            await trio.lowlevel.checkpoint()
+            return
+        if self.waiter is None:
+            self.waiter = trio.Event()
+        await self.waiter.wait()
+
+
+class _Serial:
+    """The lock that serialises strategies and the public verbs.
+
+    Uncontended, entering it does not checkpoint: every verb it guards
+    checkpoints in what it then does.
+    """
+
+    __slots__ = ("_lock",)
+
+    def __init__(self) -> None:
+        self._lock = trio.Lock()
+
+    async def __aenter__(self) -> None:
+        try:
+            self._lock.acquire_nowait()
+        except trio.WouldBlock:
+            await self._lock.acquire()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
 
 
 class _ChildStatus:
@@ -173,7 +211,7 @@ class Supervisor:
         self._restart_times: deque[float] = deque()
         self._window: deque[ExitRecord] = deque()
         self._listeners: list[ExitListener] = []
-        self._lock = trio.Lock()
+        self._serial = _Serial()
         self._entered = False
         self._closed = False
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] = trio.open_nursery()
@@ -198,7 +236,7 @@ class Supervisor:
         self._nursery = await self._nursery_manager.__aenter__()
         self._nursery.start_soon(self._supervise, name=f"supervisor:{self.name}")
         try:
-            async with self._lock:
+            async with self._serial:
                 for spec in self._static:
                     await self._start(self._place(spec, restarts=0), forget_on_failure=True)
         except BaseException as exc:
@@ -245,7 +283,7 @@ class Supervisor:
         `ValueError` for a name already in use.
         """
         self._require_open(spec.name)
-        async with self._lock:
+        async with self._serial:
             if spec.name in self._children:
                 raise ValueError(f"supervisor {self.name!r}: duplicate child name {spec.name!r}")
             child = self._place(spec, restarts=0)
@@ -258,7 +296,7 @@ class Supervisor:
         A temporary child is forgotten instead. Raises `KeyError` for an unknown name.
         """
         self._require_open(name)
-        async with self._lock:
+        async with self._serial:
             child = self._child(name)
             await self._stop(child, "shutdown")
             self._settle(child)
@@ -266,7 +304,7 @@ class Supervisor:
     async def restart_child(self, name: str) -> object:
         """Stop the child if it runs, then start it again; returns its new ``started`` value."""
         self._require_open(name)
-        async with self._lock:
+        async with self._serial:
             child = self._child(name)
             await self._stop(child, "shutdown")
             fresh = self._place(child.spec, restarts=child.restarts + 1)
@@ -346,7 +384,7 @@ class Supervisor:
                 error = exc
         if child.state == "starting":
             child.state = "exited"
-            child.done.set()
+            child.finish()
             name = child.spec.name
             if error is not None:
                 raise RuntimeError(
@@ -383,7 +421,7 @@ class Supervisor:
         )
         unsolicited = child.stop_outcome is None
         child.state = "exited" if unsolicited else "terminated"
-        child.done.set()
+        child.finish()
         self._publish(record)
         if unsolicited and self._children.get(child.spec.name) is child:
             self._exits_in.send_nowait((child, record))
@@ -411,7 +449,7 @@ class Supervisor:
 
     async def _stop(self, child: _Child, outcome: Outcome, because: str = "") -> None:
         """Cancel `child` with a reason, wait out its grace, then cut it off and move on."""
-        if child.done.is_set():
+        if child.finished:
             return
         child.state = "stopping"
         child.stop_outcome = outcome
@@ -427,10 +465,10 @@ class Supervisor:
         else:
             child.scope.cancel(reason=f"supervisor {self.name!r}: {outcome}")
         if child.cutoff is None:
-            await child.done.wait()
+            await child.wait()
             return
         with trio.move_on_at(child.cutoff):
-            await child.done.wait()
+            await child.wait()
         for scope in child.cleanup_scopes or ():
             scope.cancel(reason=f"supervisor {self.name!r}: grace of {child.spec.name!r} ran out")
 
@@ -441,7 +479,7 @@ class Supervisor:
         try:
             with self._loop_scope:
                 async for child, record in self._exits_out:
-                    async with self._lock:
+                    async with self._serial:
                         if self._children.get(child.spec.name) is child:
                             await self._handle_exit(child, record)
         except SupervisorEscalation:
