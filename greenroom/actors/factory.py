@@ -1,0 +1,114 @@
+"""`LoopFactory`: how a `LoopAgent` is made, started and owned.
+
+`run_agent` is the one place that says an agent's teardown order, and it
+says it with nesting::
+
+    session entered in the store        (detached last)
+      agent registered                  (unregistered second)
+        agent.live(): the loop          (stopped first; closing turn/end + flush shielded)
+"""
+
+from __future__ import annotations
+
+import functools
+
+import trio
+
+from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
+from greenroom.actors.registry import AgentHandle, AgentRegistry, Owner
+from greenroom.actors.types import AgentOptions, ToolExecutor
+from greenroom.models.base import ModelAdapter
+from greenroom.session import SessionStore
+from greenroom.supervisor import ChildSpec, Supervisor
+from greenroom.supervisor.hooks import Hooks
+
+
+async def run_agent(
+    handle: AgentHandle,
+    sessions: SessionStore,
+    registry: AgentRegistry,
+    *,
+    task_status: trio.TaskStatus[AgentHandle],
+) -> None:
+    """One agent's whole life, as one task; its nesting is its teardown order."""
+    agent = handle.agent
+    try:
+        with sessions.entered(agent.session), registry.registered(agent):
+            await agent.live(lambda: task_status.started(handle))
+    finally:
+        handle._exited.set()
+
+
+class LoopFactory:
+    """Creates `LoopAgent`s under an owner (default: the runtime's agent supervisor)."""
+
+    def __init__(
+        self,
+        *,
+        hooks: Hooks,
+        sessions: SessionStore,
+        registry: AgentRegistry,
+        model: ModelAdapter,
+        tools: ToolExecutor,
+        default_owner: Owner,
+    ) -> None:
+        self._hooks = hooks
+        self._sessions = sessions
+        self._registry = registry
+        self._model = model
+        self._tools = tools
+        self._default_owner = default_owner
+
+    async def create(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        cwd: str | None = None,
+        options: AgentOptions | None = None,
+        owner: Owner | None = None,
+    ) -> AgentHandle:
+        # Reserve both ids first: a duplicate is rejected before anything exists,
+        # and a racing create cannot publish the same ids while this one starts.
+        release_agent = self._registry.reserve(agent_id)
+        try:
+            release_session = self._sessions.reserve(session_id)
+            try:
+                session = self._sessions.prepare(session_id, cwd=cwd)
+                agent = LoopAgent(
+                    agent_id,
+                    session,
+                    model=self._model,
+                    tools=self._tools,
+                    hooks=self._hooks,
+                    options=options,
+                )
+                return await self._start(AgentHandle(agent), owner or self._default_owner)
+            finally:
+                release_session()
+        finally:
+            release_agent()
+
+    async def resume(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None = None,
+        owner: Owner | None = None,
+    ) -> AgentHandle:
+        raise RuntimeError(
+            f"cannot resume session {session_id!r}: no session persistence is configured"
+            " (pass persistence= to open_runtime)"
+        )
+
+    async def _start(self, handle: AgentHandle, owner: Owner) -> AgentHandle:
+        start = functools.partial(run_agent, handle, self._sessions, self._registry)
+        if isinstance(owner, Supervisor):
+            spec = ChildSpec(
+                f"agent:{handle.agent.id}", start, restart="temporary", shutdown=CLOSING_GRACE
+            )
+            await owner.start_child(spec)
+        else:
+            await owner.start(start)
+        return handle

@@ -1,0 +1,92 @@
+"""`Inbox`: the queued FIFO, the steering FIFO, and the agent task's wake-up."""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from typing import NamedTuple
+
+import trio
+
+from greenroom.protocol.events import MessageSource
+
+_PROCESS = secrets.token_hex(4)
+_counter = itertools.count(1)
+
+
+def new_message_id() -> str:
+    """A message id unique across processes (with overwhelming probability)."""
+    return f"msg-{_PROCESS}-{next(_counter)}"
+
+
+class Prompt(NamedTuple):
+    content: str
+    source: MessageSource
+    message_id: str
+
+
+class Inbox:
+    """Two FIFOs and one parked reader.
+
+    The agent's own task is the only reader: it parks in `wait` until a
+    prompt is queued or a flush is requested. Both FIFOs drain whole (a
+    synchronous burst becomes one turn). Writers never block and never
+    checkpoint.
+    """
+
+    __slots__ = ("_queued", "_steering", "_wakeup", "flush_requested")
+
+    def __init__(self) -> None:
+        self._queued: list[Prompt] = []
+        self._steering: list[Prompt] = []
+        self._wakeup: trio.Event | None = None
+        self.flush_requested = False
+
+    @property
+    def queued(self) -> int:
+        return len(self._queued)
+
+    @property
+    def steering(self) -> int:
+        return len(self._steering)
+
+    def push(self, prompt: Prompt) -> None:
+        self._queued.append(prompt)
+        self._wake()
+
+    def push_steering(self, prompt: Prompt) -> None:
+        self._steering.append(prompt)
+
+    def request_flush(self) -> None:
+        self.flush_requested = True
+        self._wake()
+
+    def drain(self) -> list[Prompt]:
+        drained, self._queued = self._queued, []
+        return drained
+
+    def drain_steering(self) -> list[Prompt]:
+        drained, self._steering = self._steering, []
+        return drained
+
+    def requeue_steering(self) -> None:
+        """Steering left when a turn ends leads the queued work of the next turn."""
+        if self._steering:
+            self._queued[:0] = self.drain_steering()
+
+    def clear(self) -> None:
+        self._queued.clear()
+        self._steering.clear()
+
+    async def wait(self) -> None:
+        """Return once something is queued or a flush requested. Always checkpoints."""
+        if self._queued or self.flush_requested:
+            await trio.lowlevel.checkpoint()
+            return
+        self._wakeup = wakeup = trio.Event()
+        await wakeup.wait()
+
+    def _wake(self) -> None:
+        if self._wakeup is not None:
+            self._wakeup.set()
+            self._wakeup = None

@@ -1,0 +1,531 @@
+"""`LoopAgent`: the turn driver, and the cancel marker it checks.
+
+One agent is one Trio task running `LoopAgent.live`. Its loop parks on the
+inbox, then runs one turn at a time; a turn runs steps (one model call plus
+its tool calls each) until nothing asks for another. Everything that stops
+work goes through two objects:
+
+* the **cancel marker** (``_cancel_reason``), armed by `cancel` only when
+  something is running or pending, checked at every turn-decision point
+  (window 1 after the wake-up, window 2 after the status flips to running,
+  before each step, after the continuation decision), and cleared once per
+  turn;
+* the **turn scope**, a `trio.CancelScope` around the turn's steps, which
+  `cancel` cancels with the caller's reason so an in-flight model call or
+  tool call stops at its next checkpoint.
+
+Disposal is the task's life scope being cancelled (by `AgentHandle.dispose`
+or by the owner closing): the turn in flight ends ``disposed``, its closing
+events and the flush run shielded, and the task returns.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Generator
+from typing import Final
+
+import trio
+
+from greenroom.actors.events import (
+    AGENT_ERROR,
+    AGENT_QUEUED,
+    AGENT_REQUEST,
+    AGENT_STATUS,
+    AGENT_STEERING,
+    AGENT_STEP_END,
+    AGENT_STEP_RESULT,
+    AGENT_STEP_START,
+    AGENT_STREAM_CHUNK,
+    AGENT_TURN_CONTINUATION,
+    AGENT_TURN_END,
+    AGENT_TURN_START,
+)
+from greenroom.actors.inbox import Inbox, Prompt, new_message_id
+from greenroom.actors.types import AgentDisposed, AgentOptions, ToolExecutor, ToolInvocation
+from greenroom.models.base import ModelAdapter, ModelError
+from greenroom.protocol.events import (
+    COMPLETED,
+    DISPOSED,
+    MAX_TOKENS,
+    USER,
+    Aborted,
+    AssistantChunk,
+    AssistantMessage,
+    ContextMessage,
+    Errored,
+    InjectionTrigger,
+    MessageSource,
+    MessageTrigger,
+    StatusName,
+    SteeringMessage,
+    StepEnd,
+    StepStart,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.protocol.model import (
+    Finish,
+    ModelRequest,
+    ReasoningDelta,
+    TextDelta,
+    ToolCallChunk,
+    Usage,
+)
+from greenroom.session import SESSION_FLUSH, Session
+from greenroom.supervisor import cleanup_scope
+from greenroom.supervisor.hooks import Hooks
+
+logger = logging.getLogger("greenroom.agent")
+
+#: The most a turn's closing events and flush may take once the agent is disposed.
+CLOSING_GRACE: Final = 10.0
+
+DEFAULT_CANCEL_REASON: Final = "cancelled"
+
+
+class StepFailed(Exception):
+    """A step could not finish: the model raised, yielded garbage, or finished with an error."""
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class LoopAgent:
+    """An agent whose turns run in its own Trio task (see the module docstring)."""
+
+    __slots__ = (
+        "_cancel_reason",
+        "_done",
+        "_hooks",
+        "_id",
+        "_idle_waiters",
+        "_inbox",
+        "_life",
+        "_model",
+        "_open_step",
+        "_options",
+        "_session",
+        "_status",
+        "_tools",
+        "_turn_scope",
+    )
+
+    def __init__(
+        self,
+        agent_id: str,
+        session: Session,
+        *,
+        model: ModelAdapter,
+        tools: ToolExecutor,
+        hooks: Hooks,
+        options: AgentOptions | None = None,
+    ) -> None:
+        self._id = agent_id
+        self._session = session
+        self._options = options or AgentOptions()
+        self._model = model
+        self._tools = tools
+        self._hooks = hooks
+        self._inbox = Inbox()
+        self._status: StatusName = "idle"
+        self._cancel_reason: str | None = None  # the turn-scoped cancel marker
+        self._turn_scope: trio.CancelScope | None = None
+        self._open_step = 0  # the step the log has opened and not closed, 0 if none
+        self._life = trio.CancelScope()
+        self._done = trio.Event()
+        self._idle_waiters: list[trio.Event] = []
+
+    def __repr__(self) -> str:
+        return f"<LoopAgent {self._id!r} {self._status}>"
+
+    # -- the Agent interface -------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    @property
+    def options(self) -> AgentOptions:
+        return self._options
+
+    @property
+    def session(self) -> Session:
+        return self._session
+
+    @property
+    def status(self) -> StatusName:
+        return self._status
+
+    @property
+    def inbox(self) -> Inbox:
+        """The agent's inbox, for observers (queue depths); writers use send/steer."""
+        return self._inbox
+
+    def send(self, content: str, *, source: MessageSource | None = None) -> str:
+        """Queue a prompt; the next turn takes it with everything queued beside it."""
+        prompt = self._prompt(content, source)
+        self._inbox.push(prompt)
+        self._hooks.emit(AGENT_QUEUED, self, prompt.message_id, False)
+        return prompt.message_id
+
+    def steer(self, content: str, *, source: MessageSource | None = None) -> str:
+        """Join the running turn before its next step; while not running, `send`."""
+        if self._status != "running":
+            return self.send(content, source=source)
+        prompt = self._prompt(content, source)
+        self._inbox.push_steering(prompt)
+        self._hooks.emit(AGENT_QUEUED, self, prompt.message_id, True)
+        return prompt.message_id
+
+    def inject(self, content: str, *, source: MessageSource | None = None) -> str:
+        """Add context without running the model.
+
+        Into the turn the log has open, if any; otherwise as a one-shot
+        ``injection`` turn of its own, so every event stays inside a turn.
+        """
+        prompt = self._prompt(content, source)
+        message = ContextMessage(
+            content=prompt.content, source=prompt.source, message_id=prompt.message_id
+        )
+        if self._session.open_turn is not None:
+            self._session.append(message)
+            return prompt.message_id
+        turn = self._session.last_turn + 1
+        self._session.append(TurnStart(turn=turn, trigger=InjectionTrigger(prompt.source)))
+        self._session.append(message)
+        self._session.append(TurnEnd(turn=turn, reason=COMPLETED))
+        self._inbox.request_flush()
+        return prompt.message_id
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop all pending work: the single public stop verb.
+
+        Clears both FIFOs, cancels the running turn's scope with `reason`
+        (default ``"cancelled"``), and arms the cancel marker, but only when
+        something is running or pending: an idle no-op cancel never strands
+        the next prompt. A no-op on a disposed agent.
+        """
+        if self._status == "disposed":
+            return
+        pending = self._status == "running" or self._inbox.queued or self._inbox.steering
+        self._inbox.clear()
+        if not pending:
+            return
+        self._cancel_reason = reason = reason or DEFAULT_CANCEL_REASON
+        if self._turn_scope is not None:
+            self._turn_scope.cancel(reason=reason)
+
+    def when_idle(self) -> Awaitable[None]:
+        """Wait for quiescence; the wait is registered now, at the call.
+
+        Resolves at once when idle with nothing queued; otherwise on the next
+        transition out of running, or when a cancel leaves nothing to run.
+        On a disposed agent it resolves once the agent's task has exited.
+        """
+        if self._status == "disposed":
+            return _Wait(self._done, None)
+        if self._status == "idle" and not self._inbox.queued:
+            return _Wait(None, None)
+        waiter = trio.Event()
+        self._idle_waiters.append(waiter)
+        return _Wait(waiter, self)
+
+    # -- the task --------------------------------------------------------------
+
+    async def live(self, started: Callable[[], None]) -> None:
+        """The agent's whole life: call `started`, run turns until disposed.
+
+        Returns normally after `dispose`; re-raises the owner's cancel.
+        """
+        try:
+            with self._life:
+                started()
+                await self._loop()
+        finally:
+            self._set_status("disposed")
+            self._done.set()
+
+    def _stop(self) -> None:
+        """Mark the agent disposed and cancel its life; `AgentHandle.dispose` waits for the rest."""
+        self._set_status("disposed")
+        self._life.cancel(reason="disposed")
+
+    async def _loop(self) -> None:
+        inbox = self._inbox
+        while True:
+            await inbox.wait()
+            if inbox.flush_requested:
+                inbox.flush_requested = False
+                await self._flush(0)
+            if not inbox.queued and self._cancel_reason is None:
+                continue
+            # Window 1: a cancel landed between the wake-up and here.
+            if self._cancel_reason is not None:
+                self._cancel_reason = None
+                if not inbox.queued:
+                    self._release_idle_waiters()
+                    continue
+            self._set_status("running")
+            # Window 2: a listener of agent/status(running) cancelled.
+            if self._cancel_reason is not None:
+                self._cancel_reason = None
+                if not inbox.queued:
+                    self._set_status("idle")
+                    continue
+            await self._turn(self._session.last_turn + 1)
+            self._cancel_reason = None
+            inbox.requeue_steering()
+            if not inbox.queued:
+                self._set_status("idle")
+
+    async def _turn(self, turn: int) -> None:
+        """Run one turn over everything queued; its `TurnEnd` is always written."""
+        prompts = self._inbox.drain()
+        reason: TurnEndReason = COMPLETED
+        self._turn_scope = scope = trio.CancelScope()
+        try:
+            with scope:
+                self._session.append(
+                    TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source))
+                )
+                for prompt in prompts:
+                    self._session.append(
+                        UserMessage(
+                            content=prompt.content,
+                            source=prompt.source,
+                            message_id=prompt.message_id,
+                        )
+                    )
+                self._hooks.emit(AGENT_TURN_START, self, turn)
+                reason = await self._steps(turn)
+            if scope.cancelled_caught:
+                reason = Aborted(self._cancel_reason or DEFAULT_CANCEL_REASON)
+        except trio.Cancelled:
+            reason = DISPOSED
+            raise
+        except Exception as exc:  # a waterfall handler failed: the turn fails with it
+            reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
+            self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
+        finally:
+            self._turn_scope = None
+            await self._close_turn(turn, reason)
+
+    async def _steps(self, turn: int) -> TurnEndReason:
+        reason: TurnEndReason = COMPLETED
+        step = 0
+        while True:
+            step += 1
+            for steering in self._inbox.drain_steering():
+                self._session.append(
+                    SteeringMessage(
+                        turn=turn,
+                        content=steering.content,
+                        source=steering.source,
+                        message_id=steering.message_id,
+                    )
+                )
+                self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
+            if self._cancel_reason is not None:
+                return Aborted(self._cancel_reason)
+            self._open_step = step
+            self._session.append(StepStart(turn=turn, step=step))
+            self._hooks.emit(AGENT_STEP_START, self, turn, step)
+            try:
+                called_tools, hit_limit = await self._step(turn, step)
+            except StepFailed as failure:
+                self._hooks.emit(AGENT_ERROR, self, turn, step, failure)
+                return Errored(step=step, message=str(failure), code=failure.code)
+            self._close_step(turn)
+            if hit_limit:
+                reason = MAX_TOKENS
+            default = called_tools or self._inbox.steering > 0
+            go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, default, self, turn)
+            go_on = go_on or self._inbox.steering > 0  # steering that is waiting forces a step
+            if self._cancel_reason is not None:
+                return Aborted(self._cancel_reason)
+            if not go_on:
+                return reason
+
+    async def _step(self, turn: int, step: int) -> tuple[bool, bool]:
+        """One model call and its tool calls. Returns (called tools, hit max-tokens)."""
+        request = ModelRequest(
+            messages=self._session.messages(),
+            model=self._options.model,
+            system=self._options.system_prompt,
+            tools=self._tools.schemas(),
+        )
+        request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
+        try:
+            reply = await self._stream(request, turn, step)
+        except (StepFailed, trio.Cancelled):
+            raise
+        except ModelError as exc:
+            raise StepFailed(str(exc), exc.code) from exc
+        except Exception as exc:
+            raise StepFailed(f"model adapter raised {type(exc).__name__}: {exc}") from exc
+        finish = reply.finish
+        if finish is not None and finish.reason in ("error", "aborted"):
+            raise StepFailed(
+                finish.message or f"model finished with {finish.reason}", finish.reason
+            )
+        hit_limit = finish is not None and finish.reason == "max-tokens"
+        message = AssistantMessage(
+            turn=turn,
+            step=step,
+            content="".join(reply.text),
+            reasoning="".join(reply.reasoning),
+            tool_calls=[] if hit_limit else reply.calls,
+            usage=reply.usage,
+        )
+        message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
+        if message.content or message.reasoning or message.tool_calls or message.usage:
+            self._session.append(message)
+        for call in message.tool_calls:
+            self._session.append(
+                ToolCall(
+                    turn=turn,
+                    step=step,
+                    call_id=call.call_id,
+                    name=call.name,
+                    arguments=call.arguments,
+                )
+            )
+            outcome = await self._tools.execute(
+                ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
+            )
+            self._session.append(
+                ToolResult(
+                    turn=turn,
+                    step=step,
+                    call_id=call.call_id,
+                    content=outcome.content,
+                    is_error=outcome.is_error,
+                    error=outcome.error,
+                )
+            )
+        return bool(message.tool_calls), hit_limit
+
+    async def _stream(self, request: ModelRequest, turn: int, step: int) -> _Reply:
+        """Log and emit each chunk of the model's reply as it arrives."""
+        reply = _Reply()
+        stream = self._model.stream(request)
+        try:
+            async for chunk in stream:
+                if not reply.take(chunk):
+                    raise StepFailed(f"model yielded an invalid chunk: {chunk!r:.200}")
+                self._session.append(AssistantChunk(turn=turn, step=step, chunk=chunk))
+                self._hooks.emit(AGENT_STREAM_CHUNK, self, turn, step, chunk)
+        finally:
+            aclose = getattr(stream, "aclose", None)
+            if aclose is not None:
+                await aclose()
+        return reply
+
+    def _close_step(self, turn: int) -> None:
+        step, self._open_step = self._open_step, 0
+        self._session.append(StepEnd(turn=turn, step=step))
+        self._hooks.emit(AGENT_STEP_END, self, turn, step)
+
+    async def _close_turn(self, turn: int, reason: TurnEndReason) -> None:
+        """Write the turn's closing events and flush, shielded: a dispose cannot lose them."""
+        with cleanup_scope() as closing:
+            closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
+            if self._open_step:
+                self._close_step(turn)
+            self._session.append(TurnEnd(turn=turn, reason=reason))
+            self._hooks.emit(AGENT_TURN_END, self, turn, reason)
+            await self._flush(turn)
+
+    async def _flush(self, turn: int) -> None:
+        for error in await self._hooks.emit_async(SESSION_FLUSH, self._session):
+            logger.error("flush of session %r failed: %r", self._session.id, error)
+            self._hooks.emit(AGENT_ERROR, self, turn, 0, error)
+
+    # -- status -----------------------------------------------------------------
+
+    def _set_status(self, status: StatusName) -> None:
+        """Move to `status`, deduplicated and never out of ``disposed``.
+
+        Idle waiters are released before the emit, so a listener that sends
+        again cannot hold them.
+        """
+        if status == self._status or self._status == "disposed":
+            return
+        leaving_running = self._status == "running"
+        self._status = status
+        if leaving_running or status == "disposed":
+            self._release_idle_waiters()
+        self._hooks.emit(AGENT_STATUS, self, status)
+
+    def _release_idle_waiters(self) -> None:
+        waiters, self._idle_waiters = self._idle_waiters, []
+        for waiter in waiters:
+            waiter.set()
+
+    def _prompt(self, content: str, source: MessageSource | None) -> Prompt:
+        if self._status == "disposed":
+            raise AgentDisposed(self._id)
+        if not isinstance(content, str):
+            raise TypeError(
+                f"agent {self._id!r}: content must be text (str), got {type(content).__name__}"
+            )
+        if not content.strip():
+            raise ValueError(f"agent {self._id!r}: content must be non-empty text")
+        return Prompt(content, source or USER, new_message_id())
+
+
+class _Reply:
+    """One model reply, assembled from its chunks."""
+
+    __slots__ = ("calls", "finish", "reasoning", "text", "usage")
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.reasoning: list[str] = []
+        self.calls: list[ToolCallChunk] = []
+        self.usage: Usage | None = None
+        self.finish: Finish | None = None
+
+    def take(self, chunk: object) -> bool:
+        """Add `chunk`; False if it is not a stream chunk at all."""
+        match chunk:
+            case TextDelta(text=delta):
+                self.text.append(delta)
+            case ReasoningDelta(text=delta):
+                self.reasoning.append(delta)
+            case ToolCallChunk():
+                self.calls.append(chunk)
+            case Usage():
+                self.usage = chunk
+            case Finish():
+                self.finish = chunk
+            case _:
+                return False
+        return True
+
+
+class _Wait:
+    """What `when_idle` returns: awaits its event, then the agent's exit if it was disposed."""
+
+    __slots__ = ("_agent", "_event")
+
+    def __init__(self, event: trio.Event | None, agent: LoopAgent | None) -> None:
+        self._event = event
+        self._agent = agent
+
+    def __await__(self) -> Generator[object, None, None]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> None:
+        if self._event is None:
+            await trio.lowlevel.checkpoint()
+        else:
+            await self._event.wait()
+        if self._agent is not None and self._agent.status == "disposed":
+            await self._agent._done.wait()

@@ -1,0 +1,26 @@
+"""Model adapters: the `ModelAdapter` seam and the scripted model (the embedded default)."""
+
+from greenroom.models.base import ModelAdapter, ModelError
+from greenroom.models.scripted import (
+    CallTool,
+    End,
+    Fail,
+    Hang,
+    Say,
+    ScriptedModel,
+    Think,
+    Wait,
+)
+
+__all__ = [
+    "CallTool",
+    "End",
+    "Fail",
+    "Hang",
+    "ModelAdapter",
+    "ModelError",
+    "Say",
+    "ScriptedModel",
+    "Think",
+    "Wait",
+]

@@ -1,0 +1,135 @@
+"""`ScriptedModel`: a deterministic model for tests, demos and benchmarks.
+
+Each model call plays the next script (a list of actions); when the scripts
+run out it echoes the last user message back word by word. Delays are
+`trio.sleep`s, so under a `MockClock` they cost no real time.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import AsyncIterator, Iterable, Sequence
+from typing import TypeAlias
+
+import msgspec
+import trio
+
+from greenroom.models.base import ModelError
+from greenroom.protocol.model import (
+    Finish,
+    FinishReason,
+    ModelRequest,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallChunk,
+    UserTurn,
+)
+
+
+class Say(msgspec.Struct, frozen=True):
+    """Stream ``text`` as one text delta."""
+
+    text: str
+
+
+class Think(msgspec.Struct, frozen=True):
+    """Stream ``text`` as one reasoning delta."""
+
+    text: str
+
+
+class CallTool(msgspec.Struct, frozen=True):
+    """Call a tool; ``arguments`` is JSON text or a dict to encode."""
+
+    name: str
+    arguments: str | dict[str, object] = "{}"
+    call_id: str | None = None
+
+
+class Wait(msgspec.Struct, frozen=True):
+    """Sleep ``seconds`` (virtual under a MockClock)."""
+
+    seconds: float
+
+
+class Fail(msgspec.Struct, frozen=True):
+    """Raise `ModelError(message)`."""
+
+    message: str
+
+
+class Hang(msgspec.Struct, frozen=True):
+    """Stream nothing more until cancelled."""
+
+
+class End(msgspec.Struct, frozen=True):
+    """Finish with ``reason`` now (without it, a script finishes ``tool-calls`` or ``stop``)."""
+
+    reason: FinishReason = "stop"
+    message: str | None = None
+
+
+Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
+
+
+class ScriptedModel:
+    """Plays `scripts` one per model call, then echoes with ``delay`` seconds per word.
+
+    ``requests`` keeps every request received, for tests to inspect.
+    """
+
+    def __init__(self, scripts: Iterable[Sequence[Action]] = (), *, delay: float = 0.02) -> None:
+        if delay < 0:
+            raise ValueError(f"ScriptedModel delay must be >= 0 seconds, got {delay!r}")
+        self._scripts: deque[Sequence[Action]] = deque(scripts)
+        self._delay = delay
+        self._calls = 0
+        self.requests: list[ModelRequest] = []
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        self.requests.append(request)
+        if self._scripts:
+            return self._play(self._scripts.popleft())
+        return self._echo(request)
+
+    async def _play(self, script: Sequence[Action]) -> AsyncIterator[StreamChunk]:
+        called = False
+        for action in script:
+            match action:
+                case Say(text=text):
+                    yield TextDelta(text)
+                case Think(text=text):
+                    yield ReasoningDelta(text)
+                case CallTool(name=name, arguments=arguments, call_id=call_id):
+                    self._calls += 1
+                    called = True
+                    yield ToolCallChunk(
+                        call_id=call_id or f"call-{self._calls}",
+                        name=name,
+                        arguments=arguments
+                        if isinstance(arguments, str)
+                        else json.dumps(arguments),
+                    )
+                case Wait(seconds=seconds):
+                    await trio.sleep(seconds)
+                case Fail(message=message):
+                    raise ModelError(message)
+                case Hang():
+                    await trio.sleep_forever()
+                case End(reason=reason, message=message):
+                    yield Finish(reason, message)
+                    return
+        yield Finish("tool-calls" if called else "stop")
+
+    async def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        prompt = next(
+            (m.content for m in reversed(request.messages) if isinstance(m, UserTurn)), ""
+        )
+        words = prompt.split(" ")
+        for index, word in enumerate(words):
+            if self._delay:
+                await trio.sleep(self._delay)
+            yield TextDelta(word if index == len(words) - 1 else word + " ")
+        yield Finish("stop")

@@ -1,0 +1,199 @@
+"""The session log's vocabulary: what a turn writes, in the order it writes it.
+
+Every event is a frozen msgspec Struct tagged by ``type`` (``"turn/start"``,
+``"tool/result"``, ...). ``seq`` and ``time`` are stamped by the session when
+the event is appended; until then they are -1 and 0.
+"""
+
+from __future__ import annotations
+
+from typing import Final, Literal, TypeAlias
+
+import msgspec
+
+from greenroom.protocol.model import StreamChunk, ToolCallChunk, Usage
+
+# -- who a message came from -------------------------------------------------
+
+
+class UserSource(msgspec.Struct, frozen=True, tag_field="kind", tag="user"):
+    """A person, through whatever front end (the default source)."""
+
+
+class PluginSource(msgspec.Struct, frozen=True, tag_field="kind", tag="plugin"):
+    """A plugin of the runtime (a tool's completion notice, say)."""
+
+    plugin: str
+
+
+class AgentSource(msgspec.Struct, frozen=True, tag_field="kind", tag="agent"):
+    """Another agent."""
+
+    agent_id: str
+
+
+MessageSource: TypeAlias = UserSource | PluginSource | AgentSource
+USER: Final = UserSource()
+
+# -- why a turn started ------------------------------------------------------
+
+
+class MessageTrigger(msgspec.Struct, frozen=True, tag_field="kind", tag="message"):
+    source: MessageSource
+
+
+class InjectionTrigger(msgspec.Struct, frozen=True, tag_field="kind", tag="injection"):
+    source: MessageSource
+
+
+TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger
+
+# -- why a turn ended --------------------------------------------------------
+
+
+class Completed(msgspec.Struct, frozen=True, tag_field="kind", tag="completed"):
+    """The model stopped and nothing asked for another step."""
+
+
+class Aborted(msgspec.Struct, frozen=True, tag_field="kind", tag="aborted"):
+    """`Agent.cancel(reason)` stopped the turn."""
+
+    reason: str
+
+
+class Errored(msgspec.Struct, frozen=True, tag_field="kind", tag="error"):
+    """A step failed: the model raised, yielded garbage, or finished with an error."""
+
+    step: int
+    message: str
+    code: str | None = None
+
+
+class Disposed(msgspec.Struct, frozen=True, tag_field="kind", tag="disposed"):
+    """The agent was disposed (or its owner closed) while the turn ran."""
+
+
+class MaxTokens(msgspec.Struct, frozen=True, tag_field="kind", tag="max-tokens"):
+    """A step hit the model's output limit; its tool calls were dropped."""
+
+
+class Interrupted(msgspec.Struct, frozen=True, tag_field="kind", tag="interrupted"):
+    """The process died mid-turn; written by crash repair on load, never live."""
+
+
+TurnEndReason: TypeAlias = Completed | Aborted | Errored | Disposed | MaxTokens | Interrupted
+COMPLETED: Final = Completed()
+DISPOSED: Final = Disposed()
+MAX_TOKENS: Final = MaxTokens()
+
+# -- the events --------------------------------------------------------------
+
+
+class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+    seq: int = -1
+    time: float = 0.0
+
+
+class TurnStart(Event, frozen=True, tag="turn/start"):
+    turn: int
+    trigger: TurnTrigger
+
+
+class TurnEnd(Event, frozen=True, tag="turn/end"):
+    turn: int
+    reason: TurnEndReason
+
+
+class StepStart(Event, frozen=True, tag="step/start"):
+    turn: int
+    step: int
+
+
+class StepEnd(Event, frozen=True, tag="step/end"):
+    turn: int
+    step: int
+
+
+class UserMessage(Event, frozen=True, tag="user/message"):
+    content: str
+    source: MessageSource
+    message_id: str
+
+
+class ContextMessage(Event, frozen=True, tag="context/message"):
+    content: str
+    source: MessageSource
+    message_id: str
+
+
+class SteeringMessage(Event, frozen=True, tag="steering/message"):
+    turn: int
+    content: str
+    source: MessageSource
+    message_id: str
+
+
+class AssistantChunk(Event, frozen=True, tag="assistant/chunk"):
+    turn: int
+    step: int
+    chunk: StreamChunk
+
+
+class AssistantMessage(Event, frozen=True, tag="assistant/message"):
+    turn: int
+    step: int
+    content: str
+    reasoning: str = ""
+    tool_calls: list[ToolCallChunk] = []
+    usage: Usage | None = None
+
+
+class ToolCall(Event, frozen=True, tag="tool/call"):
+    turn: int
+    step: int
+    call_id: str
+    name: str
+    arguments: str  # the raw JSON text the model produced
+
+
+class ToolError(msgspec.Struct, frozen=True):
+    name: str
+    code: str | None = None
+
+
+class ToolResult(Event, frozen=True, tag="tool/result"):
+    turn: int
+    step: int
+    call_id: str
+    content: str
+    is_error: bool = False
+    error: ToolError | None = None
+
+
+SessionEvent: TypeAlias = (
+    TurnStart
+    | TurnEnd
+    | StepStart
+    | StepEnd
+    | UserMessage
+    | ContextMessage
+    | SteeringMessage
+    | AssistantChunk
+    | AssistantMessage
+    | ToolCall
+    | ToolResult
+)
+
+StatusName: TypeAlias = Literal["idle", "running", "disposed"]
+
+SESSION_VERSION: Final = 0
+
+
+class SessionHeader(msgspec.Struct, frozen=True, kw_only=True):
+    """What a session is, kept outside its log. ``created_at`` is wall-clock milliseconds."""
+
+    version: int = SESSION_VERSION
+    id: str
+    created_at: int
+    cwd: str | None = None
+    parent_session: str | None = None

@@ -1,0 +1,110 @@
+"""`Session`: one conversation's append-only log."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+from msgspec.structs import force_setattr
+
+from greenroom.protocol.events import (
+    AssistantMessage,
+    ContextMessage,
+    MessageSource,
+    SessionEvent,
+    SessionHeader,
+    SteeringMessage,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
+
+E = TypeVar("E", bound=SessionEvent)
+
+
+class Session:
+    """An append-only log of `SessionEvent`s, and what can be read off it.
+
+    Guarantees: ``seq`` is the event's index (0, 1, 2, ...); an event is in
+    the log before ``on_append`` sees it, so a failing listener never unlogs
+    it; `open_turn` and `last_turn` are read off the log, never off an
+    agent's status. Events are frozen: what was appended is what stays.
+    """
+
+    __slots__ = ("_events", "_last_turn", "_messages", "_open_turn", "header", "on_append")
+
+    def __init__(self, header: SessionHeader, seed: Sequence[SessionEvent] = ()) -> None:
+        self.header = header
+        self.on_append: Callable[[Session, SessionEvent], None] | None = None
+        self._events: list[SessionEvent] = []
+        self._messages: list[Message] = []
+        self._last_turn = 0
+        self._open_turn: int | None = None
+        for index, event in enumerate(seed):
+            if event.seq != index:
+                raise ValueError(
+                    f"session {header.id!r}: seed event {index} has seq {event.seq}"
+                    " (a log's seqs run 0, 1, 2, ... without gaps)"
+                )
+            self._record(event)
+
+    @property
+    def id(self) -> str:
+        return self.header.id
+
+    @property
+    def events(self) -> Sequence[SessionEvent]:
+        """The log, oldest first (a live view: do not mutate)."""
+        return self._events
+
+    @property
+    def next_seq(self) -> int:
+        return len(self._events)
+
+    @property
+    def last_turn(self) -> int:
+        """The highest turn number the log has opened (0 before the first)."""
+        return self._last_turn
+
+    @property
+    def open_turn(self) -> int | None:
+        """The turn the log has opened and not yet closed, if any."""
+        return self._open_turn
+
+    def append(self, event: E) -> E:
+        """Stamp ``seq`` and ``time`` (wall-clock seconds), log `event`, then tell ``on_append``."""
+        force_setattr(event, "seq", len(self._events))
+        force_setattr(event, "time", time.time())
+        self._record(event)
+        if self.on_append is not None:
+            self.on_append(self, event)
+        return event
+
+    def messages(self) -> list[Message]:
+        """The model-facing history derived from the log (a fresh list)."""
+        return list(self._messages)
+
+    def _record(self, event: SessionEvent) -> None:
+        self._events.append(event)
+        match event:
+            case TurnStart(turn=turn):
+                self._open_turn = self._last_turn = turn
+            case TurnEnd():
+                self._open_turn = None
+            case UserMessage(content=content):
+                self._messages.append(UserTurn(content))
+            case AssistantMessage(content=content, tool_calls=calls) if content or calls:
+                self._messages.append(AssistantTurn(content, calls))
+            case ToolResult(call_id=call_id, content=content, is_error=is_error):
+                self._messages.append(ToolTurn(call_id, content, is_error))
+            case ContextMessage(content=content, source=source):
+                self._messages.append(UserTurn(_wrap("context", source, content)))
+            case SteeringMessage(content=content, source=source):
+                self._messages.append(UserTurn(_wrap("steering", source, content)))
+
+
+def _wrap(tag: str, source: MessageSource, content: str) -> str:
+    return f'<{tag} source="{source.__struct_config__.tag}">{content}</{tag}>'

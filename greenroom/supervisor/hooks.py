@@ -1,0 +1,163 @@
+"""Typed hooks: emits (fire and forget), async emits (awaited), waterfalls (transform).
+
+A hook is a small named object typed by what its listeners receive, so a
+listener of the wrong shape is a mypy error and an emit with no listeners
+costs one dict lookup. The named hooks themselves live with their
+vocabulary (``greenroom.actors.events``, ``greenroom.session.store``); this
+module knows no agent or session.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
+
+from greenroom.supervisor.scope import Scope
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+logger = logging.getLogger("greenroom.hooks")
+
+
+class EmitHook(Generic[P]):
+    """A synchronous notification; listeners are called in registration order."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"EmitHook({self.name!r})"
+
+
+class AsyncEmitHook(Generic[P]):
+    """A notification whose async listeners are awaited one after another."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"AsyncEmitHook({self.name!r})"
+
+
+class WaterfallHook(Generic[T, P]):
+    """A value passed through each handler in turn; each returns the (new) value."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return f"WaterfallHook({self.name!r})"
+
+
+class Hooks:
+    """The listener table of one runtime.
+
+    Guarantees:
+
+    * A listener added with ``scope=`` is removed when that scope closes; the
+      returned remover does the same at any time (idempotent).
+    * An emit listener that raises is logged and contained: the remaining
+      listeners run, and the emitter never sees the error.
+    * `emit_async` returns the errors its listeners raised (after all ran), so
+      the caller decides how to report them.
+    * A waterfall handler that raises propagates to the caller: a waterfall
+      shapes what happens next, so its failure is the caller's failure.
+    """
+
+    __slots__ = ("_table",)
+
+    def __init__(self) -> None:
+        self._table: dict[object, tuple[Callable[..., Any], ...]] = {}
+
+    def on(
+        self,
+        hook: EmitHook[P],
+        listener: Callable[P, object],
+        *,
+        scope: Scope | None = None,
+    ) -> Callable[[], None]:
+        """Call ``listener(*args)`` on every ``emit(hook, *args)``."""
+        return self._add(hook, listener, scope)
+
+    def on_async(
+        self,
+        hook: AsyncEmitHook[P],
+        listener: Callable[P, Awaitable[object]],
+        *,
+        scope: Scope | None = None,
+    ) -> Callable[[], None]:
+        """Await ``listener(*args)`` on every ``emit_async(hook, *args)``."""
+        return self._add(hook, listener, scope)
+
+    def intercept(
+        self,
+        hook: WaterfallHook[T, P],
+        handler: Callable[Concatenate[T, P], Awaitable[T]],
+        *,
+        scope: Scope | None = None,
+    ) -> Callable[[], None]:
+        """Pass the value of every ``waterfall(hook, value, *args)`` through ``handler``."""
+        return self._add(hook, handler, scope)
+
+    def has(self, hook: object) -> bool:
+        """True if anything listens to `hook`: lets an emitter skip building a payload."""
+        return hook in self._table
+
+    def emit(self, hook: EmitHook[P], *args: P.args, **kwargs: P.kwargs) -> None:
+        listeners = self._table.get(hook)
+        if listeners is None:
+            return
+        for listener in listeners:
+            try:
+                listener(*args, **kwargs)
+            except Exception:
+                logger.exception("listener %r of %s raised", listener, hook.name)
+
+    async def emit_async(
+        self, hook: AsyncEmitHook[P], *args: P.args, **kwargs: P.kwargs
+    ) -> list[Exception]:
+        listeners = self._table.get(hook)
+        if listeners is None:
+            return []
+        errors: list[Exception] = []
+        for listener in listeners:
+            try:
+                await listener(*args, **kwargs)
+            except Exception as exc:
+                errors.append(exc)
+        return errors
+
+    async def waterfall(
+        self, hook: WaterfallHook[T, P], value: T, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        for handler in self._table.get(hook, ()):
+            value = await handler(value, *args, **kwargs)
+        return value
+
+    def _add(self, hook: object, fn: Callable[..., Any], scope: Scope | None) -> Callable[[], None]:
+        self._table[hook] = (*self._table.get(hook, ()), fn)
+        removed = False
+
+        def remove() -> None:
+            nonlocal removed
+            if removed:
+                return
+            removed = True
+            rest = list(self._table.get(hook, ()))
+            rest.remove(fn)
+            if rest:
+                self._table[hook] = tuple(rest)
+            else:
+                del self._table[hook]
+
+        if scope is not None:
+            scope.add(remove)
+        return remove
