@@ -1,0 +1,59 @@
+"""Small readers of a session log, shared by the agent tests."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from greenroom.protocol.events import (
+    SessionEvent,
+    StepStart,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    UserMessage,
+)
+
+
+def kind(event: SessionEvent) -> str:
+    tag = type(event).__struct_config__.tag
+    assert isinstance(tag, str)
+    return tag
+
+
+def kinds(events: Sequence[SessionEvent]) -> list[str]:
+    return [kind(e) for e in events]
+
+
+def turn_ends(events: Sequence[SessionEvent]) -> list[tuple[int, TurnEndReason]]:
+    return [(e.turn, e.reason) for e in events if isinstance(e, TurnEnd)]
+
+
+def user_messages_by_turn(events: Sequence[SessionEvent]) -> dict[int, list[str]]:
+    turns: dict[int, list[str]] = {}
+    current = 0
+    for event in events:
+        if isinstance(event, TurnStart):
+            current = event.turn
+            turns[current] = []
+        elif isinstance(event, UserMessage):
+            turns[current].append(event.content)
+    return turns
+
+
+def steps_of(events: Sequence[SessionEvent], turn: int) -> int:
+    return sum(1 for e in events if isinstance(e, StepStart) and e.turn == turn)
+
+
+def assert_enclosed(events: Sequence[SessionEvent]) -> None:
+    """Every event sits between a turn/start and its turn/end; seqs run 0, 1, 2, ..."""
+    open_turn: int | None = None
+    for index, event in enumerate(events):
+        assert event.seq == index, f"event {index} has seq {event.seq}"
+        if isinstance(event, TurnStart):
+            assert open_turn is None, f"turn {event.turn} opened inside turn {open_turn}"
+            open_turn = event.turn
+        elif isinstance(event, TurnEnd):
+            assert open_turn == event.turn, f"turn/end {event.turn} closes {open_turn}"
+            open_turn = None
+        else:
+            assert open_turn is not None, f"{kind(event)} at seq {index} is outside any turn"
