@@ -114,7 +114,7 @@ async def test_inject_while_idle_writes_its_own_one_shot_turn_without_the_model(
         start = events[0]
         assert isinstance(start, TurnStart)
         assert isinstance(start.trigger, InjectionTrigger)
-        assert model.requests == []
+        assert not model.requests
         agent.send("what changed?")
         await agent.when_idle()
         assert turn_ends(agent.session.events) == [(1, COMPLETED), (2, COMPLETED)]
@@ -218,7 +218,7 @@ async def test_cancel_from_a_running_status_listener_drops_the_turn() -> None:
         agent.send("go")
         await agent.when_idle()
         assert agent.session.events == []
-        assert model.requests == []
+        assert not model.requests
         assert agent.status == "idle"
         remove()
         agent.send("again")
@@ -520,3 +520,12 @@ async def test_a_broken_model_ends_the_turn_error_and_the_agent_stays_usable(
         await agent.when_idle()
         assert [t for t, _ in turn_ends(agent.session.events)] == [1, 2]
         assert agent.status == "idle"
+
+
+async def test_an_id_is_free_again_as_soon_as_dispose_returns() -> None:
+    async with open_runtime() as rt:
+        for _ in range(5):
+            handle = await rt.agents.create(agent_id="a", session_id="s")
+            await handle.dispose()
+        assert rt.agents.list() == []
+        assert rt.supervisor.tree().children == []

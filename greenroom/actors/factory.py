@@ -36,7 +36,7 @@ async def run_agent(
         with sessions.entered(agent.session), registry.registered(agent):
             await agent.live(lambda: task_status.started(handle))
     finally:
-        handle._exited.set()
+        agent._exited.set()
 
 
 class LoopFactory:

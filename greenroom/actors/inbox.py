@@ -34,12 +34,12 @@ class Inbox:
     checkpoint.
     """
 
-    __slots__ = ("_queued", "_steering", "_wakeup", "flush_requested")
+    __slots__ = ("_parked", "_queued", "_steering", "flush_requested")
 
     def __init__(self) -> None:
         self._queued: list[Prompt] = []
         self._steering: list[Prompt] = []
-        self._wakeup: trio.Event | None = None
+        self._parked: trio.lowlevel.Task | None = None
         self.flush_requested = False
 
     @property
@@ -83,10 +83,15 @@ class Inbox:
         if self._queued or self.flush_requested:
             await trio.lowlevel.checkpoint()
             return
-        self._wakeup = wakeup = trio.Event()
-        await wakeup.wait()
+        self._parked = trio.lowlevel.current_task()
+
+        def abort(raise_cancel: object) -> trio.lowlevel.Abort:
+            self._parked = None
+            return trio.lowlevel.Abort.SUCCEEDED
+
+        await trio.lowlevel.wait_task_rescheduled(abort)
 
     def _wake(self) -> None:
-        if self._wakeup is not None:
-            self._wakeup.set()
-            self._wakeup = None
+        task, self._parked = self._parked, None
+        if task is not None:
+            trio.lowlevel.reschedule(task)

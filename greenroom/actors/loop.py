@@ -101,7 +101,7 @@ class LoopAgent:
 
     __slots__ = (
         "_cancel_reason",
-        "_done",
+        "_exited",
         "_hooks",
         "_id",
         "_idle_waiters",
@@ -138,7 +138,7 @@ class LoopAgent:
         self._turn_scope: trio.CancelScope | None = None
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._life = trio.CancelScope()
-        self._done = trio.Event()
+        self._exited = trio.Event()  # set by run_agent once the task has fully unwound
         self._idle_waiters: list[trio.Event] = []
 
     def __repr__(self) -> str:
@@ -226,10 +226,11 @@ class LoopAgent:
 
         Resolves at once when idle with nothing queued; otherwise on the next
         transition out of running, or when a cancel leaves nothing to run.
-        On a disposed agent it resolves once the agent's task has exited.
+        On a disposed agent it resolves once the agent's task has exited
+        (after its unregister and session detach).
         """
         if self._status == "disposed":
-            return _Wait(self._done, None)
+            return _Wait(self._exited, None)
         if self._status == "idle" and not self._inbox.queued:
             return _Wait(None, None)
         waiter = trio.Event()
@@ -249,7 +250,6 @@ class LoopAgent:
                 await self._loop()
         finally:
             self._set_status("disposed")
-            self._done.set()
 
     def _stop(self) -> None:
         """Mark the agent disposed and cancel its life; `AgentHandle.dispose` waits for the rest."""
@@ -528,4 +528,4 @@ class _Wait:
         else:
             await self._event.wait()
         if self._agent is not None and self._agent.status == "disposed":
-            await self._agent._done.wait()
+            await self._agent._exited.wait()

@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Protocol
 
 import trio
@@ -32,18 +31,17 @@ class AgentHandle:
     awaits the same teardown. Closing the agent's owner takes the same path.
     """
 
-    __slots__ = ("_exited", "agent")
+    __slots__ = ("agent",)
 
     def __init__(self, agent: LoopAgent) -> None:
         self.agent = agent
-        self._exited = trio.Event()
 
     def __repr__(self) -> str:
         return f"<AgentHandle {self.agent.id!r}>"
 
     async def dispose(self) -> None:
         self.agent._stop()
-        await self._exited.wait()
+        await self.agent._exited.wait()
 
 
 class AgentFactory(Protocol):
@@ -108,13 +106,9 @@ class AgentRegistry:
 
         return unregister
 
-    @contextmanager
-    def registered(self, agent: Agent) -> Iterator[Agent]:
-        unregister = self.register(agent)
-        try:
-            yield agent
-        finally:
-            unregister()
+    def registered(self, agent: Agent) -> _Registered:
+        """``with registry.registered(agent):`` registered for the body, unregistered after."""
+        return _Registered(self, agent)
 
     def reserve(self, agent_id: str) -> Callable[[], None]:
         """Hold `agent_id` across an async create; returns the release."""
@@ -170,3 +164,18 @@ class AgentRegistry:
         if self._factory is None:
             raise RuntimeError("no agent factory is set (open the runtime with open_runtime())")
         return self._factory
+
+
+class _Registered:
+    __slots__ = ("_agent", "_registry", "_unregister")
+
+    def __init__(self, registry: AgentRegistry, agent: Agent) -> None:
+        self._registry = registry
+        self._agent = agent
+
+    def __enter__(self) -> Agent:
+        self._unregister = self._registry.register(self._agent)
+        return self._agent
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._unregister()

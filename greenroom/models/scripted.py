@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Sequence
-from typing import TypeAlias
+from typing import Final, TypeAlias
 
 import msgspec
 import trio
@@ -71,13 +71,16 @@ class End(msgspec.Struct, frozen=True):
     message: str | None = None
 
 
+KEPT_REQUESTS: Final = 64
+
 Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
 
 
 class ScriptedModel:
     """Plays `scripts` one per model call, then echoes with ``delay`` seconds per word.
 
-    ``requests`` keeps every request received, for tests to inspect.
+    ``requests`` keeps the last `KEPT_REQUESTS` requests received, for tests
+    to inspect (bounded: the scripted model is also the demo's long-running default).
     """
 
     def __init__(self, scripts: Iterable[Sequence[Action]] = (), *, delay: float = 0.02) -> None:
@@ -86,7 +89,7 @@ class ScriptedModel:
         self._scripts: deque[Sequence[Action]] = deque(scripts)
         self._delay = delay
         self._calls = 0
-        self.requests: list[ModelRequest] = []
+        self.requests: deque[ModelRequest] = deque(maxlen=KEPT_REQUESTS)
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         self.requests.append(request)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.session import Session
@@ -93,18 +92,32 @@ class SessionStore:
     def announce(self, session: Session) -> None:
         self._hooks.emit(SESSION_CREATED, session)
 
-    @contextmanager
-    def entered(self, session: Session) -> Iterator[Session]:
-        """Enter and announce `session` for the body; detach it on the way out."""
-        detach = self.enter(session)
-        try:
-            self.announce(session)
-            yield session
-        finally:
-            detach()
+    def entered(self, session: Session) -> _Entered:
+        """``with store.entered(session):`` entered and announced for the body, detached after."""
+        return _Entered(self, session)
 
     def _hooks_emit_event(self, session: Session, event: SessionEvent) -> None:
         self._hooks.emit(SESSION_EVENT, session, event)
+
+
+class _Entered:
+    __slots__ = ("_detach", "_session", "_store")
+
+    def __init__(self, store: SessionStore, session: Session) -> None:
+        self._store = store
+        self._session = session
+
+    def __enter__(self) -> Session:
+        self._detach = self._store.enter(self._session)
+        try:
+            self._store.announce(self._session)
+        except BaseException:
+            self._detach()
+            raise
+        return self._session
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._detach()
 
 
 def check_session_id(session_id: object) -> None:

@@ -423,8 +423,14 @@ class Supervisor:
         child.state = "exited" if unsolicited else "terminated"
         child.finish()
         self._publish(record)
-        if unsolicited and self._children.get(child.spec.name) is child:
+        if not unsolicited or self._children.get(child.spec.name) is not child:
+            return
+        if _wants_restart(child.spec, outcome):
             self._exits_in.send_nowait((child, record))
+        else:
+            # Settled here, not by the supervising task, so that whoever waited for
+            # this child to finish finds its name free again.
+            self._settle(child)
 
     def _publish(self, record: ExitRecord) -> None:
         self.exits.append(record)
@@ -491,9 +497,6 @@ class Supervisor:
             self._loop_done.set()
 
     async def _handle_exit(self, child: _Child, record: ExitRecord) -> None:
-        if not _wants_restart(child.spec, record.outcome):
-            self._settle(child)
-            return
         members = list(self._children.values())
         if self.strategy == "one_for_one":
             group = [child]

@@ -1,0 +1,277 @@
+"""Agents: per-turn overhead, create + dispose, idle memory and cancel latency against raw Trio.
+
+* turn: ``agent.send("ping"); await agent.when_idle()`` with a zero-latency
+  `ScriptedModel` against a round trip through a raw echo task over two
+  memory channels;
+* create + dispose: ``rt.agents.create(...)`` then ``handle.dispose()``,
+  sequentially, against ``nursery.start`` of a task parked in its own
+  `trio.CancelScope`, then cancelling that scope and waiting for the task;
+* idle memory: traced bytes per idle agent (no turns) against a bare task
+  parked in ``sleep_forever``, with `tracemalloc` (its own ``trio.run``);
+* cancel: ``agent.cancel(); await agent.when_idle()`` with the model hung
+  mid-turn against ``scope.cancel()`` of a parked task and waiting for it.
+
+Every variant runs in a fresh ``trio.run``; the variants alternate inside
+each repeat, with a ``gc.collect()`` before each.
+"""
+
+from __future__ import annotations
+
+import gc
+import statistics
+import time
+import tracemalloc
+from collections.abc import Awaitable, Callable, Sequence
+
+import trio
+import trio.lowlevel
+import trio.testing
+
+from bench.report import Row, compare
+from greenroom.models import Hang, Say, ScriptedModel
+from greenroom.protocol.events import AssistantChunk
+from greenroom.runtime import open_runtime
+
+SCENARIO = "agents"
+
+#: The most checkpoints to wait for an agent to hang mid-turn before giving up.
+_MAX_POLLS = 100_000
+
+# -- (a) one-step text turn ---------------------------------------------------------------
+
+
+async def _echo(
+    inbound: trio.MemoryReceiveChannel[str], outbound: trio.MemorySendChannel[str]
+) -> None:
+    async for message in inbound:
+        await outbound.send(message)
+
+
+async def _raw_turns(m: int) -> float:
+    """Microseconds per round trip through an echo task over two memory channels."""
+    to_echo, echo_in = trio.open_memory_channel[str](1)
+    echo_out, from_echo = trio.open_memory_channel[str](1)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_echo, echo_in, echo_out)
+        t0 = time.perf_counter()
+        for _ in range(m):
+            await to_echo.send("ping")
+            await from_echo.receive()
+        t1 = time.perf_counter()
+        nursery.cancel_scope.cancel()
+    return (t1 - t0) / m * 1e6
+
+
+async def _our_turns(m: int) -> float:
+    """Microseconds per one-step text turn of one agent with a zero-latency model."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        t1 = time.perf_counter()
+        turns = agent.session.last_turn
+    if turns != m:
+        raise RuntimeError(f"expected {m} turns in the session log, found {turns}")
+    return (t1 - t0) / m * 1e6
+
+
+# -- (b) create + dispose ---------------------------------------------------------------------
+
+
+async def _scoped(
+    exited: trio.Event,
+    *,
+    task_status: trio.TaskStatus[trio.CancelScope] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Park in an own CancelScope (handed back by ``started``); set `exited` on the way out."""
+    try:
+        with trio.CancelScope() as scope:
+            task_status.started(scope)
+            await trio.sleep_forever()
+    finally:
+        exited.set()
+
+
+async def _raw_lifecycle(n: int) -> float:
+    """Microseconds per ``nursery.start`` of a scoped task, then cancel and wait for it."""
+    async with trio.open_nursery() as nursery:
+        t0 = time.perf_counter()
+        for _ in range(n):
+            exited = trio.Event()
+            scope: trio.CancelScope = await nursery.start(_scoped, exited)
+            scope.cancel()
+            await exited.wait()
+        t1 = time.perf_counter()
+    return (t1 - t0) / n * 1e6
+
+
+async def _our_lifecycle(n: int) -> float:
+    """Microseconds per ``rt.agents.create`` then ``handle.dispose()``, one agent at a time."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        t0 = time.perf_counter()
+        for i in range(n):
+            handle = await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}")
+            await handle.dispose()
+        t1 = time.perf_counter()
+        # The supervisor forgets a disposed agent's child in its own task, after dispose returns.
+        await trio.testing.wait_all_tasks_blocked()
+        left = len(rt.agents.list()), len(rt.sessions.list()), len(rt.supervisor.tree().children)
+    if any(left):
+        raise RuntimeError(f"after dispose: (agents, sessions, supervisor children) = {left}")
+    return (t1 - t0) / n * 1e6
+
+
+# -- (c) idle memory ------------------------------------------------------------------------
+
+
+def _traced() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
+async def _raw_memory(n: int) -> float:
+    """Traced bytes per bare task parked in ``sleep_forever``."""
+    async with trio.open_nursery() as nursery:
+        before = _traced()
+        for _ in range(n):
+            nursery.start_soon(trio.sleep_forever)
+        await trio.testing.wait_all_tasks_blocked()
+        after = _traced()
+        nursery.cancel_scope.cancel()
+    return (after - before) / n
+
+
+async def _our_memory(n: int) -> float:
+    """Traced bytes per idle agent (created, no turns)."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        before = _traced()
+        for i in range(n):
+            await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}")
+        await trio.testing.wait_all_tasks_blocked()
+        after = _traced()
+    return (after - before) / n
+
+
+def _run_traced(variant: Callable[[int], Awaitable[float]], n: int) -> float:
+    gc.collect()
+    tracemalloc.start()
+    try:
+        return trio.run(variant, n)
+    finally:
+        tracemalloc.stop()
+
+
+# -- (d) cancel to idle ---------------------------------------------------------------------
+
+
+async def _raw_cancel(k: int) -> float:
+    """Median microseconds from ``scope.cancel()`` of a parked task to its exit being seen."""
+    samples: list[float] = []
+    async with trio.open_nursery() as nursery:
+        for _ in range(k):
+            exited = trio.Event()
+            scope: trio.CancelScope = await nursery.start(_scoped, exited)
+            await trio.testing.wait_all_tasks_blocked()
+            t0 = time.perf_counter()
+            scope.cancel()
+            await exited.wait()
+            samples.append(time.perf_counter() - t0)
+    return statistics.median(samples) * 1e6
+
+
+async def _our_cancel(k: int) -> float:
+    """Median microseconds from ``agent.cancel()`` (model hung mid-turn) to ``when_idle()``."""
+    model = ScriptedModel([[Say("x"), Hang()]] * k, delay=0)
+    samples: list[float] = []
+    async with open_runtime(model=model) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        events = agent.session.events
+        for _ in range(k):
+            agent.send("ping")
+            for _ in range(_MAX_POLLS):
+                if agent.status == "running" and isinstance(events[-1], AssistantChunk):
+                    break
+                await trio.lowlevel.checkpoint()
+            else:
+                raise RuntimeError(f"agent never hung mid-turn: {agent!r}, last {events[-1]!r}")
+            t0 = time.perf_counter()
+            agent.cancel()
+            await agent.when_idle()
+            samples.append(time.perf_counter() - t0)
+            status: str = agent.status  # read afresh: mypy narrowed it to "running" above
+            if status != "idle":
+                raise RuntimeError(f"after cancel + when_idle the agent is {status!r}")
+    return statistics.median(samples) * 1e6
+
+
+# -- the scenario ---------------------------------------------------------------------------
+
+
+def _alternate(
+    variants: Sequence[Callable[[int], Awaitable[float]]],
+    size: int,
+    repeats: int,
+    runner: Callable[[Callable[[int], Awaitable[float]], int], float] = trio.run,
+) -> dict[str, list[float]]:
+    """One value per repeat per variant, each in a fresh run, the variants alternating."""
+    results: dict[str, list[float]] = {v.__name__: [] for v in variants}
+    for _ in range(repeats):
+        for variant in variants:
+            gc.collect()
+            results[variant.__name__].append(runner(variant, size))
+    return results
+
+
+def run(repeats: int, quick: bool) -> list[Row]:
+    m = 300 if quick else 2_000  # turns
+    n_life = 2_000 if quick else 10_000  # create + dispose
+    n_mem = 2_000 if quick else 10_000  # idle agents
+    k = 100 if quick else 500  # cancels
+
+    turns = _alternate((_raw_turns, _our_turns), m, repeats)
+    life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
+    memory = _alternate((_raw_memory, _our_memory), n_mem, min(repeats, 3), _run_traced)
+    cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
+    return [
+        compare(
+            SCENARIO,
+            f"one-step text turn, scripted delay=0 (M={m})",
+            "us",
+            turns["_our_turns"],
+            baseline="memory-channel round trip",
+            raw=turns["_raw_turns"],
+            max_value=60,
+            max_ratio=3.0,
+        ),
+        compare(
+            SCENARIO,
+            f"create + dispose per agent (N={n_life})",
+            "us",
+            life["_our_lifecycle"],
+            baseline="nursery.start+CancelScope, cancel, wait",
+            raw=life["_raw_lifecycle"],
+            max_ratio=3.0,
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per idle agent (N={n_mem})",
+            "B",
+            memory["_our_memory"],
+            baseline="bare task in sleep_forever",
+            raw=memory["_raw_memory"],
+            max_value=6144,
+        ),
+        compare(
+            SCENARIO,
+            f"cancel() to when_idle(), model hung (median of K={k})",
+            "us",
+            cancel["_our_cancel"],
+            baseline="CancelScope.cancel() to task exit",
+            raw=cancel["_raw_cancel"],
+            max_ratio=2.0,
+        ),
+    ]
