@@ -1,6 +1,6 @@
 """`LoopFactory`: how a `LoopAgent` is made, started and owned.
 
-`run_agent` is the one place that says an agent's teardown order, and it
+`AgentTask` is the one place that says an agent's teardown order, and it
 says it with nesting::
 
     session entered in the store        (detached last)
@@ -9,8 +9,6 @@ says it with nesting::
 """
 
 from __future__ import annotations
-
-import functools
 
 import trio
 
@@ -23,20 +21,26 @@ from greenroom.supervisor import ChildSpec, Supervisor
 from greenroom.supervisor.hooks import Hooks
 
 
-async def run_agent(
-    handle: AgentHandle,
-    sessions: SessionStore,
-    registry: AgentRegistry,
-    *,
-    task_status: trio.TaskStatus[AgentHandle],
-) -> None:
-    """One agent's whole life, as one task; its nesting is its teardown order."""
-    agent = handle.agent
-    try:
-        with sessions.entered(agent.session), registry.registered(agent):
-            await agent.live(lambda: task_status.started(handle))
-    finally:
-        agent._exited.set()
+class AgentTask:
+    """One agent's whole life as one task (a supervisor child's start, or a nursery's).
+
+    `__call__` is the one place that says the teardown order, by nesting.
+    """
+
+    __slots__ = ("_handle", "_registry", "_sessions")
+
+    def __init__(self, handle: AgentHandle, sessions: SessionStore, registry: AgentRegistry):
+        self._handle = handle
+        self._sessions = sessions
+        self._registry = registry
+
+    async def __call__(self, *, task_status: trio.TaskStatus[AgentHandle]) -> None:
+        agent = self._handle.agent
+        try:
+            with self._sessions.entered(agent.session), self._registry.registered(agent):
+                await agent.live(task_status, self._handle)
+        finally:
+            agent._exited.set()
 
 
 class LoopFactory:
@@ -103,7 +107,7 @@ class LoopFactory:
         )
 
     async def _start(self, handle: AgentHandle, owner: Owner) -> AgentHandle:
-        start = functools.partial(run_agent, handle, self._sessions, self._registry)
+        start = AgentTask(handle, self._sessions, self._registry)
         if isinstance(owner, Supervisor):
             spec = ChildSpec(
                 f"agent:{handle.agent.id}", start, restart="temporary", shutdown=CLOSING_GRACE

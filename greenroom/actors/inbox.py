@@ -84,12 +84,11 @@ class Inbox:
             await trio.lowlevel.checkpoint()
             return
         self._parked = trio.lowlevel.current_task()
+        await trio.lowlevel.wait_task_rescheduled(self._abort)
 
-        def abort(raise_cancel: object) -> trio.lowlevel.Abort:
-            self._parked = None
-            return trio.lowlevel.Abort.SUCCEEDED
-
-        await trio.lowlevel.wait_task_rescheduled(abort)
+    def _abort(self, raise_cancel: object) -> trio.lowlevel.Abort:
+        self._parked = None
+        return trio.lowlevel.Abort.SUCCEEDED
 
     def _wake(self) -> None:
         task, self._parked = self._parked, None

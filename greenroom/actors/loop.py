@@ -22,8 +22,8 @@ events and the flush run shielded, and the task returns.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator
-from typing import Final
+from collections.abc import Awaitable, Generator
+from typing import Final, TypeVar
 
 import trio
 
@@ -82,6 +82,8 @@ from greenroom.supervisor.hooks import Hooks
 
 logger = logging.getLogger("greenroom.agent")
 
+T = TypeVar("T")
+
 #: The most a turn's closing events and flush may take once the agent is disposed.
 CLOSING_GRACE: Final = 10.0
 
@@ -138,7 +140,7 @@ class LoopAgent:
         self._turn_scope: trio.CancelScope | None = None
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._life = trio.CancelScope()
-        self._exited = trio.Event()  # set by run_agent once the task has fully unwound
+        self._exited = trio.Event()  # set by AgentTask once the task has fully unwound
         self._idle_waiters: list[trio.Event] = []
 
     def __repr__(self) -> str:
@@ -239,50 +241,47 @@ class LoopAgent:
 
     # -- the task --------------------------------------------------------------
 
-    async def live(self, started: Callable[[], None]) -> None:
-        """The agent's whole life: call `started`, run turns until disposed.
-
-        Returns normally after `dispose`; re-raises the owner's cancel.
-        """
-        try:
-            with self._life:
-                started()
-                await self._loop()
-        finally:
-            self._set_status("disposed")
-
     def _stop(self) -> None:
         """Mark the agent disposed and cancel its life; `AgentHandle.dispose` waits for the rest."""
         self._set_status("disposed")
         self._life.cancel(reason="disposed")
 
-    async def _loop(self) -> None:
+    async def live(self, task_status: trio.TaskStatus[T], started: T) -> None:
+        """The agent's whole life: report `started`, then run turns until disposed.
+
+        Returns normally after `_stop`; re-raises the owner's cancel.
+        """
         inbox = self._inbox
-        while True:
-            await inbox.wait()
-            if inbox.flush_requested:
-                inbox.flush_requested = False
-                await self._flush(0)
-            if not inbox.queued and self._cancel_reason is None:
-                continue
-            # Window 1: a cancel landed between the wake-up and here.
-            if self._cancel_reason is not None:
-                self._cancel_reason = None
-                if not inbox.queued:
-                    self._release_idle_waiters()
-                    continue
-            self._set_status("running")
-            # Window 2: a listener of agent/status(running) cancelled.
-            if self._cancel_reason is not None:
-                self._cancel_reason = None
-                if not inbox.queued:
-                    self._set_status("idle")
-                    continue
-            await self._turn(self._session.last_turn + 1)
-            self._cancel_reason = None
-            inbox.requeue_steering()
-            if not inbox.queued:
-                self._set_status("idle")
+        try:
+            with self._life:
+                task_status.started(started)
+                while True:
+                    await inbox.wait()
+                    if inbox.flush_requested:
+                        inbox.flush_requested = False
+                        await self._flush(0)
+                    if not inbox.queued and self._cancel_reason is None:
+                        continue
+                    # Window 1: a cancel landed between the wake-up and here.
+                    if self._cancel_reason is not None:
+                        self._cancel_reason = None
+                        if not inbox.queued:
+                            self._release_idle_waiters()
+                            continue
+                    self._set_status("running")
+                    # Window 2: a listener of agent/status(running) cancelled.
+                    if self._cancel_reason is not None:
+                        self._cancel_reason = None
+                        if not inbox.queued:
+                            self._set_status("idle")
+                            continue
+                    await self._turn(self._session.last_turn + 1)
+                    self._cancel_reason = None
+                    inbox.requeue_steering()
+                    if not inbox.queued:
+                        self._set_status("idle")
+        finally:
+            self._set_status("disposed")
 
     async def _turn(self, turn: int) -> None:
         """Run one turn over everything queued; its `TurnEnd` is always written."""

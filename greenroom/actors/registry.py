@@ -98,13 +98,12 @@ class AgentRegistry:
             raise AgentIdInUse(f"agent {agent.id!r} is already registered")
         self._agents[agent.id] = agent
         self._hooks.emit(AGENT_CREATED, agent)
+        return lambda: self._unregister(agent)
 
-        def unregister() -> None:
-            if self._agents.get(agent.id) is agent:
-                del self._agents[agent.id]
-                self._hooks.emit(AGENT_DISPOSED, agent)
-
-        return unregister
+    def _unregister(self, agent: Agent) -> None:
+        if self._agents.get(agent.id) is agent:
+            del self._agents[agent.id]
+            self._hooks.emit(AGENT_DISPOSED, agent)
 
     def registered(self, agent: Agent) -> _Registered:
         """``with registry.registered(agent):`` registered for the body, unregistered after."""
@@ -167,15 +166,15 @@ class AgentRegistry:
 
 
 class _Registered:
-    __slots__ = ("_agent", "_registry", "_unregister")
+    __slots__ = ("_agent", "_registry")
 
     def __init__(self, registry: AgentRegistry, agent: Agent) -> None:
         self._registry = registry
         self._agent = agent
 
     def __enter__(self) -> Agent:
-        self._unregister = self._registry.register(self._agent)
+        self._registry.register(self._agent)
         return self._agent
 
     def __exit__(self, *exc_info: object) -> None:
-        self._unregister()
+        self._registry._unregister(self._agent)

@@ -16,17 +16,17 @@ from greenroom.protocol.model import StreamChunk, ToolCallChunk, Usage
 # -- who a message came from -------------------------------------------------
 
 
-class UserSource(msgspec.Struct, frozen=True, tag_field="kind", tag="user"):
+class UserSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="user"):
     """A person, through whatever front end (the default source)."""
 
 
-class PluginSource(msgspec.Struct, frozen=True, tag_field="kind", tag="plugin"):
+class PluginSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="plugin"):
     """A plugin of the runtime (a tool's completion notice, say)."""
 
     plugin: str
 
 
-class AgentSource(msgspec.Struct, frozen=True, tag_field="kind", tag="agent"):
+class AgentSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="agent"):
     """Another agent."""
 
     agent_id: str
@@ -38,11 +38,11 @@ USER: Final = UserSource()
 # -- why a turn started ------------------------------------------------------
 
 
-class MessageTrigger(msgspec.Struct, frozen=True, tag_field="kind", tag="message"):
+class MessageTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="message"):
     source: MessageSource
 
 
-class InjectionTrigger(msgspec.Struct, frozen=True, tag_field="kind", tag="injection"):
+class InjectionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="injection"):
     source: MessageSource
 
 
@@ -51,17 +51,17 @@ TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger
 # -- why a turn ended --------------------------------------------------------
 
 
-class Completed(msgspec.Struct, frozen=True, tag_field="kind", tag="completed"):
+class Completed(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="completed"):
     """The model stopped and nothing asked for another step."""
 
 
-class Aborted(msgspec.Struct, frozen=True, tag_field="kind", tag="aborted"):
+class Aborted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="aborted"):
     """`Agent.cancel(reason)` stopped the turn."""
 
     reason: str
 
 
-class Errored(msgspec.Struct, frozen=True, tag_field="kind", tag="error"):
+class Errored(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="error"):
     """A step failed: the model raised, yielded garbage, or finished with an error."""
 
     step: int
@@ -69,15 +69,15 @@ class Errored(msgspec.Struct, frozen=True, tag_field="kind", tag="error"):
     code: str | None = None
 
 
-class Disposed(msgspec.Struct, frozen=True, tag_field="kind", tag="disposed"):
+class Disposed(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="disposed"):
     """The agent was disposed (or its owner closed) while the turn ran."""
 
 
-class MaxTokens(msgspec.Struct, frozen=True, tag_field="kind", tag="max-tokens"):
+class MaxTokens(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="max-tokens"):
     """A step hit the model's output limit; its tool calls were dropped."""
 
 
-class Interrupted(msgspec.Struct, frozen=True, tag_field="kind", tag="interrupted"):
+class Interrupted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="interrupted"):
     """The process died mid-turn; written by crash repair on load, never live."""
 
 
@@ -89,57 +89,57 @@ MAX_TOKENS: Final = MaxTokens()
 # -- the events --------------------------------------------------------------
 
 
-class Event(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"):
+class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type"):
     seq: int = -1
     time: float = 0.0
 
 
-class TurnStart(Event, frozen=True, tag="turn/start"):
+class TurnStart(Event, frozen=True, gc=False, tag="turn/start"):
     turn: int
     trigger: TurnTrigger
 
 
-class TurnEnd(Event, frozen=True, tag="turn/end"):
+class TurnEnd(Event, frozen=True, gc=False, tag="turn/end"):
     turn: int
     reason: TurnEndReason
 
 
-class StepStart(Event, frozen=True, tag="step/start"):
+class StepStart(Event, frozen=True, gc=False, tag="step/start"):
     turn: int
     step: int
 
 
-class StepEnd(Event, frozen=True, tag="step/end"):
+class StepEnd(Event, frozen=True, gc=False, tag="step/end"):
     turn: int
     step: int
 
 
-class UserMessage(Event, frozen=True, tag="user/message"):
+class UserMessage(Event, frozen=True, gc=False, tag="user/message"):
     content: str
     source: MessageSource
     message_id: str
 
 
-class ContextMessage(Event, frozen=True, tag="context/message"):
+class ContextMessage(Event, frozen=True, gc=False, tag="context/message"):
     content: str
     source: MessageSource
     message_id: str
 
 
-class SteeringMessage(Event, frozen=True, tag="steering/message"):
+class SteeringMessage(Event, frozen=True, gc=False, tag="steering/message"):
     turn: int
     content: str
     source: MessageSource
     message_id: str
 
 
-class AssistantChunk(Event, frozen=True, tag="assistant/chunk"):
+class AssistantChunk(Event, frozen=True, gc=False, tag="assistant/chunk"):
     turn: int
     step: int
     chunk: StreamChunk
 
 
-class AssistantMessage(Event, frozen=True, tag="assistant/message"):
+class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
     turn: int
     step: int
     content: str
@@ -148,7 +148,7 @@ class AssistantMessage(Event, frozen=True, tag="assistant/message"):
     usage: Usage | None = None
 
 
-class ToolCall(Event, frozen=True, tag="tool/call"):
+class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     turn: int
     step: int
     call_id: str
@@ -156,12 +156,12 @@ class ToolCall(Event, frozen=True, tag="tool/call"):
     arguments: str  # the raw JSON text the model produced
 
 
-class ToolError(msgspec.Struct, frozen=True):
+class ToolError(msgspec.Struct, frozen=True, gc=False):
     name: str
     code: str | None = None
 
 
-class ToolResult(Event, frozen=True, tag="tool/result"):
+class ToolResult(Event, frozen=True, gc=False, tag="tool/result"):
     turn: int
     step: int
     call_id: str
@@ -189,7 +189,7 @@ StatusName: TypeAlias = Literal["idle", "running", "disposed"]
 SESSION_VERSION: Final = 0
 
 
-class SessionHeader(msgspec.Struct, frozen=True, kw_only=True):
+class SessionHeader(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """What a session is, kept outside its log. ``created_at`` is wall-clock milliseconds."""
 
     version: int = SESSION_VERSION

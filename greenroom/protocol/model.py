@@ -11,15 +11,17 @@ FinishReason: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error", "
 # -- stream chunks -----------------------------------------------------------
 
 
-class TextDelta(msgspec.Struct, frozen=True, tag_field="kind", tag="text-delta"):
+class TextDelta(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="text-delta"):
     text: str
 
 
-class ReasoningDelta(msgspec.Struct, frozen=True, tag_field="kind", tag="reasoning-delta"):
+class ReasoningDelta(
+    msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="reasoning-delta"
+):
     text: str
 
 
-class ToolCallChunk(msgspec.Struct, frozen=True, tag_field="kind", tag="tool-call"):
+class ToolCallChunk(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="tool-call"):
     """One whole tool call: adapters assemble the fragments a wire format splits it into."""
 
     call_id: str
@@ -27,12 +29,12 @@ class ToolCallChunk(msgspec.Struct, frozen=True, tag_field="kind", tag="tool-cal
     arguments: str  # JSON text
 
 
-class Usage(msgspec.Struct, frozen=True, tag_field="kind", tag="usage"):
+class Usage(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="usage"):
     input_tokens: int = 0
     output_tokens: int = 0
 
 
-class Finish(msgspec.Struct, frozen=True, tag_field="kind", tag="finish"):
+class Finish(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="finish"):
     reason: FinishReason
     message: str | None = None
 
@@ -42,16 +44,16 @@ StreamChunk: TypeAlias = TextDelta | ReasoningDelta | ToolCallChunk | Usage | Fi
 # -- requests ----------------------------------------------------------------
 
 
-class UserTurn(msgspec.Struct, frozen=True, tag_field="role", tag="user"):
+class UserTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="user"):
     content: str
 
 
-class AssistantTurn(msgspec.Struct, frozen=True, tag_field="role", tag="assistant"):
+class AssistantTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="assistant"):
     content: str
     tool_calls: list[ToolCallChunk] = []
 
 
-class ToolTurn(msgspec.Struct, frozen=True, tag_field="role", tag="tool"):
+class ToolTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="tool"):
     call_id: str
     content: str
     is_error: bool = False
@@ -60,13 +62,13 @@ class ToolTurn(msgspec.Struct, frozen=True, tag_field="role", tag="tool"):
 Message: TypeAlias = UserTurn | AssistantTurn | ToolTurn
 
 
-class ToolSchema(msgspec.Struct, frozen=True):
+class ToolSchema(msgspec.Struct, frozen=True, gc=False):
     name: str
     description: str
     parameters: dict[str, object]  # JSON Schema of the arguments
 
 
-class ModelRequest(msgspec.Struct, frozen=True, kw_only=True):
+class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     messages: list[Message]
     model: str | None = None
     system: str | None = None

@@ -81,13 +81,12 @@ class SessionStore:
             raise SessionIdInUse(f"session {session.id!r} is already live")
         self._live[session.id] = session
         session.on_append = self._hooks_emit_event
+        return lambda: self._detach(session)
 
-        def detach() -> None:
-            session.on_append = None
-            if self._live.get(session.id) is session:
-                del self._live[session.id]
-
-        return detach
+    def _detach(self, session: Session) -> None:
+        session.on_append = None
+        if self._live.get(session.id) is session:
+            del self._live[session.id]
 
     def announce(self, session: Session) -> None:
         self._hooks.emit(SESSION_CREATED, session)
@@ -101,23 +100,23 @@ class SessionStore:
 
 
 class _Entered:
-    __slots__ = ("_detach", "_session", "_store")
+    __slots__ = ("_session", "_store")
 
     def __init__(self, store: SessionStore, session: Session) -> None:
         self._store = store
         self._session = session
 
     def __enter__(self) -> Session:
-        self._detach = self._store.enter(self._session)
+        self._store.enter(self._session)
         try:
             self._store.announce(self._session)
         except BaseException:
-            self._detach()
+            self._store._detach(self._session)
             raise
         return self._session
 
     def __exit__(self, *exc_info: object) -> None:
-        self._detach()
+        self._store._detach(self._session)
 
 
 def check_session_id(session_id: object) -> None:
