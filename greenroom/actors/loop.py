@@ -432,17 +432,21 @@ class LoopAgent:
         self._hooks.emit(AGENT_STEP_END, self, turn, step)
 
     async def _close_turn(self, turn: int, reason: TurnEndReason) -> None:
-        """Write the turn's closing events and flush, shielded: a dispose cannot lose them."""
-        with cleanup_scope() as closing:
-            closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
-            if self._open_step:
-                self._close_step(turn)
-            self._session.append(TurnEnd(turn=turn, reason=reason))
-            self._hooks.emit(AGENT_TURN_END, self, turn, reason)
-            await self._flush(turn)
+        """Write the turn's closing events (no checkpoint: nothing can cut them), then flush."""
+        if self._open_step:
+            self._close_step(turn)
+        self._session.append(TurnEnd(turn=turn, reason=reason))
+        self._hooks.emit(AGENT_TURN_END, self, turn, reason)
+        await self._flush(turn)
 
     async def _flush(self, turn: int) -> None:
-        for error in await self._hooks.emit_async(SESSION_FLUSH, self._session):
+        """Run ``session/flush`` shielded, within the closing grace: a dispose cannot cut it."""
+        if not self._hooks.has(SESSION_FLUSH):
+            return
+        with cleanup_scope() as closing:
+            closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
+            errors = await self._hooks.emit_async(SESSION_FLUSH, self._session)
+        for error in errors:
             logger.error("flush of session %r failed: %r", self._session.id, error)
             self._hooks.emit(AGENT_ERROR, self, turn, 0, error)
 
