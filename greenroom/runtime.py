@@ -14,7 +14,8 @@ from greenroom.actors.factory import LoopFactory
 from greenroom.actors.registry import AgentRegistry
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
-from greenroom.session import SessionStore
+from greenroom.session import SESSION_EVENT, SESSION_FLUSH, SessionStore
+from greenroom.session.persistence import Persistence, WriteBehind
 from greenroom.supervisor import Supervisor
 from greenroom.supervisor.hooks import Hooks
 from greenroom.tools import Tool, ToolRegistry
@@ -52,12 +53,15 @@ class Runtime:
 async def open_runtime(
     *,
     model: ModelAdapter | None = None,
+    persistence: Persistence | None = None,
     tools: Iterable[Tool[Any]] = (),
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
 
-    ``model`` defaults to the echoing `ScriptedModel`. The agents' supervisor
+    ``model`` defaults to the echoing `ScriptedModel`. With ``persistence``,
+    every session's events reach it through a `WriteBehind` (one durable
+    append per turn) and `agents.resume` can load sessions back. The agents' supervisor
     stops its children in reverse start order, so agents are disposed in
     reverse creation order, each through the same path as
     `AgentHandle.dispose` (closing ``turn/end``, flush, unregister, detach).
@@ -68,6 +72,10 @@ async def open_runtime(
     tool_registry = ToolRegistry(hooks)
     for tool in tools:
         tool_registry.register(tool)
+    if persistence is not None:
+        write_behind = WriteBehind(persistence)
+        hooks.on(SESSION_EVENT, write_behind.on_event)
+        hooks.on_async(SESSION_FLUSH, write_behind.flush)
     async with Supervisor(name=f"{name}:agents") as supervisor:
         factory = LoopFactory(
             hooks=hooks,
@@ -76,6 +84,7 @@ async def open_runtime(
             model=model if model is not None else ScriptedModel(),
             tools=tool_registry,
             default_owner=supervisor,
+            persistence=persistence,
         )
         remove_factory = registry.set_factory(factory)
         try:

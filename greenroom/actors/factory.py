@@ -16,7 +16,8 @@ from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentHandle, AgentRegistry, Owner
 from greenroom.actors.types import AgentOptions, ToolExecutor
 from greenroom.models.base import ModelAdapter
-from greenroom.session import SessionStore
+from greenroom.session import Session, SessionStore
+from greenroom.session.persistence import Persistence
 from greenroom.supervisor import ChildSpec, Supervisor
 from greenroom.supervisor.hooks import Hooks
 
@@ -55,6 +56,7 @@ class LoopFactory:
         model: ModelAdapter,
         tools: ToolExecutor,
         default_owner: Owner,
+        persistence: Persistence | None = None,
     ) -> None:
         self._hooks = hooks
         self._sessions = sessions
@@ -62,6 +64,7 @@ class LoopFactory:
         self._model = model
         self._tools = tools
         self._default_owner = default_owner
+        self._persistence = persistence
 
     async def create(
         self,
@@ -79,14 +82,7 @@ class LoopFactory:
             release_session = self._sessions.reserve(session_id)
             try:
                 session = self._sessions.prepare(session_id, cwd=cwd)
-                agent = LoopAgent(
-                    agent_id,
-                    session,
-                    model=self._model,
-                    tools=self._tools,
-                    hooks=self._hooks,
-                    options=options,
-                )
+                agent = self._agent(agent_id, session, options)
                 return await self._start(AgentHandle(agent), owner or self._default_owner)
             finally:
                 release_session()
@@ -101,9 +97,40 @@ class LoopFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
     ) -> AgentHandle:
-        raise RuntimeError(
-            f"cannot resume session {session_id!r}: no session persistence is configured"
-            " (pass persistence= to open_runtime)"
+        if self._persistence is None:
+            raise RuntimeError(
+                f"cannot resume session {session_id!r}: no session persistence is configured"
+                " (pass persistence= to open_runtime)"
+            )
+        # Reserved across the load too, so a resume racing a create (or another
+        # resume) of the same ids cannot publish twice.
+        release_agent = self._registry.reserve(agent_id)
+        try:
+            release_session = self._sessions.reserve(session_id)
+            try:
+                header, events = await self._persistence.load(session_id)
+                session = self._sessions.prepare(
+                    session_id,
+                    seed=events,
+                    cwd=header.cwd,
+                    parent_session=header.parent_session,
+                    created_at=header.created_at,
+                )
+                agent = self._agent(agent_id, session, options)
+                return await self._start(AgentHandle(agent), owner or self._default_owner)
+            finally:
+                release_session()
+        finally:
+            release_agent()
+
+    def _agent(self, agent_id: str, session: Session, options: AgentOptions | None) -> LoopAgent:
+        return LoopAgent(
+            agent_id,
+            session,
+            model=self._model,
+            tools=self._tools,
+            hooks=self._hooks,
+            options=options,
         )
 
     async def _start(self, handle: AgentHandle, owner: Owner) -> AgentHandle:

@@ -189,8 +189,13 @@ StatusName: TypeAlias = Literal["idle", "running", "disposed"]
 SESSION_VERSION: Final = 0
 
 
-class SessionHeader(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    """What a session is, kept outside its log. ``created_at`` is wall-clock milliseconds."""
+class SessionHeader(
+    msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type", tag="session"
+):
+    """What a session is, kept outside its log. ``created_at`` is wall-clock milliseconds.
+
+    Tagged ``"type": "session"`` so it can lead a log file beside the events.
+    """
 
     version: int = SESSION_VERSION
     id: str
