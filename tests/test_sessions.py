@@ -1,0 +1,435 @@
+"""Sessions that survive: durability on every disposal path, repair, resume, bad input.
+
+Real files in tmp_path, virtual time: a write-behind drain is shielded, so
+the autojump clock leaping ahead while a worker thread writes cannot cut it.
+Every test runs against both backends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from greenroom import open_runtime
+from greenroom.actors.events import AGENT_DISPOSED, AGENT_ERROR
+from greenroom.actors.registry import AgentIdInUse
+from greenroom.actors.types import Agent, ToolInvocation
+from greenroom.models import CallTool, Hang, Say, ScriptedModel, Wait
+from greenroom.protocol.events import (
+    COMPLETED,
+    DISPOSED,
+    Interrupted,
+    SessionEvent,
+    SessionHeader,
+    StepEnd,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.protocol.model import UserTurn
+from greenroom.session import SessionIdInUse
+from greenroom.session.persistence import (
+    CorruptLog,
+    JsonlPersistence,
+    NotASessionLog,
+    Persistence,
+    SessionNotFound,
+    SqlitePersistence,
+    UnsupportedVersion,
+    encode_session_id,
+)
+from greenroom.session.persistence.jsonl import _encoder
+from greenroom.tools import Tool
+from tests.agents_helpers import assert_enclosed, kinds, turn_ends
+
+Backend = Callable[[], Persistence]
+
+
+@pytest.fixture(params=["jsonl", "sqlite"])
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    """A factory of persistence over one store: a second call reopens the same files."""
+    if request.param == "jsonl":
+        return lambda: JsonlPersistence(tmp_path / "sessions")
+    return lambda: SqlitePersistence(tmp_path / "sessions.sqlite")
+
+
+HUNG = [[Say("partial"), Hang()]]
+
+
+# -- durability on every disposal path --------------------------------------------
+
+
+async def test_the_closing_turn_end_is_on_disk_after_dispose(backend: Backend) -> None:
+    async with open_runtime(model=ScriptedModel(HUNG), persistence=backend()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await trio.testing.wait_all_tasks_blocked()
+        await handle.dispose()
+        live = list(handle.agent.session.events)
+    header, stored = await backend().load("s")
+    assert header.id == "s"
+    assert stored == live
+    assert kinds(stored)[-1] == "turn/end"
+    # The turn cut by the dispose says so: disposed, never interrupted.
+    assert turn_ends(stored) == [(1, DISPOSED)]
+
+
+async def test_the_closing_turn_end_is_on_disk_after_the_owner_closes(backend: Backend) -> None:
+    async with open_runtime(model=ScriptedModel(HUNG * 2), persistence=backend()) as rt:
+        first = await rt.agents.create(agent_id="a", session_id="s1")
+        second = await rt.agents.create(agent_id="b", session_id="s2")
+        first.agent.send("one")
+        second.agent.send("two")
+        await trio.testing.wait_all_tasks_blocked()
+    store = backend()
+    for handle, session_id in ((first, "s1"), (second, "s2")):
+        _, stored = await store.load(session_id)
+        assert stored == list(handle.agent.session.events)
+        assert turn_ends(stored) == [(1, DISPOSED)]
+
+
+async def test_a_raising_disposed_listener_does_not_keep_the_session_in_the_store(
+    backend: Backend,
+) -> None:
+    async with open_runtime(model=ScriptedModel(HUNG), persistence=backend()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+
+        def explode(agent: Agent) -> None:
+            raise RuntimeError("listener broke")
+
+        rt.hooks.on(AGENT_DISPOSED, explode)
+        handle.agent.send("go")
+        await trio.testing.wait_all_tasks_blocked()
+        await handle.dispose()
+        assert rt.sessions.get("s") is None
+        assert rt.agents.get("a") is None
+    _, stored = await backend().load("s")
+    assert turn_ends(stored) == [(1, DISPOSED)]
+
+
+async def test_one_durable_append_per_turn(backend: Backend) -> None:
+    appends: list[int] = []
+    inner = backend()
+
+    class Counting:
+        async def create(self, header: SessionHeader) -> None:
+            await inner.create(header)
+
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+            appends.append(len(events))
+            await inner.append(session_id, events)
+
+        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+            return await inner.load(session_id)
+
+        async def list(self) -> list[SessionHeader]:
+            return await inner.list()
+
+    async with open_runtime(model=ScriptedModel(delay=0.01), persistence=Counting()) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        for text in ("one two three", "four five"):
+            agent.send(text)
+            await agent.when_idle()
+    # turn/start, user/message, step/start, N chunks + finish, assistant/message, step/end, turn/end
+    assert appends == [3 + 3 + 1 + 3, 3 + 2 + 1 + 3]
+
+
+# -- resume --------------------------------------------------------------------------
+
+
+async def test_resume_continues_turns_and_history_without_duplicate_seqs(
+    backend: Backend,
+) -> None:
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=backend()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd="/work")
+        handle.agent.send("first question")
+        await handle.agent.when_idle()
+        await handle.dispose()
+    model = ScriptedModel(delay=0)
+    async with open_runtime(model=model, persistence=backend()) as rt:
+        resumed = await rt.agents.resume(agent_id="a2", session_id="s")
+        agent = resumed.agent
+        assert agent.session.header.cwd == "/work"
+        agent.send("second question")
+        await agent.when_idle()
+        events = agent.session.events
+        assert [t for t, _ in turn_ends(events)] == [1, 2]
+        assert_enclosed(events)
+        assert model.requests[0].messages[:2] == [
+            UserTurn("first question"),
+            model.requests[0].messages[1],
+        ]
+        assert model.requests[0].messages[-1] == UserTurn("second question")
+        await resumed.dispose()
+    _, stored = await backend().load("s")
+    assert [e.seq for e in stored] == list(range(len(stored)))
+    assert stored == list(agent.session.events)
+
+
+async def test_resuming_a_live_or_loading_session_is_rejected(backend: Backend) -> None:
+    store = backend()
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("hi")
+        await handle.agent.when_idle()
+        with pytest.raises(SessionIdInUse, match="session 's' is already live"):
+            await rt.agents.resume(agent_id="b", session_id="s")
+        with pytest.raises(AgentIdInUse, match="agent 'a' is already registered"):
+            await rt.agents.resume(agent_id="a", session_id="other")
+        await handle.dispose()
+        with pytest.raises(SessionNotFound, match="no stored session 'missing'"):
+            await rt.agents.resume(agent_id="b", session_id="missing")
+        assert rt.agents.list() == []
+        assert rt.sessions.list() == []
+
+
+async def test_a_resume_whose_load_finishes_after_the_owner_closed_leaks_nothing(
+    backend: Backend,
+) -> None:
+    store = backend()
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("hi")
+        await handle.agent.when_idle()
+        await handle.dispose()
+    gate = trio.Event()
+
+    class Gated:
+        async def create(self, header: SessionHeader) -> None:
+            await store.create(header)
+
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+            await store.append(session_id, events)
+
+        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+            await gate.wait()
+            return await store.load(session_id)
+
+        async def list(self) -> list[SessionHeader]:
+            return await store.list()
+
+    outcome: list[BaseException] = []
+
+    async def resume(rt: object) -> None:
+        try:
+            await runtime.agents.resume(agent_id="a", session_id="s")
+        except RuntimeError as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=Gated()) as runtime:
+            nursery.start_soon(resume, runtime)
+            await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+    assert len(outcome) == 1
+    assert "is closed" in str(outcome[0])
+    assert runtime.agents.list() == []
+    assert runtime.sessions.list() == []
+
+
+# -- crash repair ------------------------------------------------------------------------
+
+
+def _line(event: SessionEvent) -> bytes:
+    return _encoder.encode(event) + b"\n"
+
+
+async def _stored_turn(tmp_path: Path) -> tuple[JsonlPersistence, Path, list[SessionEvent]]:
+    """A JSONL session with one completed turn, written through the runtime."""
+    store = JsonlPersistence(tmp_path / "sessions")
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("hello there")
+        await handle.agent.when_idle()
+        events = list(handle.agent.session.events)
+        await handle.dispose()
+    return store, store.path("s"), events
+
+
+async def test_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
+    store, path, events = await _stored_turn(tmp_path)
+    with open(path, "ab") as file:
+        file.write(b'{"type":"turn/start","turn":2,"trig')
+    _, loaded = await JsonlPersistence(store.root).load("s")
+    assert loaded == events
+    assert path.read_bytes().endswith(b"\n")
+
+
+async def test_an_open_final_turn_is_closed_interrupted_and_the_closers_persist(
+    tmp_path: Path,
+) -> None:
+    store, path, events = await _stored_turn(tmp_path)
+    model = ScriptedModel([[CallTool("bash", {"command": "sleep 100"})]])
+
+    class Command(msgspec.Struct):
+        command: str
+
+    async def hang(args: Command, call: ToolInvocation) -> str:
+        await trio.sleep_forever()
+        return "unreachable"
+
+    # A process killed mid-tool-call would have written these:
+    async with open_runtime(model=model, tools=[Tool("bash", "runs", Command, hang)]) as rt:
+        agent = (await rt.agents.create(agent_id="x", session_id="scratch")).agent
+        agent.send("run it")
+        await trio.testing.wait_all_tasks_blocked()
+        partial = list(agent.session.events)
+    with open(path, "ab") as file:
+        for offset, event in enumerate(partial):
+            file.write(_line(msgspec.structs.replace(event, seq=len(events) + offset)))
+    _, loaded = await JsonlPersistence(store.root).load("s")
+    closers = loaded[len(events) + len(partial) :]
+    assert kinds(closers) == ["tool/result", "step/end", "turn/end"]
+    result, step_end, turn_end = closers
+    assert isinstance(result, ToolResult)
+    assert result.is_error
+    assert result.error is not None
+    assert result.error.code == "interrupted"
+    assert isinstance(step_end, StepEnd)
+    assert step_end.step == 1
+    assert isinstance(turn_end, TurnEnd)
+    assert turn_end.reason == Interrupted()
+    assert_enclosed(loaded)
+    # Persisted: a second load reads the same log and adds nothing.
+    _, again = await JsonlPersistence(store.root).load("s")
+    assert again == loaded
+
+
+async def test_a_corrupt_line_before_the_last_turn_end_is_an_error_naming_file_and_line(
+    tmp_path: Path,
+) -> None:
+    store, path, _ = await _stored_turn(tmp_path)
+    lines = path.read_bytes().split(b"\n")
+    lines[3] = b"{garbage"
+    path.write_bytes(b"\n".join(lines))
+    before = path.read_bytes()
+    with pytest.raises(CorruptLog, match=rf"{path.name}: line 4 is corrupt"):
+        await JsonlPersistence(store.root).load("s")
+    assert path.read_bytes() == before  # nothing rewritten
+
+
+async def test_a_seq_gap_keeps_the_contiguous_prefix(tmp_path: Path) -> None:
+    store, path, events = await _stored_turn(tmp_path)
+    stray = TurnStart(turn=2, trigger=events[0].trigger)  # type: ignore[union-attr]
+    with open(path, "ab") as file:
+        file.write(_line(msgspec.structs.replace(stray, seq=len(events) + 5)))
+    _, loaded = await JsonlPersistence(store.root).load("s")
+    assert loaded == events
+
+
+# -- bad input ------------------------------------------------------------------------
+
+
+async def test_an_unknown_header_version_is_a_typed_error_and_nothing_is_rewritten(
+    tmp_path: Path,
+) -> None:
+    store = JsonlPersistence(tmp_path)
+    path = store.path("s")
+    path.write_bytes(b'{"type":"session","version":7,"id":"s","created_at":1}\n')
+    with pytest.raises(UnsupportedVersion, match=rf"{path}: session log version 7"):
+        await store.load("s")
+    assert path.read_bytes() == b'{"type":"session","version":7,"id":"s","created_at":1}\n'
+
+
+async def test_a_file_that_is_not_a_session_log_is_a_typed_error(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path)
+    path = store.path("s")
+    path.write_bytes(b"hello, I am a shopping list\n")
+    with pytest.raises(NotASessionLog, match=rf"{path}: line 1 is not a session header"):
+        await store.load("s")
+    assert path.read_bytes() == b"hello, I am a shopping list\n"
+    assert await store.list() == []  # listed sessions skip it
+
+
+async def test_a_missing_session_is_a_typed_error_with_the_path(backend: Backend) -> None:
+    with pytest.raises(SessionNotFound, match="no stored session 'nope'"):
+        await backend().load("nope")
+
+
+@pytest.mark.parametrize(
+    "hostile", ["../x", "a/b", "\x00", "..", ".", "/etc/passwd", "ünï/cødé", "x" * 60]
+)
+async def test_hostile_ids_stay_inside_the_root(tmp_path: Path, hostile: str) -> None:
+    root = tmp_path / "root"
+    store = JsonlPersistence(root)
+    header = SessionHeader(id=hostile, created_at=1)
+    await store.create(header)
+    assert (await store.load(hostile))[0] == header
+    assert [p.parent for p in tmp_path.rglob("*") if p.is_file()] == [root]
+    assert [h.id for h in await store.list()] == [hostile]
+
+
+async def test_an_overlong_id_is_rejected_clearly(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path)
+    with pytest.raises(ValueError, match="session id is too long to store"):
+        await store.create(SessionHeader(id="x" * 10_000, created_at=1))
+    with pytest.raises(ValueError, match="session id is too long to store"):
+        await store.load("y" * 10_000)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_encoded_ids_never_carry_separators_dots_or_nul() -> None:
+    for hostile in ("../x", "a/b", "\x00", "..", "c:\\x", "😀"):
+        stem = encode_session_id(hostile)
+        assert not set(stem) & {"/", "\\", ".", "\x00"}
+
+
+async def test_a_failing_drain_is_reported_and_the_events_wait_for_the_next(
+    backend: Backend, caplog: pytest.LogCaptureFixture
+) -> None:
+    inner = backend()
+    failures = [OSError(28, "No space left on device")]
+
+    class Flaky:
+        async def create(self, header: SessionHeader) -> None:
+            await inner.create(header)
+
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+            if failures:
+                raise failures.pop()
+            await inner.append(session_id, events)
+
+        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+            return await inner.load(session_id)
+
+        async def list(self) -> list[SessionHeader]:
+            return await inner.list()
+
+    errors: list[str] = []
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=Flaky()) as rt:
+        rt.hooks.on(AGENT_ERROR, lambda agent, turn, step, exc: errors.append(str(exc)))
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        with caplog.at_level(logging.ERROR, logger="greenroom.agent"):
+            handle.agent.send("one")
+            await handle.agent.when_idle()
+        assert errors == ["[Errno 28] No space left on device"]
+        assert "flush of session 's' failed" in caplog.text
+        handle.agent.send("two")  # the agent stays usable
+        await handle.agent.when_idle()
+        live = list(handle.agent.session.events)
+        await handle.dispose()
+    _, stored = await backend().load("s")
+    assert stored == live + stored[len(live) :]
+    assert turn_ends(stored) == [(1, COMPLETED), (2, COMPLETED)]
+    assert [e.content for e in stored if isinstance(e, UserMessage)] == ["one", "two"]
+
+
+async def test_an_async_stream_of_slow_turns_survives_a_dispose_mid_wait(
+    backend: Backend,
+) -> None:
+    model = ScriptedModel([[Say("a"), Wait(5), Say("b")]])
+    async with open_runtime(model=model, persistence=backend()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await trio.sleep(2)
+        await handle.dispose()
+    _, stored = await backend().load("s")
+    assert turn_ends(stored) == [(1, DISPOSED)]
+    assert kinds(stored).count("assistant/chunk") == 1
