@@ -1,9 +1,26 @@
-"""The ``greenroom`` command."""
+"""The ``greenroom`` command (floor 7: the only place that reads the environment)."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+from pathlib import Path
+
+import trio
+
+from greenroom.session.persistence import JsonlPersistence, PersistenceError
+from greenroom.session.transcript import describe_header, transcript
+
+
+def default_state_dir() -> Path:
+    """``$GREENROOM_HOME``, else ``~/.local/state/greenroom``."""
+    home = os.environ.get("GREENROOM_HOME")
+    return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
+
+
+def sessions_root(state_dir: Path) -> Path:
+    return state_dir / "sessions"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -12,11 +29,38 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the demo story on embedded defaults")
+    sessions = commands.add_parser("sessions", help="list stored sessions or show one")
+    sessions.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="greenroom's state (default: $GREENROOM_HOME, else ~/.local/state/greenroom)",
+    )
+    verbs = sessions.add_subparsers(dest="verb", required=True)
+    verbs.add_parser("list", help="one line per stored session")
+    show = verbs.add_parser("show", help="the transcript of one session")
+    show.add_argument("session_id")
     args = parser.parse_args(argv)
     if args.command == "demo":
         from greenroom.demo import run_demo
 
         run_demo()
+        return 0
+    store = JsonlPersistence(sessions_root(args.state_dir or default_state_dir()))
+    try:
+        if args.verb == "list":
+            headers = trio.run(store.list)
+            for header in headers:
+                print(describe_header(header))
+            if not headers:
+                print(f"no sessions in {store.root}", file=sys.stderr)
+        else:
+            header, events = trio.run(store.load, args.session_id)
+            for line in transcript(header, events):
+                print(line)
+    except (PersistenceError, ValueError) as exc:
+        print(f"greenroom sessions: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

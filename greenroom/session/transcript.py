@@ -1,0 +1,101 @@
+"""A session log as a person reads it: turns, messages, tool calls, end reasons."""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterator, Sequence
+
+from greenroom.protocol.events import (
+    Aborted,
+    AgentSource,
+    AssistantMessage,
+    Completed,
+    ContextMessage,
+    Disposed,
+    Errored,
+    InjectionTrigger,
+    Interrupted,
+    MaxTokens,
+    MessageSource,
+    PluginSource,
+    SessionEvent,
+    SessionHeader,
+    SteeringMessage,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+    UserMessage,
+)
+
+PREVIEW = 300  # characters of a tool result shown
+
+
+def describe_header(header: SessionHeader) -> str:
+    created = datetime.datetime.fromtimestamp(header.created_at / 1000).isoformat(
+        sep=" ", timespec="seconds"
+    )
+    parts = [header.id, f"created {created}"]
+    if header.cwd:
+        parts.append(f"cwd {header.cwd}")
+    if header.parent_session:
+        parts.append(f"parent {header.parent_session}")
+    return "  ".join(parts)
+
+
+def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterator[str]:
+    """Yield the lines of a readable transcript (chunks are folded into their messages)."""
+    yield f"session {describe_header(header)}"
+    for event in events:
+        match event:
+            case TurnStart(turn=turn, trigger=InjectionTrigger(source=source)):
+                yield f"turn {turn} (injected by {describe_source(source)})"
+            case TurnStart(turn=turn, trigger=trigger):
+                yield f"turn {turn} (message from {describe_source(trigger.source)})"
+            case UserMessage(content=content, source=source):
+                yield f"  {describe_source(source)}: {content}"
+            case ContextMessage(content=content, source=source):
+                yield f"  context from {describe_source(source)}: {content}"
+            case SteeringMessage(content=content, source=source):
+                yield f"  steering from {describe_source(source)}: {content}"
+            case AssistantMessage(content=content, reasoning=reasoning):
+                if reasoning:
+                    yield f"  thinking: {reasoning}"
+                if content:
+                    yield f"  assistant: {content}"
+            case ToolCall(call_id=call_id, name=name, arguments=arguments):
+                yield f"  tool call {name} {arguments}  [{call_id}]"
+            case ToolResult(call_id=call_id, content=content, is_error=is_error):
+                shown = content if len(content) <= PREVIEW else content[:PREVIEW] + " …"
+                marker = "tool error" if is_error else "tool result"
+                yield f"  {marker} [{call_id}]: {shown}"
+            case TurnEnd(reason=reason):
+                yield f"  end: {describe_reason(reason)}"
+
+
+def describe_source(source: MessageSource) -> str:
+    match source:
+        case PluginSource(plugin=plugin):
+            return f"plugin {plugin}"
+        case AgentSource(agent_id=agent_id):
+            return f"agent {agent_id}"
+        case _:
+            return "user"
+
+
+def describe_reason(reason: TurnEndReason) -> str:
+    match reason:
+        case Completed():
+            return "completed"
+        case Aborted(reason=why):
+            return f"aborted ({why})"
+        case Errored(step=step, message=message):
+            return f"error at step {step}: {message}"
+        case Disposed():
+            return "disposed"
+        case MaxTokens():
+            return "max-tokens"
+        case Interrupted():
+            return "interrupted (the process stopped mid-turn)"
+    raise AssertionError(reason)

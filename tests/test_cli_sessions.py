@@ -1,0 +1,69 @@
+"""``greenroom sessions list|show`` reads what a runtime stored."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from greenroom import open_runtime
+from greenroom.cli import main, sessions_root
+from greenroom.models import CallTool, Say, ScriptedModel
+from greenroom.session.persistence import JsonlPersistence
+from greenroom.tools import Tool
+
+
+class Args(msgspec.Struct):
+    path: str
+
+
+async def _read(args: Args, call: object) -> str:
+    return f"contents of {args.path}"
+
+
+async def _record_a_session(state: Path) -> None:
+    model = ScriptedModel(
+        [[Say("Let me look."), CallTool("read", {"path": "a.txt"})], [Say("Done.")]]
+    )
+    store = JsonlPersistence(sessions_root(state))
+    async with open_runtime(
+        model=model, persistence=store, tools=[Tool("read", "r", Args, _read)]
+    ) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="demo-1", cwd="/work")
+        handle.agent.send("what is in a.txt?")
+        await handle.agent.when_idle()
+        handle.agent.inject("the file changed")
+        await handle.dispose()
+
+
+def test_sessions_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trio.run(_record_a_session, tmp_path, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["sessions", "--state-dir", str(tmp_path), "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert len(listed) == 1
+    assert listed[0].startswith("demo-1  created ")
+    assert listed[0].endswith("cwd /work")
+    assert main(["sessions", "--state-dir", str(tmp_path), "show", "demo-1"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        "turn 1 (message from user)",
+        "  user: what is in a.txt?",
+        "  assistant: Let me look.",
+        '  tool call read {"path": "a.txt"}  [call-1]',
+        "  tool result [call-1]: contents of a.txt",
+        "  assistant: Done.",
+        "  end: completed",
+        "turn 2 (injected by user)",
+        "  context from user: the file changed",
+        "  end: completed",
+    ]
+
+
+def test_showing_a_missing_session_fails_clearly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["sessions", "--state-dir", str(tmp_path), "show", "nope"]) == 1
+    assert "greenroom sessions: no stored session 'nope'" in capsys.readouterr().err
