@@ -282,6 +282,8 @@ class LoopAgent:
                         self._set_status("idle")
         finally:
             self._set_status("disposed")
+            if inbox.flush_requested:  # an idle inject that the cancel overtook
+                await self._flush(0)
 
     async def _turn(self, turn: int) -> None:
         """Run one turn over everything queued; its `TurnEnd` is always written."""
