@@ -35,9 +35,13 @@ def compare(
     baseline: str | None = None,
     raw: Sequence[float] | None = None,
     max_ratio: float | None = None,
+    min_ratio: float | None = None,
     max_value: float | None = None,
 ) -> Row:
-    """Summarise ``ours`` (one value per repeat), with per-repeat ratios to ``raw``."""
+    """Summarise ``ours`` (one value per repeat), with per-repeat ratios to ``raw``.
+
+    ``max_ratio`` is a goal for costs (lower is better), ``min_ratio`` for rates.
+    """
     row = Row(
         scenario=scenario,
         metric=metric,
@@ -58,6 +62,9 @@ def compare(
         if max_ratio is not None:
             goals.append(f"<= {max_ratio:g}x")
             met = met and row.ratio_median <= max_ratio
+        if min_ratio is not None:
+            goals.append(f">= {min_ratio:g}x")
+            met = met and row.ratio_median >= min_ratio
     if max_value is not None:
         goals.append(f"<= {max_value:g} {unit}")
         met = met and row.median <= max_value

@@ -2,8 +2,9 @@
 
 One connection, used by one worker thread at a time (a `trio.Lock` hands it
 over); each `append` is one transaction, committed with ``synchronous=FULL``,
-so a batch is on disk whole or not at all. Events are stored as their JSON,
-keyed by (session id, seq).
+so a batch is on disk whole or not at all. A batch is one row: the JSON lines
+of its events, keyed by (session id, first seq), so a resume fetches one row
+per drain (per turn) and decodes the whole log in one call.
 """
 
 from __future__ import annotations
@@ -30,11 +31,12 @@ from greenroom.session.store import check_session_id
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, header BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS events (
+CREATE TABLE IF NOT EXISTS batches (
     session_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    event BLOB NOT NULL,
-    PRIMARY KEY (session_id, seq)
+    first_seq INTEGER NOT NULL,
+    next_seq INTEGER NOT NULL,
+    lines BLOB NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
 ) WITHOUT ROWID;
 """
 
@@ -97,21 +99,23 @@ class SqlitePersistence:
 
     def _append_sync(self, session_id: str, events: Sequence[SessionEvent]) -> None:
         with self._transaction():
-            stored = self._db.execute(
-                "SELECT coalesce(max(seq) + 1, 0), (SELECT 1 FROM sessions WHERE id = ?)"
-                " FROM events WHERE session_id = ?",
-                (session_id, session_id),
-            ).fetchone()
-            if stored[1] is None:
+            if not self._db.execute(
+                "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
+            ).fetchone():
                 raise SessionNotFound(f"no stored session {session_id!r} in {self.path}")
-            if events[0].seq != stored[0]:
+            last = self._db.execute(
+                "SELECT next_seq FROM batches WHERE session_id = ? ORDER BY first_seq DESC LIMIT 1",
+                (session_id,),
+            ).fetchone()
+            stored = last[0] if last else 0
+            if events[0].seq != stored:
                 raise SeqMismatch(
                     f"session {session_id!r}: append starts at seq {events[0].seq},"
-                    f" but {self.path} holds {stored[0]} events"
+                    f" but {self.path} holds {stored} events"
                 )
-            self._db.executemany(
-                "INSERT INTO events (session_id, seq, event) VALUES (?, ?, ?)",
-                [(session_id, e.seq, _encoder.encode(e)) for e in events],
+            self._db.execute(
+                "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
+                (session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
             )
 
     def _load_sync(self, session_id: str) -> tuple[SessionHeader, Events]:
@@ -119,20 +123,18 @@ class SqlitePersistence:
         if row is None:
             raise SessionNotFound(f"no stored session {session_id!r} in {self.path}")
         header = _decode_header(self.path, session_id, row[0])
-        events: Events = []
-        cursor = self._db.execute(
-            "SELECT seq, event FROM events WHERE session_id = ? ORDER BY seq", (session_id,)
-        )
-        for seq, raw in cursor:
-            try:
-                event = _event_decoder.decode(raw)
-            except msgspec.DecodeError as exc:
-                raise CorruptLog(
-                    f"{self.path}: event {seq} of session {session_id!r} does not decode: {exc}"
-                ) from None
-            if seq != len(events) or event.seq != seq:
-                raise CorruptLog(f"{self.path}: session {session_id!r} has a gap at seq {seq}")
-            events.append(event)
+        rows = self._db.execute(
+            "SELECT lines FROM batches WHERE session_id = ? ORDER BY first_seq", (session_id,)
+        ).fetchall()
+        try:  # one decode call for the whole log
+            events: Events = _event_decoder.decode_lines(b"".join(row[0] for row in rows))
+        except msgspec.DecodeError as exc:
+            raise CorruptLog(
+                f"{self.path}: an event of session {session_id!r} does not decode: {exc}"
+            ) from None
+        for index, event in enumerate(events):
+            if event.seq != index:
+                raise CorruptLog(f"{self.path}: session {session_id!r} has a gap at seq {index}")
         closers = repair(events)
         if closers:
             self._append_sync(session_id, closers)
