@@ -6,9 +6,14 @@ environment or global state.
 
 from __future__ import annotations
 
+import importlib
+import os
+import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from typing import Any
+
+import trio
 
 from greenroom.actors.factory import LoopFactory
 from greenroom.actors.registry import AgentRegistry
@@ -16,9 +21,11 @@ from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
 from greenroom.session import SESSION_EVENT, SESSION_FLUSH, SessionStore
 from greenroom.session.persistence import Persistence, WriteBehind
-from greenroom.supervisor import Supervisor
+from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.supervisor.hooks import Hooks
 from greenroom.tools import Tool, ToolRegistry
+from greenroom.tools.bash import LocalBashExecutor
+from greenroom.tools.plugins import Plugin, PluginContext
 
 
 class Runtime:
@@ -28,10 +35,21 @@ class Runtime:
     * ``sessions``: the live `SessionStore`;
     * ``tools``: the `ToolRegistry` every agent's tool calls go through;
     * ``hooks``: the listener table (``agent/*``, ``session/*``, ``tools/*``);
-    * ``supervisor``: the agents' supervisor, the default owner of every agent.
+    * ``bash``: the `LocalBashExecutor` (background tasks outlive any plugin);
+    * ``supervisor``: the agents' supervisor, the default owner of every agent;
+    * ``plugins``: the plugins' supervisor (see `plug` and `reload`).
     """
 
-    __slots__ = ("agents", "hooks", "sessions", "supervisor", "tools")
+    __slots__ = (
+        "_plugged",
+        "agents",
+        "bash",
+        "hooks",
+        "plugins",
+        "sessions",
+        "supervisor",
+        "tools",
+    )
 
     def __init__(
         self,
@@ -40,13 +58,70 @@ class Runtime:
         sessions: SessionStore,
         tools: ToolRegistry,
         hooks: Hooks,
+        bash: LocalBashExecutor,
         supervisor: Supervisor,
+        plugins: Supervisor,
     ) -> None:
         self.agents = agents
         self.sessions = sessions
         self.tools = tools
         self.hooks = hooks
+        self.bash = bash
         self.supervisor = supervisor
+        self.plugins = plugins
+        self._plugged: dict[str, Plugin] = {}
+
+    async def plug(self, name: str, plugin: Plugin) -> None:
+        """Run `plugin` as a supervised child named `name`.
+
+        What it registers through its `PluginContext` is removed when it stops.
+        Raises `ValueError` if a plugin of that name runs already.
+        """
+        spec = ChildSpec(name, _PluginTask(self, name, plugin), restart="temporary")
+        await self.plugins.start_child(spec)
+        self._plugged[name] = plugin
+
+    async def reload(self, name: str) -> None:
+        """Stop plugin `name`, re-import its module (``importlib.reload``), start it again."""
+        try:
+            plugin = self._plugged[name]
+        except KeyError:
+            raise KeyError(f"no plugin named {name!r} is plugged") from None
+        await self.plugins.stop_child(name)
+        del self._plugged[name]
+        module = importlib.reload(sys.modules[plugin.__module__])
+        await self.plug(name, getattr(module, plugin.__qualname__))
+
+
+class _PluginTask:
+    """A plugin's life as a supervised child: set up, wait, then undo its registrations."""
+
+    __slots__ = ("_name", "_plugin", "_runtime")
+
+    def __init__(self, runtime: Runtime, name: str, plugin: Plugin) -> None:
+        self._runtime = runtime
+        self._name = name
+        self._plugin = plugin
+
+    async def __call__(self, *, task_status: trio.TaskStatus[None]) -> None:
+        runtime = self._runtime
+        scope = Scope(f"plugin {self._name!r}")
+        try:
+            context = PluginContext(
+                self._name,
+                scope=scope,
+                tools=runtime.tools,
+                hooks=runtime.hooks,
+                agents=runtime.agents,
+                bash=runtime.bash,
+            )
+            ready = self._plugin(context)
+            if ready is not None:
+                await ready
+            task_status.started()
+            await trio.sleep_forever()
+        finally:
+            await scope.close()
 
 
 @asynccontextmanager
@@ -55,6 +130,7 @@ async def open_runtime(
     model: ModelAdapter | None = None,
     persistence: Persistence | None = None,
     tools: Iterable[Tool[Any]] = (),
+    workdir: str | None = None,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
@@ -64,7 +140,10 @@ async def open_runtime(
     append per turn) and `agents.resume` can load sessions back. The agents' supervisor
     stops its children in reverse start order, so agents are disposed in
     reverse creation order, each through the same path as
-    `AgentHandle.dispose` (closing ``turn/end``, flush, unregister, detach).
+    `AgentHandle.dispose` (closing ``turn/end``, flush, unregister, detach);
+    then the plugins stop; then the bash executor kills and reaps every task.
+    ``workdir`` is where a bash command without one runs (default: the
+    current directory).
     """
     hooks = Hooks()
     sessions = SessionStore(hooks)
@@ -76,7 +155,12 @@ async def open_runtime(
         write_behind = WriteBehind(persistence)
         hooks.on(SESSION_EVENT, write_behind.on_event)
         hooks.on_async(SESSION_FLUSH, write_behind.flush)
-    async with Supervisor(name=f"{name}:agents") as supervisor:
+    # The nesting is the teardown order: agents, then plugins, then bash tasks.
+    async with (
+        LocalBashExecutor(workdir or os.getcwd()) as bash,
+        Supervisor(name=f"{name}:plugins") as plugins,
+        Supervisor(name=f"{name}:agents") as supervisor,
+    ):
         factory = LoopFactory(
             hooks=hooks,
             sessions=sessions,
@@ -93,7 +177,9 @@ async def open_runtime(
                 sessions=sessions,
                 tools=tool_registry,
                 hooks=hooks,
+                bash=bash,
                 supervisor=supervisor,
+                plugins=plugins,
             )
         finally:
             remove_factory()

@@ -42,7 +42,13 @@ from greenroom.actors.events import (
     AGENT_TURN_START,
 )
 from greenroom.actors.inbox import Inbox, Prompt, new_message_id
-from greenroom.actors.types import AgentDisposed, AgentOptions, ToolExecutor, ToolInvocation
+from greenroom.actors.types import (
+    AgentDisposed,
+    AgentOptions,
+    ToolExecutor,
+    ToolInvocation,
+    ToolOutcome,
+)
 from greenroom.models.base import ModelAdapter, ModelError
 from greenroom.protocol.events import (
     COMPLETED,
@@ -62,6 +68,7 @@ from greenroom.protocol.events import (
     StepEnd,
     StepStart,
     ToolCall,
+    ToolError,
     ToolResult,
     TurnEnd,
     TurnEndReason,
@@ -387,30 +394,50 @@ class LoopAgent:
         message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
-        for call in message.tool_calls:
-            self._session.append(
-                ToolCall(
-                    turn=turn,
-                    step=step,
-                    call_id=call.call_id,
-                    name=call.name,
-                    arguments=call.arguments,
+        for index, call in enumerate(message.tool_calls):
+            self._log_call(turn, step, call)
+            try:
+                outcome = await self._tools.execute(
+                    ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
                 )
-            )
-            outcome = await self._tools.execute(
-                ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
-            )
-            self._session.append(
-                ToolResult(
-                    turn=turn,
-                    step=step,
-                    call_id=call.call_id,
-                    content=outcome.content,
-                    is_error=outcome.is_error,
-                    error=outcome.error,
+            except trio.Cancelled as cancel:
+                # Every call the model made gets a result, so the history stays valid
+                # for the next request: the one cut here and those never started.
+                aborted = ToolOutcome(
+                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}",
+                    is_error=True,
+                    error=ToolError(name="Cancelled", code="aborted"),
                 )
-            )
+                self._log_result(turn, step, call, aborted)
+                for later in message.tool_calls[index + 1 :]:
+                    self._log_call(turn, step, later)
+                    self._log_result(turn, step, later, aborted)
+                raise
+            self._log_result(turn, step, call, outcome)
         return bool(message.tool_calls), hit_limit
+
+    def _log_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
+        self._session.append(
+            ToolCall(
+                turn=turn,
+                step=step,
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
+            )
+        )
+
+    def _log_result(self, turn: int, step: int, call: ToolCallChunk, outcome: ToolOutcome) -> None:
+        self._session.append(
+            ToolResult(
+                turn=turn,
+                step=step,
+                call_id=call.call_id,
+                content=outcome.content,
+                is_error=outcome.is_error,
+                error=outcome.error,
+            )
+        )
 
     async def _stream(self, request: ModelRequest, turn: int, step: int) -> _Reply:
         """Log and emit each chunk of the model's reply as it arrives."""

@@ -1,0 +1,408 @@
+"""`LocalBashExecutor`: ``bash -c`` in its own process group, on this machine.
+
+* Each command is a fresh non-login ``bash -c`` with stdin closed, started in
+  a new session (so its process group id is its pid), with an environment
+  scrubbed of names matching KEY, SECRET, TOKEN or PASSWORD and set up for
+  plain output (``NO_COLOR=1``, ``TERM=dumb``, ``PAGER=cat``, ``GIT_PAGER=cat``).
+* Stopping a command signals its whole group: SIGTERM, then SIGKILL after
+  `KILL_GRACE` seconds; the process is always reaped.
+* Each stream keeps a `TAIL_BYTES` tail in memory; once a stream outgrows it,
+  the whole stream also goes to a private spill file (directory 0700, file
+  0600, created exclusively), so memory stays bounded whatever a command
+  writes and nothing is lost.
+* Background tasks run in the executor's nursery. Closing the executor kills
+  every task's group (finished ones too: a group can outlive its shell) and
+  waits until each is reaped, then removes the spill directory.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import re
+import secrets
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable
+from types import TracebackType
+from typing import Final
+
+import trio
+
+from greenroom.supervisor import Scope
+from greenroom.tools.bash.seam import (
+    DEFAULT_TIMEOUT_MS,
+    MAX_TIMEOUT_MS,
+    TAIL_BYTES,
+    BashExecRequest,
+    BashExecSpec,
+    BashOutput,
+    BashRunResult,
+    BashTask,
+    StreamOutput,
+    TaskDoneListener,
+    TaskStatus,
+    UnknownTask,
+)
+
+logger = logging.getLogger("greenroom.bash")
+
+#: Seconds between SIGTERM and SIGKILL.
+KILL_GRACE: Final = 3.0
+#: Seconds to keep reading a command's pipes after it exited (a child it left may hold them).
+DRAIN_GRACE: Final = 1.0
+_SECRET_NAME: Final = re.compile("KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
+
+
+def scrubbed_environment(environ: dict[str, str]) -> dict[str, str]:
+    env = {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+    env.update(NO_COLOR="1", TERM="dumb", PAGER="cat", GIT_PAGER="cat")
+    return env
+
+
+class _Capture:
+    """One stream: a bounded tail in memory, the whole stream in a spill file once it overflows."""
+
+    __slots__ = ("_spill_fd", "_spills", "read_to", "spill_path", "tail", "total")
+
+    def __init__(self, spills: Callable[[], str]) -> None:
+        self._spills = spills
+        self.tail = bytearray()
+        self.total = 0
+        self.read_to = 0  # stream offset up to which read_output has delivered
+        self._spill_fd: int | None = None
+        self.spill_path: str | None = None
+
+    def feed(self, data: bytes | bytearray) -> None:
+        self.total += len(data)
+        if self._spill_fd is None and self.total > TAIL_BYTES:
+            self._open_spill()  # the tail still holds the whole stream so far
+        if self._spill_fd is not None:
+            _write_all(self._spill_fd, data)
+        self.tail += data
+        if len(self.tail) > TAIL_BYTES:
+            del self.tail[: len(self.tail) - TAIL_BYTES]
+
+    def _open_spill(self) -> None:
+        try:
+            path = os.path.join(self._spills(), f"{secrets.token_hex(8)}.out")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            logger.warning("could not open a spill file; output beyond the tail is lost")
+            self.spill_path = None
+            self._spill_fd = -1
+            return
+        _write_all(fd, bytes(self.tail))
+        self._spill_fd, self.spill_path = fd, path
+
+    def close(self) -> None:
+        if self._spill_fd is not None and self._spill_fd >= 0:
+            os.close(self._spill_fd)
+            self._spill_fd = -1
+
+    def output(self) -> StreamOutput:
+        return StreamOutput(
+            self.tail.decode("utf-8", "replace"), self.total > TAIL_BYTES, self.spill_path
+        )
+
+    def unread(self) -> tuple[str, bool]:
+        """The output since the last call, and whether some of it already left the tail."""
+        kept_from = self.total - len(self.tail)
+        lossy = self.read_to < kept_from
+        start = max(self.read_to, kept_from) - kept_from
+        self.read_to = self.total
+        return self.tail[start:].decode("utf-8", "replace"), lossy
+
+
+def _write_all(fd: int, data: bytes | bytearray) -> None:
+    if fd < 0:
+        return
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
+class _Command:
+    """One running ``bash -c``: its process, its two captures, and how to stop it."""
+
+    __slots__ = ("process", "stderr", "stdout")
+
+    def __init__(self, process: trio.Process, spills: Callable[[], str]) -> None:
+        self.process = process
+        self.stdout = _Capture(spills)
+        self.stderr = _Capture(spills)
+
+    @classmethod
+    async def spawn(cls, spec: BashExecSpec, spills: Callable[[], str]) -> _Command:
+        process = await trio.lowlevel.open_process(
+            ["bash", "-c", spec.command],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            cwd=spec.workdir,
+            env=scrubbed_environment(dict(os.environ)),
+            start_new_session=True,
+        )
+        return cls(process, spills)
+
+    async def finish(self, kill_after: float = math.inf) -> bool:
+        """Pump both pipes until the process exits and they drain; True if it timed out.
+
+        Past `kill_after` the group is terminated; on a cancel of the caller it is
+        terminated and reaped (shielded) before the cancel propagates.
+        """
+        assert self.process.stdout is not None
+        assert self.process.stderr is not None
+        timed_out = False
+        try:
+            async with trio.open_nursery() as nursery:
+                drained = [trio.Event(), trio.Event()]
+                nursery.start_soon(_pump, self.process.stdout, self.stdout, drained[0])
+                nursery.start_soon(_pump, self.process.stderr, self.stderr, drained[1])
+                try:
+                    with trio.move_on_after(kill_after) as waiting:
+                        await self.process.wait()
+                    if waiting.cancelled_caught:
+                        timed_out = True
+                        await self.terminate()
+                except BaseException:
+                    with trio.CancelScope(shield=True):
+                        await self.terminate()
+                    raise
+                with trio.move_on_after(DRAIN_GRACE):  # a child it left may hold the pipes
+                    for event in drained:
+                        await event.wait()
+                nursery.cancel_scope.cancel()
+        finally:
+            self.stdout.close()
+            self.stderr.close()
+        return timed_out
+
+    def signal_group(self, sig: signal.Signals) -> None:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.process.pid, sig)
+
+    async def terminate(self) -> None:
+        """SIGTERM the group, SIGKILL it after `KILL_GRACE`, and reap. Idempotent."""
+        self.signal_group(signal.SIGTERM)
+        with trio.move_on_after(KILL_GRACE):
+            await self.process.wait()
+            return
+        self.signal_group(signal.SIGKILL)
+        await self.process.wait()
+
+    @property
+    def exit_code(self) -> int | None:
+        code = self.process.returncode
+        return code if code is not None and code >= 0 else None
+
+    @property
+    def signal_name(self) -> str | None:
+        code = self.process.returncode
+        if code is None or code >= 0:
+            return None
+        try:
+            return signal.Signals(-code).name
+        except ValueError:
+            return str(-code)
+
+
+async def _pump(stream: trio.abc.ReceiveStream, capture: _Capture, drained: trio.Event) -> None:
+    try:
+        while chunk := await stream.receive_some(65536):
+            capture.feed(chunk)
+        drained.set()
+    finally:
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            await stream.aclose()
+
+
+class _TaskRecord:
+    __slots__ = ("command", "done", "id", "killed", "owner", "spec", "status")
+
+    def __init__(self, task_id: str, spec: BashExecSpec, command: _Command) -> None:
+        self.id = task_id
+        self.spec = spec
+        self.owner = spec.owner
+        self.command = command
+        self.status: TaskStatus = "running"
+        self.killed = False
+        self.done = trio.Event()
+
+    def snapshot(self) -> BashTask:
+        finished = self.status != "running"
+        return BashTask(
+            id=self.id,
+            command=self.spec.command,
+            status=self.status,
+            exit_code=self.command.exit_code if finished else None,
+            signal=self.command.signal_name if finished else None,
+        )
+
+
+class LocalBashExecutor:
+    """Runs commands as local processes; an async context manager that owns its background tasks.
+
+    ``default_workdir`` is where a request without a workdir runs.
+    """
+
+    def __init__(self, default_workdir: str) -> None:
+        if not os.path.isabs(default_workdir):
+            raise ValueError(f"default_workdir must be absolute, got {default_workdir!r}")
+        self.default_workdir = default_workdir
+        self._tasks: dict[str, _TaskRecord] = {}
+        self._count = 0
+        self._listeners: list[TaskDoneListener] = []
+        self._nursery: trio.Nursery | None = None
+        self._nursery_manager = trio.open_nursery()
+        self._spill_dir: str | None = None
+        self._closed = False
+
+    async def __aenter__(self) -> LocalBashExecutor:
+        self._nursery = await self._nursery_manager.__aenter__()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        with trio.CancelScope(shield=True):
+            await self._close()
+        return bool(await self._nursery_manager.__aexit__(exc_type, exc, tb))
+
+    async def _close(self) -> None:
+        self._closed = True
+        self._listeners.clear()  # no notice fires after close
+        for record in self._tasks.values():
+            if record.status == "running":
+                self.kill(record.id)
+        for record in self._tasks.values():
+            await record.done.wait()
+            record.command.signal_group(signal.SIGKILL)  # whatever the shell left behind
+        if self._spill_dir is not None:
+            shutil.rmtree(self._spill_dir, ignore_errors=True)
+
+    # -- the seam ------------------------------------------------------------------
+
+    def resolve(self, request: BashExecRequest) -> BashExecSpec:
+        """Absolute workdir (the request's, else the default) and a timeout capped at 600 s."""
+        if not request.command.strip():
+            raise ValueError("command must be a non-empty string")
+        workdir = request.workdir or self.default_workdir
+        if not os.path.isabs(workdir):
+            workdir = os.path.join(self.default_workdir, workdir)
+        if not os.path.isdir(workdir):
+            raise ValueError(f"workdir {workdir!r} is not an existing directory")
+        timeout = DEFAULT_TIMEOUT_MS if request.timeout_ms is None else request.timeout_ms
+        if timeout <= 0:
+            raise ValueError(f"timeout_ms must be positive, got {timeout}")
+        return BashExecSpec(
+            command=request.command,
+            workdir=workdir,
+            timeout_ms=min(timeout, MAX_TIMEOUT_MS),
+            owner=request.owner,
+        )
+
+    async def run(self, spec: BashExecSpec) -> BashRunResult:
+        """Run in the foreground. A cancel of the caller kills the group, reaps, then propagates."""
+        command = await _Command.spawn(spec, self._spills)
+        timed_out = await command.finish(spec.timeout_ms / 1000)
+        return BashRunResult(
+            exit_code=command.exit_code,
+            signal=command.signal_name,
+            timed_out=timed_out,
+            timeout_ms=spec.timeout_ms,
+            stdout=command.stdout.output(),
+            stderr=command.stderr.output(),
+        )
+
+    async def start(self, spec: BashExecSpec) -> BashTask:
+        """Start in the background (no timeout); returns at once with the task's id."""
+        if self._closed or self._nursery is None:
+            raise RuntimeError("the bash executor is closed")
+        command = await _Command.spawn(spec, self._spills)
+        self._count += 1
+        record = _TaskRecord(f"bash-{self._count}", spec, command)
+        self._tasks[record.id] = record
+        self._nursery.start_soon(self._watch, record, name=record.id)
+        return record.snapshot()
+
+    def owner_of(self, task_id: str) -> str | None:
+        record = self._tasks.get(task_id)
+        return record.owner if record is not None else None
+
+    def read_output(self, task_id: str) -> BashOutput:
+        record = self._record(task_id)
+        out, out_lossy = record.command.stdout.unread()
+        err, err_lossy = record.command.stderr.unread()
+        delta = out + (f"[stderr]\n{err}" if err else "")
+        return BashOutput(
+            task=record.snapshot(),
+            delta=delta,
+            lossy=out_lossy or err_lossy,
+            stdout_spill_path=record.command.stdout.spill_path,
+            stderr_spill_path=record.command.stderr.spill_path,
+        )
+
+    def kill(self, task_id: str) -> bool:
+        """Stop a running task's group (TERM, then KILL); False if it had already finished."""
+        record = self._record(task_id)
+        if record.status != "running" or record.killed:
+            return False
+        record.killed = True
+        assert self._nursery is not None
+        self._nursery.start_soon(record.command.terminate, name=f"kill {task_id}")
+        return True
+
+    def get(self, task_id: str) -> BashTask | None:
+        record = self._tasks.get(task_id)
+        return record.snapshot() if record is not None else None
+
+    def list(self) -> list[BashTask]:
+        return [record.snapshot() for record in self._tasks.values()]
+
+    def on_task_done(
+        self, listener: TaskDoneListener, *, scope: Scope | None = None
+    ) -> Callable[[], None]:
+        """Call ``listener(task)`` once per task when it ends; never after the executor closed."""
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        if scope is not None:
+            scope.add(remove)
+        return remove
+
+    # -- internals -----------------------------------------------------------------------
+
+    async def _watch(self, record: _TaskRecord) -> None:
+        try:
+            await record.command.finish()
+        finally:
+            record.status = "killed" if record.killed else "completed"
+            record.done.set()
+        task = record.snapshot()
+        for listener in list(self._listeners):
+            try:
+                listener(task)
+            except Exception:
+                logger.exception("task-done listener %r raised", listener)
+
+    def _record(self, task_id: str) -> _TaskRecord:
+        record = self._tasks.get(task_id)
+        if record is None:
+            raise UnknownTask(task_id)
+        return record
+
+    def _spills(self) -> str:
+        if self._spill_dir is None:
+            self._spill_dir = tempfile.mkdtemp(prefix="greenroom-bash-")  # mode 0700
+        return self._spill_dir

@@ -1,0 +1,112 @@
+"""The bash executor seam: what a tool asks for, what it gets, and the executor protocol.
+
+The executor stores an optional opaque ``owner`` token on each background
+task and hands it back through `BashExecutor.owner_of`; it never interprets
+it. The access policy (compare the caller's token) lives in the tools that
+consume the seam. Keeping the token on the executor is what keeps ownership
+across a reload of those tools.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final, Literal, Protocol, TypeAlias
+
+import msgspec
+
+from greenroom.supervisor import Scope
+
+DEFAULT_TIMEOUT_MS: Final = 120_000
+MAX_TIMEOUT_MS: Final = 600_000
+TAIL_BYTES: Final = 64_000
+
+TaskStatus: TypeAlias = Literal["running", "completed", "killed"]
+
+
+class BashExecRequest(msgspec.Struct, frozen=True, kw_only=True):
+    command: str
+    workdir: str | None = None
+    timeout_ms: int | None = None
+    owner: str | None = None
+
+
+class BashExecSpec(msgspec.Struct, frozen=True, kw_only=True):
+    """A request resolved: an absolute existing workdir, a bounded timeout."""
+
+    command: str
+    workdir: str
+    timeout_ms: int
+    owner: str | None = None
+
+
+class StreamOutput(msgspec.Struct, frozen=True):
+    """One stream's retained text; ``truncated`` when more was written than the tail keeps."""
+
+    text: str
+    truncated: bool = False
+    spill_path: str | None = None
+
+
+class BashRunResult(msgspec.Struct, frozen=True, kw_only=True):
+    """A finished foreground command. A non-zero exit is a result, not an error."""
+
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    timeout_ms: int
+    stdout: StreamOutput
+    stderr: StreamOutput
+
+
+class BashTask(msgspec.Struct, frozen=True, kw_only=True):
+    """A snapshot of a background task (the owner token is not on it: see `owner_of`)."""
+
+    id: str
+    command: str
+    status: TaskStatus
+    exit_code: int | None = None
+    signal: str | None = None
+
+
+class BashOutput(msgspec.Struct, frozen=True, kw_only=True):
+    """What `read_output` returns: the output since the previous read."""
+
+    task: BashTask
+    delta: str
+    lossy: bool
+    stdout_spill_path: str | None = None
+    stderr_spill_path: str | None = None
+
+
+TaskDoneListener = Callable[[BashTask], object]
+
+
+class UnknownTask(KeyError):
+    def __init__(self, task_id: str) -> None:
+        super().__init__(task_id)
+        self.task_id = task_id
+
+    def __str__(self) -> str:
+        return f"unknown background task {self.task_id!r}"
+
+
+class BashExecutor(Protocol):
+    def resolve(self, request: BashExecRequest) -> BashExecSpec: ...
+
+    async def run(self, spec: BashExecSpec) -> BashRunResult: ...
+
+    async def start(self, spec: BashExecSpec) -> BashTask: ...
+
+    def owner_of(self, task_id: str) -> str | None: ...
+
+    def read_output(self, task_id: str) -> BashOutput: ...
+
+    def kill(self, task_id: str) -> bool: ...
+
+    def get(self, task_id: str) -> BashTask | None: ...
+
+    def list(self) -> list[BashTask]: ...
+
+    def on_task_done(
+        self, listener: TaskDoneListener, *, scope: Scope | None = None
+    ) -> Callable[[], None]: ...

@@ -1,0 +1,53 @@
+"""What a plugin gets: the services it may use, and a scope that undoes what it did.
+
+A plugin is a function ``plugin(ctx)`` (sync or async) that registers tools
+and listeners through `PluginContext`. Everything registered through the
+context is removed when the plugin stops (``ctx.scope`` closes), so a reload
+leaves no stale tool or listener behind. Services (the bash executor, the
+registries) belong to the runtime and outlive any plugin.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec
+
+from greenroom.actors.registry import AgentRegistry
+from greenroom.supervisor import Scope
+from greenroom.supervisor.hooks import EmitHook, Hooks
+from greenroom.tools.bash.seam import BashExecutor
+from greenroom.tools.registry import Tool, ToolRegistry
+
+P = ParamSpec("P")
+
+
+class PluginContext:
+    __slots__ = ("agents", "bash", "hooks", "name", "scope", "tools")
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        scope: Scope,
+        tools: ToolRegistry,
+        hooks: Hooks,
+        agents: AgentRegistry,
+        bash: BashExecutor,
+    ) -> None:
+        self.name = name
+        self.scope = scope
+        self.tools = tools
+        self.hooks = hooks
+        self.agents = agents
+        self.bash = bash
+
+    def register_tool(self, tool: Tool[Any]) -> None:
+        """Register `tool` for as long as the plugin runs."""
+        self.scope.add(self.tools.register(tool))
+
+    def on(self, hook: EmitHook[P], listener: Callable[P, object]) -> None:
+        """Listen to `hook` for as long as the plugin runs."""
+        self.hooks.on(hook, listener, scope=self.scope)
+
+
+Plugin = Callable[[PluginContext], Awaitable[None] | None]
