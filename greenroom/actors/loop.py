@@ -314,12 +314,13 @@ class LoopAgent:
                 reason = await self._steps(turn)
             if scope.cancelled_caught:
                 reason = Aborted(self._cancel_reason or DEFAULT_CANCEL_REASON)
-        except trio.Cancelled:
-            reason = DISPOSED
-            raise
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
+        except BaseException as exc:
+            if cancelled_in(exc) is not None:  # the life scope or the owner: disposal
+                reason = DISPOSED
+            raise
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason)
@@ -400,7 +401,10 @@ class LoopAgent:
                 outcome = await self._tools.execute(
                     ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
                 )
-            except trio.Cancelled as cancel:
+            except BaseException as exc:
+                cancel = cancelled_in(exc)
+                if cancel is None:
+                    raise
                 # Every call the model made gets a result, so the history stays valid
                 # for the next request: the one cut here and those never started.
                 aborted = ToolOutcome(
@@ -510,6 +514,18 @@ class LoopAgent:
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
         return Prompt(content, source or USER, new_message_id())
+
+
+def cancelled_in(exc: BaseException) -> trio.Cancelled | None:
+    """The `trio.Cancelled` in `exc`: bare, or inside the group a nursery wraps it in."""
+    if isinstance(exc, trio.Cancelled):
+        return exc
+    if isinstance(exc, BaseExceptionGroup):
+        for inner in exc.exceptions:
+            found = cancelled_in(inner)
+            if found is not None:
+                return found
+    return None
 
 
 class _Reply:

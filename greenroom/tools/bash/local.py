@@ -4,8 +4,9 @@
   a new session (so its process group id is its pid), with an environment
   scrubbed of names matching KEY, SECRET, TOKEN or PASSWORD and set up for
   plain output (``NO_COLOR=1``, ``TERM=dumb``, ``PAGER=cat``, ``GIT_PAGER=cat``).
-* Stopping a command signals its whole group: SIGTERM, then SIGKILL after
-  `KILL_GRACE` seconds; the process is always reaped.
+* Stopping a command signals its whole group: SIGTERM, then SIGKILL once the
+  shell has exited or `KILL_GRACE` seconds have passed; the shell is always
+  reaped (its orphaned children are reaped by init, as they would be anyway).
 * Each stream keeps a `TAIL_BYTES` tail in memory; once a stream outgrows it,
   the whole stream also goes to a private spill file (directory 0700, file
   0600, created exclusively), so memory stays bounded whatever a command
@@ -187,11 +188,14 @@ class _Command:
             os.killpg(self.process.pid, sig)
 
     async def terminate(self) -> None:
-        """SIGTERM the group, SIGKILL it after `KILL_GRACE`, and reap. Idempotent."""
+        """SIGTERM the group; SIGKILL it once the shell is gone or `KILL_GRACE` ran out; reap.
+
+        The SIGKILL goes to the group either way: what the shell leaves behind
+        after a TERM is a straggler. Idempotent.
+        """
         self.signal_group(signal.SIGTERM)
         with trio.move_on_after(KILL_GRACE):
             await self.process.wait()
-            return
         self.signal_group(signal.SIGKILL)
         await self.process.wait()
 
