@@ -11,9 +11,11 @@
   the whole stream also goes to a private spill file (directory 0700, file
   0600, created exclusively), so memory stays bounded whatever a command
   writes and nothing is lost.
+* When the shell exits, whatever it left in its group is SIGKILLed at once:
+  a command's background children do not outlive it.
 * Background tasks run in the executor's nursery. Closing the executor kills
-  every task's group (finished ones too: a group can outlive its shell) and
-  waits until each is reaped, then removes the spill directory.
+  every running task and waits until each is reaped, then removes the spill
+  directory.
 """
 
 from __future__ import annotations
@@ -174,6 +176,9 @@ class _Command:
                     with trio.CancelScope(shield=True):
                         await self.terminate()
                     raise
+                # What the shell left running dies with it, now, while the group id
+                # cannot yet belong to anyone else.
+                self.signal_group(signal.SIGKILL)
                 with trio.move_on_after(DRAIN_GRACE):  # a child it left may hold the pipes
                     for event in drained:
                         await event.wait()
@@ -288,7 +293,6 @@ class LocalBashExecutor:
                 self.kill(record.id)
         for record in self._tasks.values():
             await record.done.wait()
-            record.command.signal_group(signal.SIGKILL)  # whatever the shell left behind
         if self._spill_dir is not None:
             shutil.rmtree(self._spill_dir, ignore_errors=True)
 

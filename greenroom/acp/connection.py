@@ -1,0 +1,515 @@
+"""One ACP connection: a reader, one writer, a session record per session, one teardown.
+
+* **Order.** The reader decodes frames one at a time. What must keep arrival
+  order happens inline in the reader: ``session/prompt`` queues its text on
+  the agent's inbox, ``session/cancel`` cancels, ``_session/steering`` steers.
+  Requests that wait (new, load, resume, list, close) run in their own tasks.
+* **One writer.** Every frame goes through one channel to one writer task, so
+  a turn's ``session/update``s (written as the log grows) are on the wire
+  before that prompt's response (written at the turn's ``turn/end``).
+* **Prompts settle from the log.** A prompt's message id is found in the
+  ``user/message`` of the turn that took it; that turn's ``turn/end`` answers
+  it, with its own stop reason. A cancelled turn's late ``turn/end`` cannot
+  answer a later prompt: it is a different turn.
+* **Teardown** (end of input, a signal, the caller's cancel): pending prompts
+  are answered ``cancelled``, then every session's agent is disposed (its
+  closing ``turn/end`` reaches disk), then its background bash tasks are killed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, TypeVar
+
+import msgspec
+import trio
+
+import greenroom
+from greenroom.acp.presenter import present
+from greenroom.actors.registry import AgentHandle
+from greenroom.protocol.acp import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    PROTOCOL_VERSION,
+    REQUEST_CANCELLED,
+    RESOURCE_NOT_FOUND,
+    CancelRequestParams,
+    ContentBlock,
+    Empty,
+    ErrorObject,
+    ErrorResponse,
+    Implementation,
+    Incoming,
+    InitializeParams,
+    InitializeResult,
+    ListSessionsParams,
+    ListSessionsResult,
+    LoadSessionParams,
+    NewSessionParams,
+    NewSessionResult,
+    Notification,
+    PromptParams,
+    PromptResult,
+    RequestId,
+    Response,
+    SessionInfo,
+    SessionNotificationParams,
+    SessionParams,
+    SteeringResult,
+    StopReason,
+    TextBlock,
+)
+from greenroom.protocol.events import (
+    Completed,
+    Errored,
+    MaxTokens,
+    SessionEvent,
+    TurnEnd,
+    TurnEndReason,
+    UserMessage,
+)
+from greenroom.runtime import Runtime
+from greenroom.session import SESSION_EVENT, Session
+from greenroom.session.persistence import Persistence, PersistenceError
+from greenroom.supervisor import Scope, Supervisor
+
+logger = logging.getLogger("greenroom.acp")
+
+#: The longest frame the reader accepts; a longer line is answered with an error and skipped.
+MAX_FRAME: Final = 8 * 1024 * 1024
+
+P = TypeVar("P", bound=msgspec.Struct)
+
+_encoder = msgspec.json.Encoder()
+INITIALIZED: Final = InitializeResult(
+    PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
+)
+_incoming = msgspec.json.Decoder(Incoming)
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+class RpcError(Exception):
+    """Answer the request with this JSON-RPC error."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+class _Pending:
+    """A ``session/prompt`` waiting for the end of the turn that took its message."""
+
+    __slots__ = ("cancelled", "request_id", "turn")
+
+    def __init__(self, request_id: RequestId) -> None:
+        self.request_id = request_id
+        self.turn: int | None = None  # the turn that took it, once the log shows it
+        self.cancelled = False
+
+
+class SessionRecord:
+    __slots__ = ("handle", "pending", "session_id")
+
+    def __init__(self, session_id: str, handle: AgentHandle) -> None:
+        self.session_id = session_id
+        self.handle = handle
+        self.pending: dict[str, _Pending] = {}  # by message id
+
+
+class AcpConnection:
+    """The state of one connection; `serve_connection` drives it."""
+
+    def __init__(
+        self,
+        runtime: Runtime,
+        owner: Supervisor,
+        nursery: trio.Nursery,
+        outgoing: trio.MemorySendChannel[bytes],
+        persistence: Persistence | None,
+    ) -> None:
+        self.runtime = runtime
+        self.owner = owner
+        self.nursery = nursery
+        self.outgoing = outgoing
+        self.persistence = persistence
+        self.records: dict[str, SessionRecord] = {}
+        self.loading: set[str] = set()
+        self.closed = False
+        self.scope = Scope("acp connection")
+        self._in_flight: dict[RequestId, trio.CancelScope] = {}
+        runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
+
+    # -- frames out --------------------------------------------------------------------
+
+    def send(self, frame: msgspec.Struct) -> None:
+        # A closed channel means the peer is gone and teardown is under way.
+        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+            self.outgoing.send_nowait(_encoder.encode(frame) + b"\n")
+
+    def respond(self, request_id: RequestId, result: object) -> None:
+        self.send(Response(request_id, result))
+
+    def fail(self, request_id: RequestId, code: int, message: str) -> None:
+        self.send(ErrorResponse(request_id, ErrorObject(code, message)))
+
+    # -- frames in ---------------------------------------------------------------------
+
+    def handle_line(self, line: bytes) -> None:
+        """Decode and dispatch one frame; every bad frame is answered or dropped, never raised."""
+        try:
+            frame = _incoming.decode(line)
+        except msgspec.ValidationError:
+            self.fail(None, INVALID_REQUEST, "a frame must be one JSON-RPC object (no batches)")
+            return
+        except msgspec.DecodeError as exc:
+            self.fail(None, PARSE_ERROR, f"not JSON: {exc}")
+            return
+        if frame.method is msgspec.UNSET:
+            if frame.id is msgspec.UNSET or (
+                frame.result is msgspec.UNSET and frame.error is msgspec.UNSET
+            ):
+                self.fail(None, INVALID_REQUEST, "a frame needs a method (or is a response)")
+            return  # a response: greenroom sends no requests, so nothing waits for one
+        method = frame.method
+        is_request = frame.id is not msgspec.UNSET
+        request_id: RequestId = frame.id if is_request else None  # type: ignore[assignment]
+        params = frame.params if frame.params is not msgspec.UNSET else msgspec.Raw(b"{}")
+        try:
+            self._dispatch(method, request_id, is_request, params)
+        except RpcError as exc:
+            if is_request:
+                self.fail(request_id, exc.code, exc.message)
+            else:
+                logger.info("dropped notification %s: %s", method, exc.message)
+
+    def _dispatch(
+        self, method: str, request_id: RequestId, is_request: bool, params: msgspec.Raw
+    ) -> None:
+        if method == "session/cancel":
+            self._cancel(_decode(SessionParams, params).session_id)
+        elif method == "$/cancel_request":
+            self._cancel_request(_decode(CancelRequestParams, params).id)
+        elif not is_request:
+            if not method.startswith("_"):
+                logger.info("ignored unknown notification %s", method)
+        elif method == "session/prompt":
+            self._prompt(request_id, _decode(PromptParams, params))
+        elif method == "_session/steering":
+            self._steer(request_id, _decode(PromptParams, params))
+        elif method == "initialize":
+            _decode(InitializeParams, params)
+            self.respond(
+                request_id,
+                InitializeResult(
+                    PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
+                ),
+            )
+        elif method == "authenticate":
+            self.respond(request_id, Empty())
+        elif method == "session/new":
+            self._spawn(request_id, self._new, _decode(NewSessionParams, params))
+        elif method == "session/load":
+            self._spawn(request_id, self._load, _decode(LoadSessionParams, params), True)
+        elif method == "session/resume":
+            self._spawn(request_id, self._load, _decode(LoadSessionParams, params), False)
+        elif method == "session/list":
+            self._spawn(request_id, self._list, _decode(ListSessionsParams, params))
+        elif method == "session/close":
+            self._spawn(request_id, self._close, _decode(SessionParams, params))
+        else:
+            raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
+
+    def _spawn(
+        self, request_id: RequestId, handler: Callable[..., Awaitable[object]], *args: Any
+    ) -> None:
+        scope = trio.CancelScope()
+        self._in_flight[request_id] = scope
+
+        async def run() -> None:
+            try:
+                with scope:
+                    result = await handler(*args)
+                    self.respond(request_id, result)
+                    return
+                self.fail(request_id, REQUEST_CANCELLED, "request cancelled")
+            except RpcError as exc:
+                self.fail(request_id, exc.code, exc.message)
+            except (PersistenceError, ValueError, RuntimeError) as exc:
+                self.fail(request_id, INTERNAL_ERROR, str(exc))
+            finally:
+                self._in_flight.pop(request_id, None)
+
+        self.nursery.start_soon(run)
+
+    # -- inline: order matters -------------------------------------------------------------
+
+    def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
+        record = self._record(params.session_id)
+        message_id = record.handle.agent.send(_text(params.prompt))
+        record.pending[message_id] = _Pending(request_id)
+
+    def _steer(self, request_id: RequestId, params: PromptParams) -> None:
+        agent = self._record(params.session_id).handle.agent
+        running = agent.status == "running"
+        agent.steer(_text(params.prompt))
+        self.respond(request_id, SteeringResult("injected" if running else "startedNewTurn"))
+
+    def _cancel(self, session_id: str) -> None:
+        record = self.records.get(session_id)
+        if record is None:
+            return  # a notification: nothing to answer
+        record.handle.agent.cancel("session/cancel")
+        for message_id, pending in list(record.pending.items()):
+            if pending.turn is None:  # still queued: the cancel dropped it
+                del record.pending[message_id]
+                self.respond(pending.request_id, PromptResult("cancelled"))
+            else:  # its turn ends now, aborted; that turn/end answers it
+                pending.cancelled = True
+
+    def _cancel_request(self, request_id: RequestId) -> None:
+        for record in self.records.values():
+            if any(p.request_id == request_id for p in record.pending.values()):
+                self._cancel(record.session_id)
+                return
+        scope = self._in_flight.get(request_id)
+        if scope is not None:
+            scope.cancel(reason="$/cancel_request")
+
+    # -- spawned: requests that wait -----------------------------------------------------------
+
+    async def _new(self, params: NewSessionParams) -> NewSessionResult:
+        if not os.path.isabs(params.cwd):
+            raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {params.cwd!r}")
+        self._require_open()
+        session_id = str(uuid.uuid4())
+        handle = await self.runtime.agents.create(
+            agent_id=session_id, session_id=session_id, cwd=params.cwd, owner=self.owner
+        )
+        await self._install(session_id, handle)
+        return NewSessionResult(session_id)
+
+    async def _load(self, params: LoadSessionParams, replay: bool) -> Empty:
+        if self.persistence is None:
+            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
+        if not os.path.isabs(params.cwd):
+            raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {params.cwd!r}")
+        session_id = params.session_id
+        self._require_open()
+        if session_id in self.records or session_id in self.loading:
+            raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
+        self.loading.add(session_id)
+        try:
+            try:
+                handle = await self.runtime.agents.resume(
+                    agent_id=session_id, session_id=session_id, owner=self.owner
+                )
+            except PersistenceError as exc:
+                raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+            stored_cwd = handle.agent.session.header.cwd
+            if stored_cwd != params.cwd:
+                await handle.dispose()
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"session {session_id!r} belongs to cwd {stored_cwd!r}, not {params.cwd!r}",
+                )
+            await self._install(session_id, handle)
+            if replay:
+                for event in handle.agent.session.events:
+                    self._present(session_id, event, replay=True)
+            return Empty()
+        finally:
+            self.loading.discard(session_id)
+
+    async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
+        if self.persistence is None:
+            return ListSessionsResult([])
+        headers = await self.persistence.list()
+        return ListSessionsResult(
+            [
+                SessionInfo(header.id, header.cwd)
+                for header in headers
+                if header.cwd is not None and params.cwd in (None, header.cwd)
+            ]
+        )
+
+    async def _close(self, params: SessionParams) -> Empty:
+        record = self.records.pop(params.session_id, None)
+        if record is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {params.session_id!r}")
+        await self._release(record)
+        return Empty()
+
+    # -- sessions --------------------------------------------------------------------------------
+
+    async def _install(self, session_id: str, handle: AgentHandle) -> None:
+        """Keep the session's handle; if teardown began while it started, dispose it and fail."""
+        if self.closed:
+            await handle.dispose()
+            raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
+        self.records[session_id] = SessionRecord(session_id, handle)
+
+    def _record(self, session_id: str) -> SessionRecord:
+        record = self.records.get(session_id)
+        if record is None:
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {session_id!r}")
+        return record
+
+    def _require_open(self) -> None:
+        if self.closed:
+            raise RpcError(INTERNAL_ERROR, "the connection is closing")
+
+    def _on_event(self, session: Session, event: SessionEvent) -> None:
+        record = self.records.get(session.id)
+        if record is None:
+            return
+        self._present(session.id, event, replay=False)
+        if isinstance(event, UserMessage):
+            pending = record.pending.get(event.message_id)
+            if pending is not None:
+                pending.turn = session.open_turn
+        elif isinstance(event, TurnEnd):
+            for message_id, pending in list(record.pending.items()):
+                if pending.turn == event.turn:
+                    del record.pending[message_id]
+                    self._settle(pending, event.reason)
+
+    def _present(self, session_id: str, event: SessionEvent, *, replay: bool) -> None:
+        for update in present(session_id, event, replay=replay):
+            self.send(Notification("session/update", SessionNotificationParams(session_id, update)))
+
+    def _settle(self, pending: _Pending, reason: TurnEndReason) -> None:
+        if isinstance(reason, Errored) and not pending.cancelled:
+            self.fail(pending.request_id, INTERNAL_ERROR, f"the turn failed: {reason.message}")
+            return
+        self.respond(pending.request_id, PromptResult(_stop_reason(reason, pending.cancelled)))
+
+    async def _release(self, record: SessionRecord) -> None:
+        """Answer its prompts ``cancelled``, dispose its agent, kill its background bash tasks."""
+        for pending in record.pending.values():
+            self.respond(pending.request_id, PromptResult("cancelled"))
+        record.pending.clear()
+        await record.handle.dispose()
+        bash = self.runtime.bash
+        for task in bash.list():
+            if task.status == "running" and bash.owner_of(task.id) == record.session_id:
+                bash.kill(task.id)
+
+    async def teardown(self) -> None:
+        """Close: every session released, in reverse creation order. Memoised by ``closed``."""
+        if self.closed:
+            return
+        self.closed = True
+        records = list(self.records.values())
+        self.records.clear()
+        for record in reversed(records):
+            await self._release(record)
+        await self.scope.close()
+
+
+def _decode(kind: type[P], raw: msgspec.Raw) -> P:
+    decoder = _decoders.get(kind)
+    if decoder is None:
+        decoder = _decoders[kind] = msgspec.json.Decoder(kind)
+    try:
+        return decoder.decode(raw)  # type: ignore[no-any-return]
+    except msgspec.DecodeError as exc:
+        raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
+
+
+def _text(prompt: list[ContentBlock]) -> str:
+    parts = [
+        block.text if isinstance(block, TextBlock) else f"[{block.name}]({block.uri})"
+        for block in prompt
+    ]
+    text = "\n".join(part for part in parts if part)
+    if not text.strip():
+        raise RpcError(INVALID_PARAMS, "invalid params: prompt has no text")
+    return text
+
+
+def _stop_reason(reason: TurnEndReason, cancelled: bool) -> StopReason:
+    if cancelled:
+        return "cancelled"
+    if isinstance(reason, Completed):
+        return "end_turn"
+    if isinstance(reason, MaxTokens):
+        return "max_tokens"
+    return "cancelled"  # aborted, disposed, interrupted
+
+
+# -- the loop --------------------------------------------------------------------------------------
+
+#: Seconds the teardown may take (disposing agents flushes their sessions) before it is cut.
+TEARDOWN_GRACE: Final = 5.0
+
+
+async def serve_connection(
+    runtime: Runtime, stream: trio.abc.Stream, *, persistence: Persistence | None = None
+) -> None:
+    """Serve ACP on `stream` until the peer closes it (or the caller cancels), then tear down.
+
+    Agents of the connection are owned by a supervisor of its own: when this
+    returns, none is left registered and no session of it is in the store.
+    """
+    frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_write_frames, frames_out, stream)
+        try:
+            async with Supervisor(name="acp-connection") as owner:
+                connection = AcpConnection(runtime, owner, nursery, frames_in, persistence)
+                try:
+                    await _read_frames(stream, connection)
+                finally:
+                    with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
+                        await connection.teardown()
+        finally:
+            frames_in.close()
+
+
+async def _read_frames(stream: trio.abc.ReceiveStream, connection: AcpConnection) -> None:
+    buffer = bytearray()
+    scanned = 0  # bytes of `buffer` known to hold no newline
+    oversized = False
+    while chunk := await stream.receive_some(65536):
+        buffer += chunk
+        while (newline := buffer.find(b"\n", scanned)) >= 0:
+            line = bytes(buffer[:newline])
+            del buffer[: newline + 1]
+            scanned = 0
+            if oversized:
+                oversized = False
+                connection.fail(None, INVALID_REQUEST, f"frame longer than {MAX_FRAME} bytes")
+            elif line.strip():
+                connection.handle_line(line)
+        scanned = len(buffer)
+        if scanned > MAX_FRAME:
+            oversized = True
+            buffer.clear()
+            scanned = 0
+
+
+async def _write_frames(
+    frames: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream
+) -> None:
+    """The connection's only writer: frames leave in the order they were queued."""
+    async with frames:
+        async for frame in frames:
+            batch = [frame]
+            while True:
+                try:
+                    batch.append(frames.receive_nowait())
+                except (trio.WouldBlock, trio.EndOfChannel):
+                    break
+            try:
+                await stream.send_all(b"".join(batch))
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                return  # the peer is gone

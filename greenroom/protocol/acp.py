@@ -1,0 +1,295 @@
+"""ACP v1 on the wire: JSON-RPC 2.0 envelopes and the Agent Client Protocol types greenroom speaks.
+
+Field names follow the wire (camelCase, ``_meta``) through one rename
+function; every Struct is built once and encoded by one `Encoder`.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final, Literal, TypeAlias
+
+import msgspec
+from msgspec import UNSET, UnsetType
+
+PROTOCOL_VERSION: Final = 1
+
+PARSE_ERROR: Final = -32700
+INVALID_REQUEST: Final = -32600
+METHOD_NOT_FOUND: Final = -32601
+INVALID_PARAMS: Final = -32602
+INTERNAL_ERROR: Final = -32603
+REQUEST_CANCELLED: Final = -32800
+RESOURCE_NOT_FOUND: Final = -32002
+
+
+def wire_name(name: str) -> str:
+    """``session_id`` → ``sessionId``; ``meta`` → ``_meta``."""
+    if name == "meta":
+        return "_meta"
+    head, *rest = name.split("_")
+    return head + "".join(part.title() for part in rest)
+
+
+RequestId: TypeAlias = int | str | None
+
+# -- JSON-RPC envelopes --------------------------------------------------------------
+
+
+class Incoming(msgspec.Struct, frozen=True, gc=False):
+    """Any frame a peer sends; which of the fields are set says what it is."""
+
+    jsonrpc: str | UnsetType = UNSET
+    id: int | str | UnsetType | None = UNSET
+    method: str | UnsetType = UNSET
+    params: msgspec.Raw | UnsetType = UNSET
+    result: msgspec.Raw | UnsetType = UNSET
+    error: msgspec.Raw | UnsetType = UNSET
+
+
+class ErrorObject(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    code: int
+    message: str
+    data: Any = None
+
+
+class Response(msgspec.Struct, frozen=True, gc=False):
+    id: RequestId
+    result: Any
+    jsonrpc: str = "2.0"
+
+
+class ErrorResponse(msgspec.Struct, frozen=True, gc=False):
+    id: RequestId
+    error: ErrorObject
+    jsonrpc: str = "2.0"
+
+
+class Notification(msgspec.Struct, frozen=True, gc=False):
+    method: str
+    params: Any
+    jsonrpc: str = "2.0"
+
+
+# -- content ---------------------------------------------------------------------------
+
+
+class TextBlock(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
+    text: str
+
+
+class ResourceLinkBlock(
+    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource_link", rename=wire_name
+):
+    uri: str
+    name: str
+    title: str | None = None
+    description: str | None = None
+
+
+ContentBlock: TypeAlias = TextBlock | ResourceLinkBlock
+
+# -- requests --------------------------------------------------------------------------
+
+
+class InitializeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    protocol_version: int
+    client_capabilities: dict[str, Any] = {}
+    client_info: dict[str, Any] | None = None
+
+
+class NewSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    cwd: str
+    mcp_servers: list[Any] = []
+    additional_directories: list[str] = []
+
+
+class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    cwd: str
+    mcp_servers: list[Any] = []
+
+
+class ListSessionsParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    cwd: str | None = None
+    cursor: str | None = None
+
+
+class SessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """The params of ``session/cancel`` and ``session/close``."""
+
+    session_id: str
+
+
+class PromptParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """The params of ``session/prompt`` and of the ``_session/steering`` extension."""
+
+    session_id: str
+    prompt: list[ContentBlock]
+
+
+class CancelRequestParams(msgspec.Struct, frozen=True, gc=False):
+    id: int | str
+
+
+# -- results ---------------------------------------------------------------------------
+
+
+class Empty(msgspec.Struct, frozen=True, gc=False):
+    """``{}``: what ``authenticate``, ``session/load``, ``session/close`` answer."""
+
+
+class PromptCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    image: bool = False
+    audio: bool = False
+    embedded_context: bool = False
+
+
+class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    list: Empty = Empty()
+    resume: Empty = Empty()
+    close: Empty = Empty()
+
+
+class AgentCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    load_session: bool = True
+    prompt_capabilities: PromptCapabilities = PromptCapabilities()
+    session_capabilities: SessionCapabilities = SessionCapabilities()
+    meta: dict[str, Any] = msgspec.field(
+        default_factory=lambda: {"claudeCode": {"promptQueueing": True}}
+    )
+
+
+class Implementation(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    name: str
+    version: str
+    title: str | None = None
+
+
+class InitializeResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    protocol_version: int
+    agent_info: Implementation
+    agent_capabilities: AgentCapabilities = AgentCapabilities()
+    auth_methods: list[Any] = []
+    meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"supported": True}})
+
+
+class NewSessionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+
+
+class SessionInfo(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+    session_id: str
+    cwd: str
+    updated_at: str | None = None
+
+
+class ListSessionsResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    sessions: list[SessionInfo]
+
+
+StopReason: TypeAlias = Literal[
+    "end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"
+]
+
+
+class PromptResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    stop_reason: StopReason
+
+
+SteeringOutcome: TypeAlias = Literal["injected", "startedNewTurn", "failed"]
+
+
+class SteeringResult(msgspec.Struct, frozen=True, gc=False):
+    outcome: SteeringOutcome
+
+
+# -- session/update ------------------------------------------------------------------------
+
+
+class UserMessageChunk(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="user_message_chunk",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    content: TextBlock
+    message_id: str | None = None
+
+
+class AgentMessageChunk(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="agent_message_chunk",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    content: TextBlock
+    message_id: str | None = None
+
+
+class AgentThoughtChunk(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="agent_thought_chunk",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    content: TextBlock
+    message_id: str | None = None
+
+
+ToolKind: TypeAlias = Literal[
+    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"
+]
+ToolStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
+
+
+class ToolCallContent(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="content"):
+    content: TextBlock
+
+
+class ToolCallStart(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="tool_call",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    status: ToolStatus
+    raw_input: Any = None
+
+
+class ToolCallProgress(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="tool_call_update",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    tool_call_id: str
+    status: ToolStatus
+    content: list[ToolCallContent] | None = None
+
+
+SessionUpdate: TypeAlias = (
+    UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress
+)
+
+
+class SessionNotificationParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    update: SessionUpdate
