@@ -9,6 +9,7 @@ from pathlib import Path
 
 import trio
 
+from greenroom.models import ModelAdapter, ScriptedModel
 from greenroom.session.persistence import JsonlPersistence, PersistenceError
 from greenroom.session.transcript import describe_header, transcript
 
@@ -17,6 +18,19 @@ def default_state_dir() -> Path:
     """``$GREENROOM_HOME``, else ``~/.local/state/greenroom``."""
     home = os.environ.get("GREENROOM_HOME")
     return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
+
+
+def model_from_spec(spec: str) -> ModelAdapter:
+    """``scripted`` or ``scripted:SECONDS``; raises `ValueError` naming a bad spec."""
+    kind, _, detail = spec.partition(":")
+    if kind == "scripted":
+        if not detail:
+            return ScriptedModel()
+        try:
+            return ScriptedModel(delay=float(detail))
+        except ValueError:
+            raise ValueError(f"--model {spec!r}: the delay must be seconds >= 0") from None
+    raise ValueError(f"--model {spec!r}: unknown model kind {kind!r} (known: scripted)")
 
 
 def sessions_root(state_dir: Path) -> Path:
@@ -29,13 +43,20 @@ def main(argv: list[str] | None = None) -> int:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("demo", help="run the demo story on embedded defaults")
-    sessions = commands.add_parser("sessions", help="list stored sessions or show one")
-    sessions.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="greenroom's state (default: $GREENROOM_HOME, else ~/.local/state/greenroom)",
+    acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
+    acp.add_argument(
+        "--model",
+        default="scripted",
+        help="scripted (echo, 20 ms a word) or scripted:SECONDS (echo, SECONDS a word)",
     )
+    sessions = commands.add_parser("sessions", help="list stored sessions or show one")
+    for command in (acp, sessions):
+        command.add_argument(
+            "--state-dir",
+            type=Path,
+            default=None,
+            help="greenroom's state (default: $GREENROOM_HOME, else ~/.local/state/greenroom)",
+        )
     verbs = sessions.add_subparsers(dest="verb", required=True)
     verbs.add_parser("list", help="one line per stored session")
     show = verbs.add_parser("show", help="the transcript of one session")
@@ -46,6 +67,14 @@ def main(argv: list[str] | None = None) -> int:
 
         run_demo()
         return 0
+    if args.command == "acp":
+        from greenroom.acp.stdio import run_stdio
+
+        try:
+            model = model_from_spec(args.model)
+        except ValueError as exc:
+            parser.error(str(exc))
+        return run_stdio(model, args.state_dir or default_state_dir())
     store = JsonlPersistence(sessions_root(args.state_dir or default_state_dir()))
     try:
         if args.verb == "list":

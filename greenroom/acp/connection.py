@@ -464,13 +464,19 @@ async def serve_connection(
     async with trio.open_nursery() as nursery:
         nursery.start_soon(_write_frames, frames_out, stream)
         try:
-            async with Supervisor(name="acp-connection") as owner:
-                connection = AcpConnection(runtime, owner, nursery, frames_in, persistence)
+            # Requests still in flight at the end (a load racing the teardown) finish
+            # inside `handlers`, so their answers are written before the writer stops.
+            async with trio.open_nursery() as handlers:
                 try:
-                    await _read_frames(stream, connection)
+                    async with Supervisor(name="acp-connection") as owner:
+                        connection = AcpConnection(runtime, owner, handlers, frames_in, persistence)
+                        try:
+                            await _read_frames(stream, connection)
+                        finally:
+                            with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
+                                await connection.teardown()
                 finally:
-                    with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
-                        await connection.teardown()
+                    handlers.cancel_scope.deadline = trio.current_time() + TEARDOWN_GRACE
         finally:
             frames_in.close()
 

@@ -1,0 +1,54 @@
+"""``greenroom acp``: serve one ACP connection on stdin/stdout.
+
+stdout carries protocol frames only. Before anything else runs, the real
+stdout is kept for frames and file descriptor 1 (and ``sys.stdout``) is
+pointed at stderr, so a stray print, a warning or a log line can never
+corrupt the stream. End of input, SIGTERM and SIGHUP all take the same
+teardown (prompts answered ``cancelled``, agents disposed with their final
+``turn/end`` on disk, background tasks killed), then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+from pathlib import Path
+
+import trio
+
+from greenroom.acp.connection import serve_connection
+from greenroom.models.base import ModelAdapter
+from greenroom.runtime import open_runtime
+from greenroom.session.persistence import JsonlPersistence
+from greenroom.tools.bash.tools import bash_plugin
+
+
+def run_stdio(model: ModelAdapter, state_dir: Path) -> int:
+    frames_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
+    trio.run(_serve, model, state_dir, frames_fd)
+    return 0
+
+
+async def _serve(model: ModelAdapter, state_dir: Path, frames_fd: int) -> None:
+    persistence = JsonlPersistence(state_dir / "sessions")
+    stream = trio.StapledStream(
+        trio.lowlevel.FdStream(frames_fd), trio.lowlevel.FdStream(os.dup(0))
+    )
+    async with open_runtime(model=model, persistence=persistence, name="acp") as runtime:
+        await runtime.plug("tool-bash", bash_plugin)
+        with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
+            async with trio.open_nursery() as nursery:
+
+                async def stop_on_signal() -> None:
+                    async for _ in signals:
+                        nursery.cancel_scope.cancel(reason="signal")
+                        return
+
+                nursery.start_soon(stop_on_signal)
+                await serve_connection(runtime, stream, persistence=persistence)
+                nursery.cancel_scope.cancel(reason="end of input")

@@ -1,0 +1,122 @@
+"""An in-process ACP peer for the bridge tests: memory streams, virtual time."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import trio
+import trio.testing
+
+from greenroom.acp import serve_connection
+from greenroom.models.base import ModelAdapter
+from greenroom.runtime import Runtime, open_runtime
+from greenroom.session.persistence import JsonlPersistence, Persistence
+
+
+class Peer:
+    """The client side: writes frames, collects every frame the bridge writes, in order."""
+
+    def __init__(self, stream: trio.abc.Stream) -> None:
+        self.stream = stream
+        self.frames: list[dict[str, Any]] = []
+        self._next_id = 0
+        self._arrived = trio.Event()
+
+    async def read_loop(self) -> None:
+        buffer = b""
+        while chunk := await self.stream.receive_some():
+            buffer += chunk
+            *lines, buffer = buffer.split(b"\n")
+            for line in lines:
+                self.frames.append(json.loads(line))
+            self._arrived.set()
+            self._arrived = trio.Event()
+
+    async def send_raw(self, data: bytes) -> None:
+        await self.stream.send_all(data)
+
+    async def notify(self, method: str, params: dict[str, Any]) -> None:
+        frame = {"jsonrpc": "2.0", "method": method, "params": params}
+        await self.send_raw(json.dumps(frame).encode() + b"\n")
+
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> int:
+        """Send a request; returns its id (await `response` for the answer)."""
+        self._next_id += 1
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        if params is not None:
+            frame["params"] = params
+        await self.send_raw(json.dumps(frame).encode() + b"\n")
+        return self._next_id
+
+    async def wait_for(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        while True:
+            for frame in self.frames:
+                if match(frame):
+                    return frame
+            await self._arrived.wait()
+
+    async def response(self, request_id: int | None) -> dict[str, Any]:
+        return await self.wait_for(
+            lambda f: f.get("id") == request_id and ("result" in f or "error" in f)
+        )
+
+    async def call(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        return await self.response(await self.request(method, params))
+
+    def updates(self, session_id: str) -> list[dict[str, Any]]:
+        return [
+            f["params"]["update"]
+            for f in self.frames
+            if f.get("method") == "session/update" and f["params"]["sessionId"] == session_id
+        ]
+
+    def index_of(self, frame: dict[str, Any]) -> int:
+        return next(i for i, f in enumerate(self.frames) if f is frame)
+
+    async def new_session(self, cwd: str = "/work") -> str:
+        answer = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
+        return str(answer["result"]["sessionId"])
+
+    async def close(self) -> None:
+        await self.stream.send_eof()
+
+
+class Bridge:
+    """One runtime, one served connection, one peer."""
+
+    def __init__(self, runtime: Runtime, peer: Peer, persistence: Persistence) -> None:
+        self.runtime = runtime
+        self.peer = peer
+        self.persistence = persistence
+        self.served = trio.Event()
+
+
+@asynccontextmanager
+async def bridge(
+    root: Path, model: ModelAdapter, persistence: Persistence | None = None
+) -> AsyncIterator[Bridge]:
+    store = persistence or JsonlPersistence(root)
+    async with open_runtime(model=model, persistence=store) as runtime:
+        client, server = trio.testing.memory_stream_pair()
+        peer = Peer(client)
+        b = Bridge(runtime, peer, store)
+
+        async def serve() -> None:
+            try:
+                await serve_connection(runtime, server, persistence=store)
+            finally:
+                b.served.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            nursery.start_soon(peer.read_loop)
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            yield b
+            if not b.served.is_set():
+                await peer.close()
+            await b.served.wait()
+            nursery.cancel_scope.cancel()

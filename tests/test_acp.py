@@ -1,0 +1,429 @@
+"""The ACP bridge in-process: memory streams, virtual time, each invariant pinned.
+
+Every frame the bridge writes is validated against the official SDK's schema
+models (``acp.schema``), whatever test wrote it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import acp.schema
+import hypothesis
+import hypothesis.strategies as st
+import pytest
+import trio
+import trio.testing
+
+from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
+from greenroom.protocol.events import DISPOSED, SessionEvent, SessionHeader
+from greenroom.session.persistence import JsonlPersistence
+from tests.acp_peer import Peer, bridge
+from tests.agents_helpers import kinds, turn_ends
+
+RESULTS = {
+    "initialize": acp.schema.InitializeResponse,
+    "session/new": acp.schema.NewSessionResponse,
+    "session/prompt": acp.schema.PromptResponse,
+    "session/list": acp.schema.ListSessionsResponse,
+}
+
+
+def validate(peer: Peer, requests: dict[int, str] | None = None) -> None:
+    """Every frame is JSON-RPC 2.0; every update and known result parses with the SDK's models."""
+    for frame in peer.frames:
+        assert frame["jsonrpc"] == "2.0"
+        if frame.get("method") == "session/update":
+            acp.schema.SessionNotification.model_validate(frame["params"])
+        elif "error" in frame:
+            assert isinstance(frame["error"]["code"], int)
+            assert frame["error"]["message"]
+        elif requests and frame.get("id") in requests and requests[frame["id"]] in RESULTS:
+            RESULTS[requests[frame["id"]]].model_validate(frame["result"])
+
+
+def texts(updates: Sequence[dict[str, Any]], kind: str = "agent_message_chunk") -> str:
+    return "".join(u["content"]["text"] for u in updates if u["sessionUpdate"] == kind)
+
+
+async def test_initialize_advertises_what_the_bridge_does(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        answer = b.peer.frames[0]["result"]
+        acp.schema.InitializeResponse.model_validate(answer)
+        assert answer["protocolVersion"] == 1
+        caps = answer["agentCapabilities"]
+        assert caps["loadSession"] is True
+        assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}}
+        assert caps["_meta"] == {"claudeCode": {"promptQueueing": True}}
+        assert answer["_meta"] == {"steering": {"supported": True}}
+        assert (await b.peer.call("authenticate", {"methodId": "x"}))["result"] == {}
+
+
+async def test_a_prompt_streams_its_updates_before_its_response(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel(delay=0.01)) as b:
+        session = await b.peer.new_session()
+        request = await b.peer.request(
+            "session/prompt",
+            {"sessionId": session, "prompt": [{"type": "text", "text": "hello brave world"}]},
+        )
+        answer = await b.peer.response(request)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        updates = b.peer.updates(session)
+        assert texts(updates) == "hello brave world"
+        last_update = max(
+            i for i, f in enumerate(b.peer.frames) if f.get("method") == "session/update"
+        )
+        assert last_update < b.peer.index_of(answer)
+        assert len({u["messageId"] for u in updates}) == 1
+        validate(b.peer, {request: "session/prompt"})
+
+
+async def test_tool_calls_become_tool_call_updates(tmp_path: Path) -> None:
+    model = ScriptedModel([[Say("Looking."), CallTool("missing_tool", {"x": 1})], [Say("Done.")]])
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+        answer = await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        assert answer["result"]["stopReason"] == "end_turn"
+        tool_updates = [
+            u for u in b.peer.updates(session) if u["sessionUpdate"].startswith("tool_call")
+        ]
+        assert [(u["sessionUpdate"], u["status"]) for u in tool_updates] == [
+            ("tool_call", "in_progress"),
+            ("tool_call_update", "failed"),
+        ]
+        assert tool_updates[0]["rawInput"] == {"x": 1}
+        assert tool_updates[0]["kind"] == "other"
+        validate(b.peer)
+
+
+async def test_a_queued_prompt_is_answered_by_its_own_turn(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel(delay=0.1)) as b:
+        session = await b.peer.new_session()
+        first = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "a b c"}]}
+        )
+        await trio.sleep(0.05)
+        second = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "d e"}]}
+        )
+        one = await b.peer.response(first)
+        two = await b.peer.response(second)
+        assert one["result"] == two["result"] == {"stopReason": "end_turn"}
+        assert b.peer.index_of(one) < b.peer.index_of(two)
+        log = b.runtime.sessions.get(session).events  # type: ignore[union-attr]
+        assert [t for t, _ in turn_ends(log)] == [1, 2]
+
+
+async def test_cancel_right_after_prompt_leaves_at_most_one_turn(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]])) as b:
+        session = await b.peer.new_session()
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        request = await b.peer.request("session/prompt", prompt)
+        await b.peer.notify("session/cancel", {"sessionId": session})
+        answer = await b.peer.response(request)
+        assert answer["result"] == {"stopReason": "cancelled"}
+        agent = b.runtime.agents.get(session)
+        assert agent is not None
+        await agent.when_idle()
+        assert kinds(agent.session.events).count("turn/start") <= 1
+        after = [f for f in b.peer.frames[b.peer.index_of(answer) :] if "method" in f]
+        assert after == []  # no update for that turn after its response
+        assert agent.status == "idle"
+
+
+async def test_mid_stream_cancel_then_an_immediate_prompt_runs_it(tmp_path: Path) -> None:
+    model = ScriptedModel([[Say("partial "), Hang()]], delay=0.01)
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+        first = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]}
+        )
+        await b.peer.wait_for(lambda f: f.get("method") == "session/update")
+        await b.peer.notify("session/cancel", {"sessionId": session})
+        second = await b.peer.request(
+            "session/prompt",
+            {"sessionId": session, "prompt": [{"type": "text", "text": "second prompt"}]},
+        )
+        assert (await b.peer.response(first))["result"] == {"stopReason": "cancelled"}
+        assert (await b.peer.response(second))["result"] == {"stopReason": "end_turn"}
+        assert texts(b.peer.updates(session)) == "partial second prompt"
+
+
+async def test_cancel_answers_every_queued_prompt_and_spares_the_other_session(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([[Say("x"), Hang()]], delay=0.01)
+    async with bridge(tmp_path, model) as b:
+        busy = await b.peer.new_session()
+        other = await b.peer.new_session()
+        running = await b.peer.request(
+            "session/prompt", {"sessionId": busy, "prompt": [{"type": "text", "text": "run"}]}
+        )
+        await b.peer.wait_for(lambda f: f.get("method") == "session/update")
+        queued = await b.peer.request(
+            "session/prompt", {"sessionId": busy, "prompt": [{"type": "text", "text": "later"}]}
+        )
+        elsewhere = await b.peer.request(
+            "session/prompt", {"sessionId": other, "prompt": [{"type": "text", "text": "a b"}]}
+        )
+        await b.peer.notify("session/cancel", {"sessionId": busy})
+        assert (await b.peer.response(running))["result"] == {"stopReason": "cancelled"}
+        assert (await b.peer.response(queued))["result"] == {"stopReason": "cancelled"}
+        assert (await b.peer.response(elsewhere))["result"] == {"stopReason": "end_turn"}
+        assert texts(b.peer.updates(other)) == "a b"
+        busy_log = b.runtime.sessions.get(busy).events  # type: ignore[union-attr]
+        assert "later" not in str(busy_log)
+
+
+async def test_steering_joins_the_running_turn(tmp_path: Path) -> None:
+    model = ScriptedModel([[Say("working"), Wait(1)], [Say("steered")]])
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+        prompt = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        await b.peer.wait_for(lambda f: f.get("method") == "session/update")
+        steered = await b.peer.call(
+            "_session/steering",
+            {"sessionId": session, "prompt": [{"type": "text", "text": "left"}]},
+        )
+        assert steered["result"] == {"outcome": "injected"}
+        assert (await b.peer.response(prompt))["result"] == {"stopReason": "end_turn"}
+        assert texts(b.peer.updates(session)) == "workingsteered"
+
+
+async def test_disconnect_mid_prompt_leaves_no_agent_and_no_session_entry(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]])) as b:
+        session = await b.peer.new_session()
+        request = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        await b.peer.wait_for(lambda f: f.get("method") == "session/update")
+        await b.peer.close()
+        await b.served.wait()
+        assert (await b.peer.response(request))["result"] == {"stopReason": "cancelled"}
+        assert b.runtime.agents.list() == []
+        assert b.runtime.sessions.list() == []
+        _, stored = await b.persistence.load(session)
+        assert turn_ends(stored) == [(1, DISPOSED)]
+
+
+async def test_a_late_session_new_after_close_creates_no_agent(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        new = json.dumps(
+            {"jsonrpc": "2.0", "id": 99, "method": "session/new", "params": {"cwd": "/w"}}
+        )
+        await b.peer.send_raw(new.encode() + b"\n")
+        await b.peer.close()  # in the same breath: teardown begins as the create runs
+        await b.served.wait()
+        answer = await b.peer.response(99)
+        assert "error" in answer
+        assert b.runtime.agents.list() == []
+        assert b.runtime.sessions.list() == []
+
+
+async def test_a_load_racing_teardown_leaks_nothing(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path)
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        session = await b.peer.new_session()
+        await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
+        )
+        await b.peer.call("session/close", {"sessionId": session})
+    gate = trio.Event()
+
+    class Gated:
+        async def create(self, header: SessionHeader) -> None:
+            await store.create(header)
+
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+            await store.append(session_id, events)
+
+        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+            await gate.wait()
+            return await store.load(session_id)
+
+        async def list(self) -> list[SessionHeader]:
+            return await store.list()
+
+    async with bridge(tmp_path, ScriptedModel(), persistence=Gated()) as b:
+        load = await b.peer.request(
+            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+        )
+        await trio.testing.wait_all_tasks_blocked()
+        await b.peer.close()
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
+        await b.served.wait()
+        assert "error" in await b.peer.response(load)
+        assert b.runtime.agents.list() == []
+        assert b.runtime.sessions.list() == []
+
+
+async def test_load_replays_the_whole_conversation_before_responding(tmp_path: Path) -> None:
+    model = ScriptedModel([[Think("hmm"), Say("Checking."), CallTool("nope", {})], [Say("Ok.")]])
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+        await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "q?"}]}
+        )
+        live = b.peer.updates(session)
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        listed = await b.peer.call("session/list", {})
+        assert listed["result"]["sessions"] == [{"sessionId": session, "cwd": "/work"}]
+        answer = await b.peer.call(
+            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+        )
+        assert answer["result"] == {}
+        replayed = b.peer.updates(session)
+        assert replayed[0] == {
+            "sessionUpdate": "user_message_chunk",
+            "content": {"type": "text", "text": "q?"},
+            "messageId": replayed[0]["messageId"],
+        }
+        assert replayed[1:] == live  # the same presenter: the same frames
+        last = max(i for i, f in enumerate(b.peer.frames) if f.get("method") == "session/update")
+        assert last < b.peer.index_of(answer)
+        again = await b.peer.call(
+            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+        )
+        assert "already loaded" in again["error"]["message"]
+        validate(b.peer)
+
+
+async def test_resume_restores_without_replay_and_close_frees_the_session(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        session = await b.peer.new_session()
+        await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "one"}]}
+        )
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        answer = await b.peer.call(
+            "session/resume", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+        )
+        assert answer["result"] == {}
+        assert b.peer.updates(session) == []
+        second = await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]}
+        )
+        assert second["result"] == {"stopReason": "end_turn"}
+        assert [t for t, _ in turn_ends(b.runtime.sessions.get(session).events)] == [1, 2]  # type: ignore[union-attr]
+        assert (await b.peer.call("session/close", {"sessionId": session}))["result"] == {}
+        assert b.runtime.agents.list() == []
+        assert b.runtime.sessions.list() == []
+        wrong = await b.peer.call(
+            "session/load", {"sessionId": session, "cwd": "/elsewhere", "mcpServers": []}
+        )
+        assert "belongs to cwd '/work'" in wrong["error"]["message"]
+        assert b.runtime.agents.list() == []
+
+
+# -- bad input --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("raw", "code", "message"),
+    [
+        (b"{not json", -32700, "not JSON"),
+        (b"[1, 2, 3]", -32600, "no batches"),
+        (b'[{"jsonrpc":"2.0","id":1,"method":"initialize"}]', -32600, "no batches"),
+        (b"42", -32600, "one JSON-RPC object"),
+        (b'{"jsonrpc":"2.0","id":3,"method":"\xff"}', -32700, "not JSON"),
+        (b'{"jsonrpc":"2.0","id":7,"method":"nope/nothing"}', -32601, "method not found"),
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"cwd":5}}',
+            -32602,
+            "$.cwd",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"session/new","params":{"cwd":"rel"}}',
+            -32602,
+            "cwd must be an absolute path",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"session/prompt",'
+            b'"params":{"sessionId":"ghost","prompt":[{"type":"text","text":"x"}]}}',
+            -32002,
+            "unknown session 'ghost'",
+        ),
+        (
+            b'{"jsonrpc":"2.0","id":7,"method":"session/prompt",'
+            b'"params":{"sessionId":"s","prompt":[{"type":"image","data":""}]}}',
+            -32602,
+            "$.prompt[0].type",
+        ),
+    ],
+)
+async def test_bad_frames_get_errors_and_the_connection_lives_on(
+    tmp_path: Path, raw: bytes, code: int, message: str
+) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        await b.peer.send_raw(raw + b"\n")
+        error = await b.peer.wait_for(lambda f: "error" in f)
+        assert error["error"]["code"] == code
+        assert message in error["error"]["message"]
+        assert (await b.peer.call("authenticate", {}))["result"] == {}
+        validate(b.peer)
+
+
+async def test_notifications_are_never_answered(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        await b.peer.notify("_vendor/ping", {})
+        await b.peer.notify("session/cancel", {"sessionId": "ghost"})
+        await b.peer.notify("session/cancel", {"wrong": True})
+        await b.peer.notify("who/knows", {})
+        assert (await b.peer.call("authenticate", {}))["result"] == {}
+        assert len(b.peer.frames) == 2  # initialize's answer and authenticate's
+
+
+async def test_a_ten_megabyte_line_is_refused_and_the_next_frame_served(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        huge = b'{"jsonrpc":"2.0","id":1,"method":"x","params":"' + b"a" * 10_000_000 + b'"}\n'
+        await b.peer.send_raw(huge)
+        error = await b.peer.wait_for(lambda f: "error" in f)
+        assert "frame longer than" in error["error"]["message"]
+        assert (await b.peer.call("authenticate", {}))["result"] == {}
+
+
+@hypothesis.settings(
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture], max_examples=60
+)
+@hypothesis.given(
+    lines=st.lists(
+        st.one_of(
+            st.binary(max_size=200).map(lambda b: b.replace(b"\n", b" ")),
+            st.recursive(
+                st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+                lambda inner: (
+                    st.lists(inner, max_size=4)
+                    | st.dictionaries(
+                        st.sampled_from(
+                            ["jsonrpc", "id", "method", "params", "sessionId", "prompt", "cwd"]
+                        ),
+                        inner,
+                        max_size=5,
+                    )
+                ),
+                max_leaves=12,
+            ).map(lambda v: json.dumps(v).encode()),
+        ),
+        max_size=8,
+    )
+)
+async def test_the_reader_survives_anything(
+    lines: list[bytes], tmp_path_factory: pytest.TempPathFactory, autojump_clock: object
+) -> None:
+    root = tmp_path_factory.mktemp("fuzz")
+    async with bridge(root, ScriptedModel(delay=0)) as b:
+        for line in lines:
+            await b.peer.send_raw(line + b"\n")
+        answer = await b.peer.call("authenticate", {})
+        assert answer["result"] == {}
+        for frame in b.peer.frames:
+            assert frame["jsonrpc"] == "2.0"
+            assert ("result" in frame) != ("error" in frame) or "method" in frame
