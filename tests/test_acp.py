@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from greenroom.actors.registry import AgentHandle
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
 from greenroom.protocol.events import DISPOSED, SessionEvent, SessionHeader
 from greenroom.session.persistence import JsonlPersistence
@@ -215,13 +216,28 @@ async def test_disconnect_mid_prompt_leaves_no_agent_and_no_session_entry(tmp_pa
 
 async def test_a_late_session_new_after_close_creates_no_agent(tmp_path: Path) -> None:
     async with bridge(tmp_path, ScriptedModel()) as b:
-        new = json.dumps(
-            {"jsonrpc": "2.0", "id": 99, "method": "session/new", "params": {"cwd": "/w"}}
-        )
-        await b.peer.send_raw(new.encode() + b"\n")
-        await b.peer.close()  # in the same breath: teardown begins as the create runs
+        gate = trio.Event()
+        factory = b.runtime.agents._factory
+        assert factory is not None
+
+        class Late:
+            """The runtime's factory, held at the gate: the create lands after the close."""
+
+            async def create(self, **kwargs: Any) -> AgentHandle:
+                await gate.wait()
+                return await factory.create(**kwargs)  # type: ignore[union-attr]
+
+            async def resume(self, **kwargs: Any) -> AgentHandle:
+                raise AssertionError("not used")
+
+        b.runtime.agents._factory = Late()
+        request = await b.peer.request("session/new", {"cwd": "/w", "mcpServers": []})
+        await trio.testing.wait_all_tasks_blocked()
+        await b.peer.close()  # teardown runs while the create is held
+        await trio.testing.wait_all_tasks_blocked()
+        gate.set()
         await b.served.wait()
-        answer = await b.peer.response(99)
+        answer = await b.peer.response(request)
         assert "error" in answer
         assert b.runtime.agents.list() == []
         assert b.runtime.sessions.list() == []
