@@ -15,6 +15,7 @@ from greenroom.acp import serve_connection
 from greenroom.models.base import ModelAdapter
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import JsonlPersistence, Persistence
+from greenroom.tools.bash.tools import bash_plugin
 
 
 class Peer:
@@ -97,10 +98,12 @@ class Bridge:
 
 @asynccontextmanager
 async def bridge(
-    root: Path, model: ModelAdapter, persistence: Persistence | None = None
+    root: Path, model: ModelAdapter, persistence: Persistence | None = None, *, bash: bool = False
 ) -> AsyncIterator[Bridge]:
     store = persistence or JsonlPersistence(root)
-    async with open_runtime(model=model, persistence=store) as runtime:
+    async with open_runtime(model=model, persistence=store, workdir=str(root)) as runtime:
+        if bash:
+            await runtime.plug("tool-bash", bash_plugin)
         client, server = trio.testing.memory_stream_pair()
         peer = Peer(client)
         b = Bridge(runtime, peer, store)

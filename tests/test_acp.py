@@ -214,6 +214,26 @@ async def test_disconnect_mid_prompt_leaves_no_agent_and_no_session_entry(tmp_pa
         assert turn_ends(stored) == [(1, DISPOSED)]
 
 
+@pytest.mark.real_clock
+async def test_disconnect_kills_the_sessions_background_bash_tasks(tmp_path: Path) -> None:
+    start = {"command": "sleep 60", "description": "wait", "run_in_background": True}
+    model = ScriptedModel([[CallTool("bash", start)], [Say("started")]], delay=0)
+    with trio.fail_after(20):
+        async with bridge(tmp_path, model, bash=True) as b:
+            session = await b.peer.new_session(str(tmp_path))
+            answer = await b.peer.call(
+                "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+            )
+            assert answer["result"] == {"stopReason": "end_turn"}
+            (task,) = b.runtime.bash.list()
+            assert b.runtime.bash.owner_of(task.id) == session
+            await b.peer.close()
+            await b.served.wait()
+            while (state := b.runtime.bash.get(task.id)) is not None and state.status == "running":
+                await trio.sleep(0.01)
+            assert b.runtime.bash.get(task.id).status == "killed"  # type: ignore[union-attr]
+
+
 async def test_a_late_session_new_after_close_creates_no_agent(tmp_path: Path) -> None:
     async with bridge(tmp_path, ScriptedModel()) as b:
         gate = trio.Event()

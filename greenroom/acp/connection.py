@@ -461,8 +461,12 @@ async def serve_connection(
     returns, none is left registered and no session of it is in the store.
     """
     frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
+    # The writer outlives a cancel of the connection (a signal): the teardown's
+    # answers must still reach the peer. It stops at the end of its channel, or
+    # when its grace after the teardown runs out.
+    writing = trio.CancelScope(shield=True)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(_write_frames, frames_out, stream)
+        nursery.start_soon(_write_frames, frames_out, stream, writing)
         try:
             # Requests still in flight at the end (a load racing the teardown) finish
             # inside `handlers`, so their answers are written before the writer stops.
@@ -479,6 +483,7 @@ async def serve_connection(
                     handlers.cancel_scope.deadline = trio.current_time() + TEARDOWN_GRACE
         finally:
             frames_in.close()
+            writing.deadline = trio.current_time() + TEARDOWN_GRACE
 
 
 async def _read_frames(stream: trio.abc.ReceiveStream, connection: AcpConnection) -> None:
@@ -504,10 +509,10 @@ async def _read_frames(stream: trio.abc.ReceiveStream, connection: AcpConnection
 
 
 async def _write_frames(
-    frames: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream
+    frames: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream, scope: trio.CancelScope
 ) -> None:
     """The connection's only writer: frames leave in the order they were queued."""
-    async with frames:
+    with scope, frames:
         async for frame in frames:
             batch = [frame]
             while True:
