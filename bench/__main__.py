@@ -10,7 +10,7 @@ import msgspec
 
 from bench.report import Row, table
 
-SCENARIOS = ("supervisor", "agents", "sessions", "bash")
+SCENARIOS = ("supervisor", "agents", "sessions", "bash", "acp")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
 
 import trio
@@ -20,8 +21,12 @@ def default_state_dir() -> Path:
     return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
 
 
-def model_from_spec(spec: str) -> ModelAdapter:
-    """``scripted`` or ``scripted:SECONDS``; raises `ValueError` naming a bad spec."""
+def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
+    """The adapter `spec` names; raises `ValueError` naming what is wrong or missing.
+
+    ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (``OPENAI_API_KEY``,
+    ``OPENAI_BASE_URL``), ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``).
+    """
     kind, _, detail = spec.partition(":")
     if kind == "scripted":
         if not detail:
@@ -30,7 +35,26 @@ def model_from_spec(spec: str) -> ModelAdapter:
             return ScriptedModel(delay=float(detail))
         except ValueError:
             raise ValueError(f"--model {spec!r}: the delay must be seconds >= 0") from None
-    raise ValueError(f"--model {spec!r}: unknown model kind {kind!r} (known: scripted)")
+    if kind in ("openai", "anthropic"):
+        if not detail:
+            raise ValueError(f"--model {spec!r}: name the model, as in {kind}:MODEL")
+        prefix = kind.upper()
+        key = environ.get(f"{prefix}_API_KEY")
+        if not key:
+            raise ValueError(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
+        if kind == "openai":
+            from greenroom.models.openai import OpenAIChatModel
+
+            base = environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
+            return OpenAIChatModel(base, key, detail)
+        from greenroom.models.anthropic import AnthropicModel
+
+        return AnthropicModel(
+            environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), key, detail
+        )
+    raise ValueError(
+        f"--model {spec!r}: unknown model kind {kind!r} (known: scripted, openai, anthropic)"
+    )
 
 
 def sessions_root(state_dir: Path) -> Path:
@@ -47,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     acp.add_argument(
         "--model",
         default="scripted",
-        help="scripted (echo, 20 ms a word) or scripted:SECONDS (echo, SECONDS a word)",
+        help="scripted (echo, 20 ms a word), scripted:SECONDS, openai:MODEL or anthropic:MODEL",
     )
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
     for command in (acp, sessions):
@@ -71,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         from greenroom.acp.stdio import run_stdio
 
         try:
-            model = model_from_spec(args.model)
+            model = model_from_spec(args.model, os.environ)
         except ValueError as exc:
             parser.error(str(exc))
         return run_stdio(model, args.state_dir or default_state_dir())

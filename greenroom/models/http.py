@@ -1,0 +1,162 @@
+"""What the HTTP model adapters share: server-sent events, retries, errors without secrets.
+
+The adapters use httpx, which runs natively under Trio (through anyio's Trio
+backend): no asyncio bridge and no thread left reading. An official vendor
+SDK would pull in asyncio-only pieces, so greenroom speaks the two wire
+formats itself; httpx is the only dependency, in the ``openai`` and
+``anthropic`` extras.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Final
+
+import httpx
+import msgspec
+import trio
+
+from greenroom.models.base import ModelError
+from greenroom.supervisor import Backoff
+
+logger = logging.getLogger("greenroom.models")
+
+DEFAULT_BACKOFF: Final = Backoff(initial=0.5, maximum=8.0, multiplier=2.0, jitter=0.2)
+#: Seconds to wait for a response to start and between two reads of a stream.
+READ_TIMEOUT: Final = 120.0
+
+
+class ModelConfigError(ModelError):
+    """The endpoint refused the credentials (401/403): fix the configuration; no retry."""
+
+
+def check_base_url(base_url: str) -> str:
+    """`base_url` without a trailing slash; raises `ValueError` unless it is http(s) with a host."""
+    url = httpx.URL(base_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise ValueError(
+            f"base URL {base_url!r} must start with http:// or https:// and name a host"
+        )
+    return base_url.rstrip("/")
+
+
+class SseEvent(msgspec.Struct, frozen=True, gc=False):
+    event: str
+    data: str
+
+
+async def sse_events(response: httpx.Response) -> AsyncGenerator[SseEvent, None]:
+    """The server-sent events of `response`, as they arrive (``event:`` + joined ``data:``)."""
+    event = "message"
+    data: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if data:
+                yield SseEvent(event, "\n".join(data))
+            event, data = "message", []
+        elif line.startswith(":"):
+            continue  # a comment, or a keep-alive
+        else:
+            name, _, value = line.partition(":")
+            value = value.removeprefix(" ")
+            if name == "event":
+                event = value
+            elif name == "data":
+                data.append(value)
+    if data:
+        yield SseEvent(event, "\n".join(data))
+
+
+def decode_json(event: SseEvent, endpoint: str) -> object:
+    try:
+        return msgspec.json.decode(event.data)
+    except msgspec.DecodeError:
+        excerpt = event.data[:120]
+        raise ModelError(
+            f"{endpoint}: malformed {event.event!r} event, not JSON: {excerpt!r}", "malformed"
+        ) from None
+
+
+@asynccontextmanager
+async def open_stream(
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    body: bytes,
+    attempts: int,
+    backoff: Backoff,
+) -> AsyncIterator[httpx.Response]:
+    """POST `body` and yield the streaming response once the status is 2xx.
+
+    429 and 5xx are retried (at most `attempts` tries in all), waiting what
+    ``Retry-After`` asks or the backoff; each retry is logged. 401/403 raise
+    `ModelConfigError` at once. Errors name the endpoint, never a header: the
+    API key cannot leak into a log, an error or the session log. Leaving the
+    context (a cancel included) closes the response and its connection.
+    """
+    timeout = httpx.Timeout(READ_TIMEOUT, connect=30.0)
+    async with httpx.AsyncClient(timeout=timeout) as client:
+        for attempt in range(1, attempts + 1):
+            try:
+                async with client.stream("POST", url, headers=headers, content=body) as response:
+                    if response.status_code < 300:
+                        yield response
+                        return
+                    detail = await _error_detail(response)
+                    status = response.status_code
+                    retry_after = response.headers.get("retry-after")
+            except httpx.TransportError as exc:
+                raise ModelError(f"{url}: {type(exc).__name__}: {exc}", "connection") from None
+            if status in (401, 403):
+                raise ModelConfigError(
+                    f"{url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
+                )
+            if status != 429 and status < 500:
+                raise ModelError(f"{url} answered HTTP {status}: {detail}", f"http-{status}")
+            if attempt == attempts:
+                raise ModelError(
+                    f"{url} answered HTTP {status} {attempts} times; giving up: {detail}",
+                    f"http-{status}",
+                )
+            delay = _retry_delay(retry_after, backoff, attempt)
+            logger.warning(
+                "%s answered HTTP %d (%s); retry %d of %d in %.2fs",
+                url,
+                status,
+                detail,
+                attempt,
+                attempts - 1,
+                delay,
+            )
+            await trio.sleep(delay)
+
+
+async def _error_detail(response: httpx.Response) -> str:
+    raw = await response.aread()
+    try:
+        payload = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        text = raw.decode("utf-8", "replace").strip()
+        return f"non-JSON body {text[:200]!r}" if text else "empty body"
+    if isinstance(payload, dict):
+        error = payload.get("error")
+        if isinstance(error, dict) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(error, str):
+            return error
+    return msgspec.json.encode(payload).decode()[:200]
+
+
+def _retry_delay(retry_after: str | None, backoff: Backoff, attempt: int) -> float:
+    if retry_after is not None:
+        try:
+            seconds = float(retry_after)
+        except ValueError:
+            seconds = math.nan
+        if math.isfinite(seconds) and seconds >= 0:
+            return min(seconds, backoff.maximum)
+    return backoff.delay(attempt - 1, random.random())

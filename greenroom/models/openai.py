@@ -1,0 +1,170 @@
+"""`OpenAIChatModel`: the Chat Completions streaming wire format (OpenAI, vLLM, Ollama, llama.cpp,
+DeepSeek and most gateways), natively on Trio over httpx (see `greenroom.models.http`).
+
+Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+from typing import Any
+
+import msgspec
+
+from greenroom.models.base import ModelError
+from greenroom.models.http import (
+    DEFAULT_BACKOFF,
+    check_base_url,
+    decode_json,
+    open_stream,
+    sse_events,
+)
+from greenroom.protocol.model import (
+    AssistantTurn,
+    Finish,
+    FinishReason,
+    ModelRequest,
+    ReasoningDelta,
+    StreamChunk,
+    TextDelta,
+    ToolCallChunk,
+    ToolTurn,
+    Usage,
+    UserTurn,
+)
+from greenroom.supervisor import Backoff
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+    "length": "max-tokens",
+}
+
+
+class OpenAIChatModel:
+    """Streams ``POST {base_url}/chat/completions``; tool calls assembled from their fragments."""
+
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        model: str,
+        *,
+        attempts: int = 4,
+        backoff: Backoff = DEFAULT_BACKOFF,
+    ) -> None:
+        self._url = check_base_url(base_url) + "/chat/completions"
+        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
+        self._model = model
+        self._attempts = attempts
+        self._backoff = backoff
+
+    def __repr__(self) -> str:  # never the key
+        return f"OpenAIChatModel({self._url!r}, model={self._model!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._stream(request)
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        """The request body for `request` (the wire's messages, tools, streaming options)."""
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        for message in request.messages:
+            match message:
+                case UserTurn(content=content):
+                    messages.append({"role": "user", "content": content})
+                case AssistantTurn(content=content, tool_calls=calls):
+                    entry: dict[str, Any] = {"role": "assistant", "content": content or None}
+                    if calls:
+                        entry["tool_calls"] = [
+                            {
+                                "id": call.call_id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": call.arguments},
+                            }
+                            for call in calls
+                        ]
+                    messages.append(entry)
+                case ToolTurn(call_id=call_id, content=content):
+                    messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
+        body: dict[str, Any] = {
+            "model": request.model or self._model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": tool.name,
+                        "description": tool.description,
+                        "parameters": tool.parameters,
+                    },
+                }
+                for tool in request.tools
+            ]
+        return body
+
+    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
+        finish: Finish | None = None
+        async with (
+            open_stream(
+                self._url,
+                headers=self._headers,
+                body=msgspec.json.encode(self.body(request)),
+                attempts=self._attempts,
+                backoff=self._backoff,
+            ) as response,
+            aclosing(sse_events(response)) as events,
+        ):
+            async for event in events:
+                if event.data == "[DONE]":
+                    break
+                payload = decode_json(event, self._url)
+                if not isinstance(payload, dict):
+                    raise ModelError(f"{self._url}: an event that is not an object", "malformed")
+                if "error" in payload:
+                    raise ModelError(f"{self._url}: error event: {payload['error']}", "error")
+                usage = payload.get("usage")
+                if isinstance(usage, dict):
+                    yield Usage(
+                        int(usage.get("prompt_tokens") or 0),
+                        int(usage.get("completion_tokens") or 0),
+                    )
+                for choice in payload.get("choices") or ():
+                    delta = choice.get("delta") or {}
+                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                    if reasoning:
+                        yield ReasoningDelta(str(reasoning))
+                    if delta.get("content"):
+                        yield TextDelta(str(delta["content"]))
+                    for fragment in delta.get("tool_calls") or ():
+                        entry = calls.setdefault(int(fragment.get("index", 0)), ["", "", ""])
+                        function = fragment.get("function") or {}
+                        entry[0] = fragment.get("id") or entry[0]
+                        entry[1] += function.get("name") or ""
+                        entry[2] += function.get("arguments") or ""
+                    reason = choice.get("finish_reason")
+                    if reason:
+                        finish = _finish(str(reason))
+            else:
+                if finish is None:
+                    raise ModelError(
+                        f"{self._url}: the stream ended before the response finished", "truncated"
+                    )
+        for index in sorted(calls):
+            call_id, name, arguments = calls[index]
+            yield ToolCallChunk(call_id or f"call-{index}", name, arguments)
+        yield finish or Finish("stop")
+
+
+def _finish(reason: str) -> Finish:
+    if reason in _FINISH:
+        return Finish(_FINISH[reason])
+    return Finish("error", f"the model stopped: {reason}")
