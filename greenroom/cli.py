@@ -66,7 +66,11 @@ def main(argv: list[str] | None = None) -> int:
         prog="greenroom", description="An actor runtime for AI agents on Trio."
     )
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("demo", help="run the demo story on embedded defaults")
+    demo = commands.add_parser("demo", help="tell the greenroom story on embedded defaults")
+    demo.add_argument("--plain", action="store_true", help="plain lines instead of a live view")
+    demo.add_argument(
+        "--state-dir", type=Path, default=None, help="keep the sessions here (default: a temp dir)"
+    )
     acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
         "--model",
@@ -89,8 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from greenroom.demo import run_demo
 
-        run_demo()
-        return 0
+        return run_demo(plain=args.plain, state_dir=args.state_dir)
     if args.command == "acp":
         from greenroom.acp.stdio import run_stdio
 

@@ -1,26 +1,36 @@
-"""The demo tells the supervision story in order."""
+"""The demo tells the whole story, in plain lines, and every beat checks out."""
 
 from __future__ import annotations
 
+import io
+from pathlib import Path
+
 import pytest
+import trio
 
-from greenroom.demo import supervision_story
+from greenroom.demo import run_story
+
+pytestmark = pytest.mark.real_clock  # real bash processes
 
 
-async def test_demo_story_restarts_then_shuts_down_in_reverse(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
-    await supervision_story()
-    lines = capsys.readouterr().out.splitlines()
-    events = [line.split("] ", 1)[1] for line in lines if line.startswith("[t=")]
-    assert events.index("start flaky") < events.index(
-        "exit  root/flaky: error, restarts=0 (RuntimeError: flaky lost its connection)"
-    )
-    shutdown = events[
-        events.index("shutting down: reverse start order, each child within its grace") :
+async def test_the_plain_demo_tells_every_beat_and_all_check_out(tmp_path: Path) -> None:
+    out = io.StringIO()
+    with trio.fail_after(60):
+        summary = await run_story(tmp_path, out=out, live=False, pace=0.15)
+    assert [what for what, _, _ in summary] == [
+        "a burst is batched into one turn",
+        "a steer joins the running turn",
+        "a cancel drops a queued prompt",
+        "another session is refused the task",
+        "ownership survives the reload",
+        "the completion notice reaches its owner",
+        "a dispose writes the closing turn/end to disk",
+        "a resume continues the turn numbering",
     ]
-    stops = [e.split(":")[0] for e in shutdown if e.startswith("stop")]
-    assert stops == ["stop  pool-2", "stop  pool-1", "stop  flaky", "stop  steady"]
-    assert "exit  pool/pool-2: killed, restarts=0" in shutdown
-    assert shutdown[-1] == "root closed; every child stopped"
-    assert "├── flaky  running  permanent  restarts=2" in lines
+    assert all(ok for _, _, ok in summary), summary
+    text = out.getvalue()
+    assert "\x1b[" not in text  # plain: no terminal control
+    assert "turn 1 took 3 prompts" in text
+    assert "task bash-1 belongs to another session" in text
+    assert "read back from disk: last event is turn/end disposed" in text
+    assert text.rstrip().splitlines()[-1].startswith("a resume continues the turn numbering")
