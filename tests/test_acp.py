@@ -20,10 +20,11 @@ import trio.testing
 
 from greenroom.actors.registry import AgentHandle
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
-from greenroom.protocol.events import DISPOSED, SessionEvent, SessionHeader
+from greenroom.protocol.events import DISPOSED
 from greenroom.session.persistence import JsonlPersistence
 from tests.acp_peer import Peer, bridge
 from tests.agents_helpers import kinds, turn_ends
+from tests.persistence_helpers import GatedLoad
 
 RESULTS = {
     "initialize": acp.schema.InitializeResponse,
@@ -271,30 +272,16 @@ async def test_a_load_racing_teardown_leaks_nothing(tmp_path: Path) -> None:
             "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
         )
         await b.peer.call("session/close", {"sessionId": session})
-    gate = trio.Event()
+    gated = GatedLoad(store)
 
-    class Gated:
-        async def create(self, header: SessionHeader) -> None:
-            await store.create(header)
-
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-            await store.append(session_id, events)
-
-        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
-            await gate.wait()
-            return await store.load(session_id)
-
-        async def list(self) -> list[SessionHeader]:
-            return await store.list()
-
-    async with bridge(tmp_path, ScriptedModel(), persistence=Gated()) as b:
+    async with bridge(tmp_path, ScriptedModel(), persistence=gated) as b:
         load = await b.peer.request(
             "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
         )
         await trio.testing.wait_all_tasks_blocked()
         await b.peer.close()
         await trio.testing.wait_all_tasks_blocked()
-        gate.set()
+        gated.gate.set()
         await b.served.wait()
         assert "error" in await b.peer.response(load)
         assert b.runtime.agents.list() == []

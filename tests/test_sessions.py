@@ -48,6 +48,7 @@ from greenroom.session.persistence import (
 from greenroom.session.persistence.jsonl import _encoder
 from greenroom.tools import Tool
 from tests.agents_helpers import assert_enclosed, kinds, turn_ends
+from tests.persistence_helpers import Delegating, GatedLoad
 
 Backend = Callable[[], Persistence]
 
@@ -118,21 +119,12 @@ async def test_one_durable_append_per_turn(backend: Backend) -> None:
     appends: list[int] = []
     inner = backend()
 
-    class Counting:
-        async def create(self, header: SessionHeader) -> None:
-            await inner.create(header)
-
+    class Counting(Delegating):
         async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
             appends.append(len(events))
-            await inner.append(session_id, events)
+            await self.inner.append(session_id, events)
 
-        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
-            return await inner.load(session_id)
-
-        async def list(self) -> list[SessionHeader]:
-            return await inner.list()
-
-    async with open_runtime(model=ScriptedModel(delay=0.01), persistence=Counting()) as rt:
+    async with open_runtime(model=ScriptedModel(delay=0.01), persistence=Counting(inner)) as rt:
         agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
         for text in ("one two three", "four five"):
             agent.send(text)
@@ -199,21 +191,7 @@ async def test_a_resume_whose_load_finishes_after_the_owner_closed_leaks_nothing
         handle.agent.send("hi")
         await handle.agent.when_idle()
         await handle.dispose()
-    gate = trio.Event()
-
-    class Gated:
-        async def create(self, header: SessionHeader) -> None:
-            await store.create(header)
-
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-            await store.append(session_id, events)
-
-        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
-            await gate.wait()
-            return await store.load(session_id)
-
-        async def list(self) -> list[SessionHeader]:
-            return await store.list()
+    gated = GatedLoad(store)
 
     outcome: list[BaseException] = []
 
@@ -224,10 +202,10 @@ async def test_a_resume_whose_load_finishes_after_the_owner_closed_leaks_nothing
             outcome.append(exc)
 
     async with trio.open_nursery() as nursery:
-        async with open_runtime(model=ScriptedModel(delay=0), persistence=Gated()) as runtime:
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=gated) as runtime:
             nursery.start_soon(resume, runtime)
             await trio.testing.wait_all_tasks_blocked()
-        gate.set()
+        gated.gate.set()
     assert len(outcome) == 1
     assert "is closed" in str(outcome[0])
     assert runtime.agents.list() == []
@@ -389,23 +367,14 @@ async def test_a_failing_drain_is_reported_and_the_events_wait_for_the_next(
     inner = backend()
     failures = [OSError(28, "No space left on device")]
 
-    class Flaky:
-        async def create(self, header: SessionHeader) -> None:
-            await inner.create(header)
-
+    class Flaky(Delegating):
         async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
             if failures:
                 raise failures.pop()
-            await inner.append(session_id, events)
-
-        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
-            return await inner.load(session_id)
-
-        async def list(self) -> list[SessionHeader]:
-            return await inner.list()
+            await self.inner.append(session_id, events)
 
     errors: list[str] = []
-    async with open_runtime(model=ScriptedModel(delay=0), persistence=Flaky()) as rt:
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=Flaky(inner)) as rt:
         rt.hooks.on(AGENT_ERROR, lambda agent, turn, step, exc: errors.append(str(exc)))
         handle = await rt.agents.create(agent_id="a", session_id="s")
         with caplog.at_level(logging.ERROR, logger="greenroom.agent"):

@@ -10,6 +10,9 @@ says it with nesting::
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import trio
 
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
@@ -75,19 +78,9 @@ class LoopFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
     ) -> AgentHandle:
-        # Reserve both ids first: a duplicate is rejected before anything exists,
-        # and a racing create cannot publish the same ids while this one starts.
-        release_agent = self._registry.reserve(agent_id)
-        try:
-            release_session = self._sessions.reserve(session_id)
-            try:
-                session = self._sessions.prepare(session_id, cwd=cwd)
-                agent = self._agent(agent_id, session, options)
-                return await self._start(AgentHandle(agent), owner or self._default_owner)
-            finally:
-                release_session()
-        finally:
-            release_agent()
+        with self._reserved(agent_id, session_id):
+            session = self._sessions.prepare(session_id, cwd=cwd)
+            return await self._start(agent_id, session, options, owner)
 
     async def resume(
         self,
@@ -102,29 +95,38 @@ class LoopFactory:
                 f"cannot resume session {session_id!r}: no session persistence is configured"
                 " (pass persistence= to open_runtime)"
             )
-        # Reserved across the load too, so a resume racing a create (or another
-        # resume) of the same ids cannot publish twice.
+        with self._reserved(agent_id, session_id):
+            header, events = await self._persistence.load(session_id)
+            session = self._sessions.prepare(
+                session_id,
+                seed=events,
+                cwd=header.cwd,
+                parent_session=header.parent_session,
+                created_at=header.created_at,
+            )
+            return await self._start(agent_id, session, options, owner)
+
+    @contextmanager
+    def _reserved(self, agent_id: str, session_id: str) -> Iterator[None]:
+        """Hold both ids until the agent is published (or its start failed).
+
+        A duplicate is rejected before anything exists, and a racing create or
+        resume cannot publish the same ids while this one loads and starts.
+        """
         release_agent = self._registry.reserve(agent_id)
         try:
             release_session = self._sessions.reserve(session_id)
             try:
-                header, events = await self._persistence.load(session_id)
-                session = self._sessions.prepare(
-                    session_id,
-                    seed=events,
-                    cwd=header.cwd,
-                    parent_session=header.parent_session,
-                    created_at=header.created_at,
-                )
-                agent = self._agent(agent_id, session, options)
-                return await self._start(AgentHandle(agent), owner or self._default_owner)
+                yield
             finally:
                 release_session()
         finally:
             release_agent()
 
-    def _agent(self, agent_id: str, session: Session, options: AgentOptions | None) -> LoopAgent:
-        return LoopAgent(
+    async def _start(
+        self, agent_id: str, session: Session, options: AgentOptions | None, owner: Owner | None
+    ) -> AgentHandle:
+        agent = LoopAgent(
             agent_id,
             session,
             model=self._model,
@@ -132,8 +134,8 @@ class LoopFactory:
             hooks=self._hooks,
             options=options,
         )
-
-    async def _start(self, handle: AgentHandle, owner: Owner) -> AgentHandle:
+        handle = AgentHandle(agent)
+        owner = owner or self._default_owner
         start = AgentTask(handle, self._sessions, self._registry)
         if isinstance(owner, Supervisor):
             spec = ChildSpec(
