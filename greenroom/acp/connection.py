@@ -243,8 +243,9 @@ class AcpConnection:
                 self.fail(request_id, REQUEST_CANCELLED, "request cancelled")
             except RpcError as exc:
                 self.fail(request_id, exc.code, exc.message)
-            except (PersistenceError, ValueError, RuntimeError) as exc:
-                self.fail(request_id, INTERNAL_ERROR, str(exc))
+            except Exception as exc:  # one request's failure never ends the connection
+                logger.warning("request %r failed", request_id, exc_info=True)
+                self.fail(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             finally:
                 self._in_flight.pop(request_id, None)
 
@@ -393,26 +394,37 @@ class AcpConnection:
         self.respond(pending.request_id, PromptResult(_stop_reason(reason, pending.cancelled)))
 
     async def _release(self, record: SessionRecord) -> None:
-        """Answer its prompts ``cancelled``, dispose its agent, kill its background bash tasks."""
+        """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
+        self._abandon(record)
+        await record.handle.dispose()
+
+    def _abandon(self, record: SessionRecord) -> None:
         for pending in record.pending.values():
             self.respond(pending.request_id, PromptResult("cancelled"))
         record.pending.clear()
-        await record.handle.dispose()
         bash = self.runtime.bash
         for task in bash.list():
             if task.status == "running" and bash.owner_of(task.id) == record.session_id:
                 bash.kill(task.id)
 
     async def teardown(self) -> None:
-        """Close: every session released, in reverse creation order. Memoised by ``closed``."""
+        """Close: every session released, in reverse creation order. Memoised by ``closed``.
+
+        Every prompt is answered and every task killed first, at once, so a
+        dispose that overruns the teardown's grace cannot leave them behind.
+        """
         if self.closed:
             return
         self.closed = True
         records = list(self.records.values())
         self.records.clear()
-        for record in reversed(records):
-            await self._release(record)
-        await self.scope.close()
+        try:
+            for record in records:
+                self._abandon(record)
+            for record in reversed(records):
+                await record.handle.dispose()
+        finally:
+            await self.scope.close()
 
 
 def _decode(kind: type[P], raw: msgspec.Raw) -> P:

@@ -123,6 +123,7 @@ class LoopAgent:
         "_status",
         "_tools",
         "_turn_scope",
+        "_unflushed",
     )
 
     def __init__(
@@ -146,6 +147,7 @@ class LoopAgent:
         self._cancel_reason: str | None = None  # the turn-scoped cancel marker
         self._turn_scope: trio.CancelScope | None = None
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
+        self._unflushed = False  # the last flush failed
         self._life = trio.CancelScope()
         self._exited = trio.Event()  # set by AgentTask once the task has fully unwound
         self._idle_waiters: list[trio.Event] = []
@@ -273,7 +275,11 @@ class LoopAgent:
                     if self._cancel_reason is not None:
                         self._cancel_reason = None
                         if not inbox.queued:
-                            self._release_idle_waiters()
+                            # Running only if a turn ended with work queued behind it.
+                            if self._status == "running":
+                                self._set_status("idle")
+                            else:
+                                self._release_idle_waiters()
                             continue
                     self._set_status("running")
                     # Window 2: a listener of agent/status(running) cancelled.
@@ -289,7 +295,9 @@ class LoopAgent:
                         self._set_status("idle")
         finally:
             self._set_status("disposed")
-            if inbox.flush_requested:  # an idle inject that the cancel overtook
+            # Whatever an earlier drain failed to write, or an idle inject the cancel
+            # overtook, gets its last chance.
+            if inbox.flush_requested or self._unflushed:
                 await self._flush(0)
 
     async def _turn(self, turn: int) -> None:
@@ -479,6 +487,7 @@ class LoopAgent:
         with cleanup_scope() as closing:
             closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
             errors = await self._hooks.emit_async(SESSION_FLUSH, self._session)
+        self._unflushed = bool(errors)
         for error in errors:
             logger.error("flush of session %r failed: %r", self._session.id, error)
             self._hooks.emit(AGENT_ERROR, self, turn, 0, error)

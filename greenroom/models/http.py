@@ -41,6 +41,9 @@ def check_base_url(base_url: str) -> str:
         raise ValueError(
             f"base URL {base_url!r} must start with http:// or https:// and name a host"
         )
+    if url.userinfo:
+        # Errors and logs name the endpoint; credentials in it would travel with them.
+        raise ValueError("a base URL must not carry credentials (user:password@); use the key")
     return base_url.rstrip("/")
 
 

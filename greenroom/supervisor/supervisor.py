@@ -120,18 +120,25 @@ class _Serial:
 class _ChildStatus:
     """Forwards ``started()`` to the nursery and notes that the child is up."""
 
-    __slots__ = ("_child", "_inner")
+    __slots__ = ("_child", "_home", "_inner")
 
-    def __init__(self, inner: trio.TaskStatus[object], child: _Child) -> None:
+    def __init__(self, inner: trio.TaskStatus[object], child: _Child, home: trio.Nursery) -> None:
         self._inner = inner
         self._child = child
+        self._home = home
 
     def started(self, value: object = None) -> None:
         child = self._child
         child.value = value
+        self._inner.started(value)
+        if trio.lowlevel.current_task().parent_nursery is not self._home:
+            # Trio leaves a child where it is when its starter was cancelled, and the
+            # start waits for it to exit: a shielded child never would. End it, so
+            # the start fails and nothing half-started stays behind.
+            child.scope.cancel(reason="its start was cancelled")
+            return
         if child.state == "starting":
             child.state = "running"
-        self._inner.started(value)
 
 
 @contextmanager
@@ -372,16 +379,20 @@ class Supervisor:
         except BaseException:
             if forget_on_failure and self._children.get(child.spec.name) is child:
                 del self._children[child.spec.name]
+            await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled starter sees its cancel
             raise
 
     async def _run_child(self, child: _Child, *, task_status: trio.TaskStatus[object]) -> None:
+        assert self._nursery is not None
         _current_child.set(child)
         error: Exception | None = None
-        with child.scope:
-            try:
-                await child.spec.start(task_status=_ChildStatus(task_status, child))
-            except Exception as exc:
-                error = exc
+        try:
+            # The scope strips its own Cancelled, also out of a group, before the
+            # except sees what is left (an error a nursery in the child wrapped).
+            with child.scope:
+                await child.spec.start(task_status=_ChildStatus(task_status, child, self._nursery))
+        except Exception as exc:
+            error = exc
         if child.state == "starting":
             child.state = "exited"
             child.finish()
@@ -417,7 +428,7 @@ class Supervisor:
             restarts=child.restarts,
             time=now,
             supervisor=self.name,
-            exception=None if error is None else f"{type(error).__name__}: {error}",
+            exception=None if error is None else describe_error(error),
         )
         unsolicited = child.stop_outcome is None
         child.state = "exited" if unsolicited else "terminated"
@@ -555,6 +566,13 @@ class Supervisor:
         if self.backoff is not None:
             recent = len(self._restart_times) - 1
             await trio.sleep(self.backoff.delay(recent, self._rng.random()))
+
+
+def describe_error(error: BaseException) -> str:
+    """``Type: message``; for a group, its leaves (a nursery wraps what a child raised)."""
+    if isinstance(error, BaseExceptionGroup):
+        return "; ".join(describe_error(inner) for inner in error.exceptions)
+    return f"{type(error).__name__}: {error}"
 
 
 def _check_config(

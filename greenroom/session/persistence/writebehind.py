@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
+
 import trio
 
 from greenroom.protocol.events import SessionEvent
-from greenroom.session.persistence.base import Persistence
+from greenroom.session.persistence.base import Persistence, SessionExists
 from greenroom.session.session import Session
+
+logger = logging.getLogger("greenroom.persistence")
 
 
 class WriteBehind:
@@ -29,6 +34,16 @@ class WriteBehind:
 
     def on_event(self, session: Session, event: SessionEvent) -> None:
         buffer = self._buffers.get(session.id)
+        if buffer and buffer[-1].seq != event.seq - 1:
+            # Left by an earlier life of this session id whose drains all failed;
+            # writing it now would put two events at one seq.
+            logger.error(
+                "session %r: dropping %d events that never reached the store",
+                session.id,
+                len(buffer),
+            )
+            self._uncreated.discard(session.id)
+            buffer = None
         if buffer is None:
             buffer = self._buffers[session.id] = []
             if event.seq == 0:
@@ -48,7 +63,10 @@ class WriteBehind:
         # it so that what this buffer believes is always what the disk holds.
         with trio.CancelScope(shield=True):
             if session.id in self._uncreated:
-                await self._persistence.create(session.header)
+                # A resumed session with an empty log also starts at seq 0: its header
+                # is stored already, and the append's seq check guards the rest.
+                with contextlib.suppress(SessionExists):
+                    await self._persistence.create(session.header)
                 self._uncreated.discard(session.id)
             await self._persistence.append(session.id, batch)
         del buffer[: len(batch)]

@@ -2,8 +2,9 @@
 
 * Each command is a fresh non-login ``bash -c`` with stdin closed, started in
   a new session (so its process group id is its pid), with an environment
-  scrubbed of names matching KEY, SECRET, TOKEN or PASSWORD and set up for
-  plain output (``NO_COLOR=1``, ``TERM=dumb``, ``PAGER=cat``, ``GIT_PAGER=cat``).
+  scrubbed of names matching KEY, SECRET, TOKEN, PASSWORD, PASS, PWD, AUTH,
+  CRED or DSN, and of SSH_AUTH_SOCK, and set up for plain output
+  (``NO_COLOR=1``, ``TERM=dumb``, ``PAGER=cat``, ``GIT_PAGER=cat``).
 * Stopping a command signals its whole group: SIGTERM, then SIGKILL once the
   shell has exited or `KILL_GRACE` seconds have passed; the shell is always
   reaped (its orphaned children are reaped by init, as they would be anyway).
@@ -58,11 +59,18 @@ logger = logging.getLogger("greenroom.bash")
 KILL_GRACE: Final = 3.0
 #: Seconds to keep reading a command's pipes after it exited (a child it left may hold them).
 DRAIN_GRACE: Final = 1.0
-_SECRET_NAME: Final = re.compile("KEY|SECRET|TOKEN|PASSWORD", re.IGNORECASE)
+_SECRET_NAME: Final = re.compile(
+    "KEY|SECRET|TOKEN|PASSWORD|PASS|PWD|AUTH|CRED|DSN|SSH_AUTH_SOCK", re.IGNORECASE
+)
 
 
 def scrubbed_environment(environ: dict[str, str]) -> dict[str, str]:
-    env = {name: value for name, value in environ.items() if not _SECRET_NAME.search(name)}
+    """`environ` without anything whose name looks like a credential (or the SSH agent)."""
+    env = {
+        name: value
+        for name, value in environ.items()
+        if not _SECRET_NAME.search(name) or name in ("PWD", "OLDPWD")
+    }
     env.update(NO_COLOR="1", TERM="dumb", PAGER="cat", GIT_PAGER="cat")
     return env
 
