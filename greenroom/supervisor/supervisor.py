@@ -123,14 +123,19 @@ class _ChildStatus:
     __slots__ = ("_child", "_home", "_inner")
 
     def __init__(self, inner: trio.TaskStatus[object], child: _Child, home: trio.Nursery) -> None:
-        self._inner = inner
+        self._inner: trio.TaskStatus[object] | None = inner
         self._child = child
         self._home = home
 
     def started(self, value: object = None) -> None:
+        # Trio's status holds the start's temporary nursery: let it go once used,
+        # since a child's frames keep this object for the child's whole life.
+        inner, self._inner = self._inner, None
+        if inner is None:
+            raise RuntimeError(f"child {self._child.spec.name!r} called started() twice")
         child = self._child
         child.value = value
-        self._inner.started(value)
+        inner.started(value)
         if trio.lowlevel.current_task().parent_nursery is not self._home:
             # Trio leaves a child where it is when its starter was cancelled, and the
             # start waits for it to exit: a shielded child never would. End it, so
@@ -386,11 +391,13 @@ class Supervisor:
         assert self._nursery is not None
         _current_child.set(child)
         error: Exception | None = None
+        status = _ChildStatus(task_status, child, self._nursery)
+        del task_status  # only `status` may keep it, and only until started()
         try:
             # The scope strips its own Cancelled, also out of a group, before the
             # except sees what is left (an error a nursery in the child wrapped).
             with child.scope:
-                await child.spec.start(task_status=_ChildStatus(task_status, child, self._nursery))
+                await child.spec.start(task_status=status)
         except Exception as exc:
             error = exc
         if child.state == "starting":
