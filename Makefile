@@ -15,7 +15,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict greenroom
 	$(BIN)/pytest
 
-bench: $(VENV)/.installed
+bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench all
 
 $(BIN)/python:
@@ -24,6 +24,10 @@ $(BIN)/python:
 $(VENV)/.installed: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
 	touch $@
+
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev,bench]'
+	touch $@ $(VENV)/.installed $(VENV)/.installed-dev
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
