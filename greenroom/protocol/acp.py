@@ -206,12 +206,11 @@ class SteeringResult(msgspec.Struct, frozen=True, gc=False):
 # -- session/update ------------------------------------------------------------------------
 
 
-class UserMessageChunk(
+class _ContentChunk(
     msgspec.Struct,
     frozen=True,
     gc=False,
     tag_field="sessionUpdate",
-    tag="user_message_chunk",
     rename=wire_name,
     omit_defaults=True,
 ):
@@ -219,30 +218,16 @@ class UserMessageChunk(
     message_id: str | None = None
 
 
-class AgentMessageChunk(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="agent_message_chunk",
-    rename=wire_name,
-    omit_defaults=True,
-):
-    content: TextBlock
-    message_id: str | None = None
+class UserMessageChunk(_ContentChunk, frozen=True, gc=False, tag="user_message_chunk"):
+    pass
 
 
-class AgentThoughtChunk(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="agent_thought_chunk",
-    rename=wire_name,
-    omit_defaults=True,
-):
-    content: TextBlock
-    message_id: str | None = None
+class AgentMessageChunk(_ContentChunk, frozen=True, gc=False, tag="agent_message_chunk"):
+    pass
+
+
+class AgentThoughtChunk(_ContentChunk, frozen=True, gc=False, tag="agent_thought_chunk"):
+    pass
 
 
 ToolKind: TypeAlias = Literal[
