@@ -170,3 +170,32 @@ def test_a_base_url_with_credentials_is_refused() -> None:
 
     with pytest.raises(ValueError, match="must not carry credentials"):
         OpenAIChatModel("http://user:s3cret@proxy.example/v1", "sk", "m")
+
+
+async def test_context_injected_while_a_tool_runs_lands_after_its_result() -> None:
+    import msgspec
+
+    from greenroom.actors.types import ToolInvocation
+    from greenroom.models import CallTool
+    from greenroom.protocol.events import ContextMessage, ToolCall, ToolResult
+    from greenroom.protocol.model import AssistantTurn, ToolTurn, UserTurn
+    from greenroom.tools import Tool
+
+    class Args(msgspec.Struct):
+        pass
+
+    async def slow(args: Args, call: ToolInvocation) -> str:
+        assert call.agent is not None
+        call.agent.inject("a background task finished")
+        await trio.sleep(1)
+        return "done"
+
+    model = ScriptedModel([[CallTool("slow", {})], [Say("ok")]])
+    async with open_runtime(model=model, tools=[Tool("slow", "waits", Args, slow)]) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent.send("go")
+        await agent.when_idle()
+        kinds = [type(e) for e in agent.session.events]
+        assert kinds.index(ToolCall) < kinds.index(ToolResult) < kinds.index(ContextMessage)
+        history = model.requests[1].messages
+        assert [type(m) for m in history] == [UserTurn, AssistantTurn, ToolTurn, UserTurn]

@@ -111,6 +111,7 @@ class LoopAgent:
     __slots__ = (
         "_cancel_reason",
         "_exited",
+        "_held",
         "_hooks",
         "_id",
         "_idle_waiters",
@@ -148,6 +149,7 @@ class LoopAgent:
         self._turn_scope: trio.CancelScope | None = None
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
+        self._held: list[ContextMessage] | None = None  # injected while tools run
         self._life = trio.CancelScope()
         self._exited = trio.Event()  # set by AgentTask once the task has fully unwound
         self._idle_waiters: list[trio.Event] = []
@@ -204,6 +206,9 @@ class LoopAgent:
         message = ContextMessage(
             content=prompt.content, source=prompt.source, message_id=prompt.message_id
         )
+        if self._held is not None:  # tool calls are running: after their results
+            self._held.append(message)
+            return prompt.message_id
         if self._session.open_turn is not None:
             self._session.append(message)
             return prompt.message_id
@@ -403,7 +408,19 @@ class LoopAgent:
         message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
-        for index, call in enumerate(message.tool_calls):
+        self._held = [] if message.tool_calls else None
+        try:
+            await self._run_tools(turn, step, message.tool_calls)
+        finally:
+            # Context injected while the tools ran goes after their results: a model
+            # API wants a call's result right after the call.
+            held, self._held = self._held or [], None
+            for context in held:
+                self._session.append(context)
+        return bool(message.tool_calls), hit_limit
+
+    async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
+        for index, call in enumerate(calls):
             self._log_call(turn, step, call)
             try:
                 outcome = await self._tools.execute(
@@ -421,12 +438,11 @@ class LoopAgent:
                     error=ToolError(name="Cancelled", code="aborted"),
                 )
                 self._log_result(turn, step, call, aborted)
-                for later in message.tool_calls[index + 1 :]:
+                for later in calls[index + 1 :]:
                     self._log_call(turn, step, later)
                     self._log_result(turn, step, later, aborted)
                 raise
             self._log_result(turn, step, call, outcome)
-        return bool(message.tool_calls), hit_limit
 
     def _log_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
         self._session.append(
