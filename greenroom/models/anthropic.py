@@ -7,19 +7,12 @@ Requires the ``anthropic`` extra (``pip install 'greenroom[anthropic]'``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any, Final
 
 import msgspec
 
 from greenroom.models.base import ModelError
-from greenroom.models.http import (
-    DEFAULT_BACKOFF,
-    check_base_url,
-    decode_json,
-    open_stream,
-    sse_events,
-)
+from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -45,7 +38,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-class AnthropicModel:
+class AnthropicModel(HttpModel):
     """Streams ``POST {base_url}/v1/messages``; tool inputs are assembled from their JSON deltas."""
 
     def __init__(
@@ -58,22 +51,18 @@ class AnthropicModel:
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
-        self._url = check_base_url(base_url) + "/v1/messages"
-        self._headers = {
-            "x-api-key": api_key,
-            "anthropic-version": API_VERSION,
-            "content-type": "application/json",
-        }
-        self._model = model
+        super().__init__(
+            check_base_url(base_url) + "/v1/messages",
+            {
+                "x-api-key": api_key,
+                "anthropic-version": API_VERSION,
+                "content-type": "application/json",
+            },
+            model,
+            attempts,
+            backoff,
+        )
         self._max_tokens = max_tokens
-        self._attempts = attempts
-        self._backoff = backoff
-
-    def __repr__(self) -> str:  # never the key
-        return f"AnthropicModel({self._url!r}, model={self._model!r})"
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        return self._stream(request)
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body: consecutive same-role turns merged, as the API requires."""
@@ -132,22 +121,11 @@ class AnthropicModel:
         usage = [0, 0]
         finish: Finish | None = None
         stopped = False
-        async with (
-            open_stream(
-                self._url,
-                headers=self._headers,
-                body=msgspec.json.encode(self.body(request)),
-                attempts=self._attempts,
-                backoff=self._backoff,
-            ) as response,
-            aclosing(sse_events(response)) as events,
-        ):
+        async with self._events(request) as events:
             async for event in events:
                 if event.event == "ping":
                     continue
-                payload = decode_json(event, self._url)
-                if not isinstance(payload, dict):
-                    raise ModelError(f"{self._url}: an event that is not an object", "malformed")
+                payload = self._object(event)
                 kind = payload.get("type", event.event)
                 if kind == "error":
                     error = payload.get("error") or {}

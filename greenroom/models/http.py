@@ -13,14 +13,15 @@ import logging
 import math
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
-from contextlib import asynccontextmanager
-from typing import Final
+from contextlib import aclosing, asynccontextmanager
+from typing import Any, Final
 
 import httpx
 import msgspec
 import trio
 
 from greenroom.models.base import ModelError
+from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.supervisor import Backoff
 
 logger = logging.getLogger("greenroom.models")
@@ -74,14 +75,60 @@ async def sse_events(response: httpx.Response) -> AsyncGenerator[SseEvent, None]
         yield SseEvent(event, "\n".join(data))
 
 
-def decode_json(event: SseEvent, endpoint: str) -> object:
-    try:
-        return msgspec.json.decode(event.data)
-    except msgspec.DecodeError:
-        excerpt = event.data[:120]
-        raise ModelError(
-            f"{endpoint}: malformed {event.event!r} event, not JSON: {excerpt!r}", "malformed"
-        ) from None
+class HttpModel:
+    """What both adapters share: one endpoint, the headers that carry the key, retries.
+
+    A subclass builds the wire body (`body`) and reads the events (`_stream`).
+    """
+
+    def __init__(
+        self, url: str, headers: dict[str, str], model: str, attempts: int, backoff: Backoff
+    ) -> None:
+        self._url = url
+        self._headers = headers
+        self._model = model
+        self._attempts = attempts
+        self._backoff = backoff
+
+    def __repr__(self) -> str:  # never the headers: they carry the key
+        return f"{type(self).__name__}({self._url!r}, model={self._model!r})"
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._stream(request)
+
+    def body(self, request: ModelRequest) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        raise NotImplementedError
+
+    @asynccontextmanager
+    async def _events(self, request: ModelRequest) -> AsyncIterator[AsyncGenerator[SseEvent, None]]:
+        """POST the request; yield its events, closed with the response however it ends."""
+        async with (
+            open_stream(
+                self._url,
+                headers=self._headers,
+                body=msgspec.json.encode(self.body(request)),
+                attempts=self._attempts,
+                backoff=self._backoff,
+            ) as response,
+            aclosing(sse_events(response)) as events,
+        ):
+            yield events
+
+    def _object(self, event: SseEvent) -> dict[str, Any]:
+        """The event's JSON object; an error naming the event for anything else."""
+        try:
+            payload = msgspec.json.decode(event.data)
+        except msgspec.DecodeError:
+            raise ModelError(
+                f"{self._url}: malformed {event.event!r} event, not JSON: {event.data[:120]!r}",
+                "malformed",
+            ) from None
+        if not isinstance(payload, dict):
+            raise ModelError(f"{self._url}: {event.event!r} event is not an object", "malformed")
+        return payload
 
 
 @asynccontextmanager

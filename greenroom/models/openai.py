@@ -7,19 +7,10 @@ Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from contextlib import aclosing
 from typing import Any
 
-import msgspec
-
 from greenroom.models.base import ModelError
-from greenroom.models.http import (
-    DEFAULT_BACKOFF,
-    check_base_url,
-    decode_json,
-    open_stream,
-    sse_events,
-)
+from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -43,7 +34,7 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(HttpModel):
     """Streams ``POST {base_url}/chat/completions``; tool calls assembled from their fragments."""
 
     def __init__(
@@ -55,17 +46,13 @@ class OpenAIChatModel:
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
     ) -> None:
-        self._url = check_base_url(base_url) + "/chat/completions"
-        self._headers = {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"}
-        self._model = model
-        self._attempts = attempts
-        self._backoff = backoff
-
-    def __repr__(self) -> str:  # never the key
-        return f"OpenAIChatModel({self._url!r}, model={self._model!r})"
-
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        return self._stream(request)
+        super().__init__(
+            check_base_url(base_url) + "/chat/completions",
+            {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
+            model,
+            attempts,
+            backoff,
+        )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for `request` (the wire's messages, tools, streaming options)."""
@@ -113,22 +100,11 @@ class OpenAIChatModel:
     async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
         finish: Finish | None = None
-        async with (
-            open_stream(
-                self._url,
-                headers=self._headers,
-                body=msgspec.json.encode(self.body(request)),
-                attempts=self._attempts,
-                backoff=self._backoff,
-            ) as response,
-            aclosing(sse_events(response)) as events,
-        ):
+        async with self._events(request) as events:
             async for event in events:
                 if event.data == "[DONE]":
                     break
-                payload = decode_json(event, self._url)
-                if not isinstance(payload, dict):
-                    raise ModelError(f"{self._url}: an event that is not an object", "malformed")
+                payload = self._object(event)
                 if "error" in payload:
                     raise ModelError(f"{self._url}: error event: {payload['error']}", "error")
                 usage = payload.get("usage")
