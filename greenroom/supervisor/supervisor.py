@@ -15,7 +15,6 @@ other or with `start_child`/`stop_child`/`restart_child` (they share one lock).
 
 from __future__ import annotations
 
-import logging
 import math
 import random
 from collections import deque
@@ -27,6 +26,7 @@ from typing import Final
 
 import trio
 
+from greenroom.supervisor.listeners import Listeners
 from greenroom.supervisor.spec import (
     STRATEGIES,
     Backoff,
@@ -46,8 +46,6 @@ ExitListener = Callable[[ExitRecord], object]
 
 #: How many exit records a supervisor keeps in `Supervisor.exits`.
 EXIT_HISTORY: Final = 256
-
-logger = logging.getLogger("greenroom.supervisor")
 
 _current_child: ContextVar[_Child] = ContextVar("greenroom_current_child")
 
@@ -222,7 +220,7 @@ class Supervisor:
         self._children: dict[str, _Child] = {}  # insertion order is start order
         self._restart_times: deque[float] = deque()
         self._window: deque[ExitRecord] = deque()
-        self._listeners: list[ExitListener] = []
+        self._listeners: Listeners[ExitRecord] = Listeners(f"supervisor {name!r} exits")
         self._serial = _Serial()
         self._entered = False
         self._closed = False
@@ -329,13 +327,7 @@ class Supervisor:
         A listener that raises is logged and contained: the other listeners and
         the supervisor go on.
         """
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        return remove
+        return self._listeners.add(listener)
 
     def tree(self) -> SupervisorTree:
         """A snapshot of this supervisor and its children, nested supervisors included."""
@@ -452,11 +444,7 @@ class Supervisor:
 
     def _publish(self, record: ExitRecord) -> None:
         self.exits.append(record)
-        for listener in list(self._listeners):
-            try:
-                listener(record)
-            except Exception:
-                logger.exception("exit listener of supervisor %r raised", self.name)
+        self._listeners.notify(record)
 
     def _settle(self, child: _Child) -> None:
         """A child that will not run again: forgotten if temporary, else kept as terminated."""

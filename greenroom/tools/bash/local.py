@@ -38,6 +38,7 @@ from typing import Final
 import trio
 
 from greenroom.supervisor import Scope
+from greenroom.supervisor.listeners import Listeners
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
@@ -273,7 +274,7 @@ class LocalBashExecutor:
         self.default_workdir = default_workdir
         self._tasks: dict[str, _TaskRecord] = {}
         self._count = 0
-        self._listeners: list[TaskDoneListener] = []
+        self._listeners: Listeners[BashTask] = Listeners("bash task completions")
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = trio.open_nursery()
         self._spill_dir: str | None = None
@@ -387,15 +388,7 @@ class LocalBashExecutor:
         self, listener: TaskDoneListener, *, scope: Scope | None = None
     ) -> Callable[[], None]:
         """Call ``listener(task)`` once per task when it ends; never after the executor closed."""
-        self._listeners.append(listener)
-
-        def remove() -> None:
-            if listener in self._listeners:
-                self._listeners.remove(listener)
-
-        if scope is not None:
-            scope.add(remove)
-        return remove
+        return self._listeners.add(listener, scope=scope)
 
     # -- internals -----------------------------------------------------------------------
 
@@ -405,12 +398,7 @@ class LocalBashExecutor:
         finally:
             record.status = "killed" if record.killed else "completed"
             record.done.set()
-        task = record.snapshot()
-        for listener in list(self._listeners):
-            try:
-                listener(task)
-            except Exception:
-                logger.exception("task-done listener %r raised", listener)
+        self._listeners.notify(record.snapshot())
 
     def _record(self, task_id: str) -> _TaskRecord:
         record = self._tasks.get(task_id)
