@@ -1,6 +1,8 @@
 """greenroom: an actor runtime for AI agents on Trio."""
 
-from greenroom.actors.registry import AgentHandle, AgentRegistry
+from greenroom.actors.factory import AgentFactory
+from greenroom.actors.life import AgentHandle
+from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentDisposed, AgentOptions
 from greenroom.runtime import Runtime, open_runtime
 
@@ -9,6 +11,7 @@ __version__ = "0.1.0"
 __all__ = [
     "Agent",
     "AgentDisposed",
+    "AgentFactory",
     "AgentHandle",
     "AgentOptions",
     "AgentRegistry",

@@ -1,7 +1,7 @@
 """`open_runtime()`: the services of one greenroom, wired under its root supervisor.
 
-Floor 7: this is where configuration enters; nothing below reads the
-environment or global state.
+This is where configuration enters; nothing below reads the environment or
+global state.
 """
 
 from __future__ import annotations
@@ -11,31 +11,36 @@ import os
 import sys
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from functools import partial
 from typing import Any
 
 import trio
 
-from greenroom.actors.factory import LoopFactory
+from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
+from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
-from greenroom.session import SESSION_EVENT, SESSION_FLUSH, SessionStore
-from greenroom.session.persistence import Persistence, WriteBehind
+from greenroom.session import SessionStore
+from greenroom.session.persistence import Persistence
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
-from greenroom.supervisor.hooks import Hooks
 from greenroom.tools import Tool, ToolRegistry
-from greenroom.tools.bash import LocalBashExecutor
+from greenroom.tools.bash import BashExecutor, LocalBashExecutor
+from greenroom.tools.bash.tools import release_owner
 from greenroom.tools.plugins import Plugin, PluginContext
 
 
 class Runtime:
     """The services of an open runtime.
 
-    * ``agents``: the `AgentRegistry` (``create``/``resume`` return handles);
+    * ``agents``: the `AgentFactory` (``create``/``resume`` return handles;
+      ``get``/``by_session``/``list`` find live agents);
     * ``sessions``: the live `SessionStore`;
     * ``tools``: the `ToolRegistry` every agent's tool calls go through;
     * ``hooks``: the listener table (``agent/*``, ``session/*``, ``tools/*``);
-    * ``bash``: the `LocalBashExecutor` (background tasks outlive any plugin);
+    * ``persistence``: where sessions are stored between processes, or None;
+    * ``bash``: the `BashExecutor` (background tasks outlive any plugin, not
+      their session: an agent's dispose ends its session's tasks);
     * ``supervisor``: the agents' supervisor, the default owner of every agent;
     * ``plugins``: the plugins' supervisor (see `plug` and `reload`).
     """
@@ -45,6 +50,7 @@ class Runtime:
         "agents",
         "bash",
         "hooks",
+        "persistence",
         "plugins",
         "sessions",
         "supervisor",
@@ -54,11 +60,12 @@ class Runtime:
     def __init__(
         self,
         *,
-        agents: AgentRegistry,
+        agents: AgentFactory,
         sessions: SessionStore,
         tools: ToolRegistry,
         hooks: Hooks,
-        bash: LocalBashExecutor,
+        persistence: Persistence | None,
+        bash: BashExecutor,
         supervisor: Supervisor,
         plugins: Supervisor,
     ) -> None:
@@ -66,6 +73,7 @@ class Runtime:
         self.sessions = sessions
         self.tools = tools
         self.hooks = hooks
+        self.persistence = persistence
         self.bash = bash
         self.supervisor = supervisor
         self.plugins = plugins
@@ -136,50 +144,43 @@ async def open_runtime(
     """Open a runtime; closing it disposes every agent it owns.
 
     ``model`` defaults to the echoing `ScriptedModel`. With ``persistence``,
-    every session's events reach it through a `WriteBehind` (one durable
-    append per turn) and `agents.resume` can load sessions back. The agents' supervisor
+    every session's events go to its sink over it (one durable append per
+    turn) and `agents.resume` can load sessions back. The agents' supervisor
     stops its children in reverse start order, so agents are disposed in
     reverse creation order, each through the same path as
-    `AgentHandle.dispose` (closing ``turn/end``, flush, unregister, detach);
-    then the plugins stop; then the bash executor kills and reaps every task.
-    ``workdir`` is where a bash command without one runs (default: the
-    current directory).
+    `AgentHandle.dispose` (closing ``turn/end``, flush, its session's bash
+    tasks ended, unregister, detach); then the plugins stop; then the bash
+    executor kills and reaps whatever is left. ``workdir`` is where a bash
+    command without one runs (default: the current directory).
     """
     hooks = Hooks()
     sessions = SessionStore(hooks)
-    registry = AgentRegistry(hooks)
     tool_registry = ToolRegistry(hooks)
     for tool in tools:
         tool_registry.register(tool)
-    if persistence is not None:
-        write_behind = WriteBehind(persistence)
-        hooks.on(SESSION_EVENT, write_behind.on_event)
-        hooks.on_async(SESSION_FLUSH, write_behind.flush)
     # The nesting is the teardown order: agents, then plugins, then bash tasks.
     async with (
         LocalBashExecutor(workdir or os.getcwd()) as bash,
         Supervisor(name=f"{name}:plugins") as plugins,
         Supervisor(name=f"{name}:agents") as supervisor,
     ):
-        factory = LoopFactory(
+        agents = AgentFactory(
             hooks=hooks,
             sessions=sessions,
-            registry=registry,
+            registry=AgentRegistry(hooks),
             model=model if model is not None else ScriptedModel(),
             tools=tool_registry,
             default_owner=supervisor,
             persistence=persistence,
+            release_owned=partial(release_owner, bash),
         )
-        remove_factory = registry.set_factory(factory)
-        try:
-            yield Runtime(
-                agents=registry,
-                sessions=sessions,
-                tools=tool_registry,
-                hooks=hooks,
-                bash=bash,
-                supervisor=supervisor,
-                plugins=plugins,
-            )
-        finally:
-            remove_factory()
+        yield Runtime(
+            agents=agents,
+            sessions=sessions,
+            tools=tool_registry,
+            hooks=hooks,
+            persistence=persistence,
+            bash=bash,
+            supervisor=supervisor,
+            plugins=plugins,
+        )

@@ -110,7 +110,7 @@ async def bridge(
 
         async def serve() -> None:
             try:
-                await serve_connection(runtime, server, persistence=store)
+                await serve_connection(runtime, server)
             finally:
                 b.served.set()
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
+from greenroom import Agent, Runtime
 from greenroom.protocol.events import (
     SessionEvent,
     StepStart,
@@ -57,3 +59,10 @@ def assert_enclosed(events: Sequence[SessionEvent]) -> None:
             open_turn = None
         else:
             assert open_turn is not None, f"{kind(event)} at seq {index} is outside any turn"
+
+
+async def new_agent(
+    rt: Runtime, agent_id: str = "a", session_id: str = "s", **kwargs: Any
+) -> Agent:
+    """The agent of ``rt.agents.create(...)``, for tests that never dispose it themselves."""
+    return (await rt.agents.create(agent_id=agent_id, session_id=session_id, **kwargs)).agent

@@ -18,13 +18,13 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom.actors.registry import AgentHandle
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
-from greenroom.protocol.events import DISPOSED
+from greenroom.protocol.events import DISPOSED, SessionHeader
 from greenroom.session.persistence import JsonlPersistence
+from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
 from tests.agents_helpers import kinds, turn_ends
-from tests.persistence_helpers import GatedLoad
+from tests.persistence_helpers import Delegating, GatedLoad
 
 RESULTS = {
     "initialize": acp.schema.InitializeResponse,
@@ -228,30 +228,26 @@ async def test_disconnect_kills_the_sessions_background_bash_tasks(tmp_path: Pat
             assert answer["result"] == {"stopReason": "end_turn"}
             (task,) = b.runtime.bash.list()
             assert b.runtime.bash.owner_of(task.id) == session
+            ended: list[BashTask] = []
+            b.runtime.bash.on_task_done(ended.append)
             await b.peer.close()
             await b.served.wait()
-            while (state := b.runtime.bash.get(task.id)) is not None and state.status == "running":
-                await trio.sleep(0.01)
-            assert b.runtime.bash.get(task.id).status == "killed"  # type: ignore[union-attr]
+            # Ended and reaped before the session's agent was gone, then forgotten.
+            assert [(t.id, t.status) for t in ended] == [(task.id, "killed")]
+            assert b.runtime.bash.get(task.id) is None
 
 
 async def test_a_late_session_new_after_close_creates_no_agent(tmp_path: Path) -> None:
-    async with bridge(tmp_path, ScriptedModel()) as b:
-        gate = trio.Event()
-        factory = b.runtime.agents._factory
-        assert factory is not None
+    gate = trio.Event()
 
-        class Late:
-            """The runtime's factory, held at the gate: the create lands after the close."""
+    class GatedCreate(Delegating):
+        """The create is held at the gate: it lands after the close."""
 
-            async def create(self, **kwargs: Any) -> AgentHandle:
-                await gate.wait()
-                return await factory.create(**kwargs)  # type: ignore[union-attr]
+        async def create(self, header: SessionHeader) -> None:
+            await gate.wait()
+            await self.inner.create(header)
 
-            async def resume(self, **kwargs: Any) -> AgentHandle:
-                raise AssertionError("not used")
-
-        b.runtime.agents._factory = Late()
+    async with bridge(tmp_path, ScriptedModel(), GatedCreate(JsonlPersistence(tmp_path))) as b:
         request = await b.peer.request("session/new", {"cwd": "/w", "mcpServers": []})
         await trio.testing.wait_all_tasks_blocked()
         await b.peer.close()  # teardown runs while the create is held

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
 
 import pytest
 import trio
@@ -34,22 +35,25 @@ from greenroom.protocol.events import (
     TurnStart,
 )
 from greenroom.protocol.model import ModelRequest, StreamChunk, TextDelta, UserTurn
-from greenroom.session import SESSION_EVENT, SESSION_FLUSH, Session, SessionIdInUse
+from greenroom.session import SESSION_EVENT, Session, SessionIdInUse
+from greenroom.session.persistence import JsonlPersistence
 from greenroom.supervisor import Supervisor
 from tests.agents_helpers import (
     assert_enclosed,
     kinds,
+    new_agent,
     steps_of,
     turn_ends,
     user_messages_by_turn,
 )
+from tests.persistence_helpers import Delegating
 
 # -- 1. batching ---------------------------------------------------------------
 
 
 async def test_a_burst_is_one_turn_and_a_send_during_a_turn_waits_for_the_next() -> None:
     async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
 
         def late_send(agent_: Agent, turn: int, step: int) -> None:
             if turn == 1:
@@ -72,7 +76,7 @@ async def test_a_burst_is_one_turn_and_a_send_during_a_turn_waits_for_the_next()
 async def test_steer_while_running_joins_the_turn_between_steps() -> None:
     model = ScriptedModel([[Say("working"), Wait(1)], [Say("steered")]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
 
         def steer_once(agent_: Agent, turn: int, step: int, chunk: StreamChunk) -> None:
             if step == 1 and isinstance(chunk, TextDelta):
@@ -95,7 +99,7 @@ async def test_steer_while_running_joins_the_turn_between_steps() -> None:
 
 async def test_steer_while_idle_behaves_like_send() -> None:
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.steer("hello")
         await agent.when_idle()
         assert user_messages_by_turn(agent.session.events) == {1: ["hello"]}
@@ -107,7 +111,7 @@ async def test_steer_while_idle_behaves_like_send() -> None:
 async def test_inject_while_idle_writes_its_own_one_shot_turn_without_the_model() -> None:
     model = ScriptedModel(delay=0)
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.inject("the build is green")
         events = agent.session.events
         assert kinds(events) == ["turn/start", "context/message", "turn/end"]
@@ -126,7 +130,7 @@ async def test_inject_while_idle_writes_its_own_one_shot_turn_without_the_model(
 async def test_inject_inside_an_open_turn_joins_that_turn() -> None:
     model = ScriptedModel([[Say("a"), Wait(1), CallTool("missing")], [Say("b")]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("go")
         await trio.sleep(0.5)
         agent.inject("side note")
@@ -144,7 +148,7 @@ async def test_inject_inside_an_open_turn_joins_that_turn() -> None:
 
 async def test_cancel_on_an_idle_agent_is_a_no_op_and_the_next_prompt_runs() -> None:
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.cancel()
         agent.send("still here")
         await agent.when_idle()
@@ -153,7 +157,7 @@ async def test_cancel_on_an_idle_agent_is_a_no_op_and_the_next_prompt_runs() -> 
 
 async def test_send_then_cancel_before_pickup_runs_nothing_and_releases_waiters() -> None:
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         idle = agent.when_idle()  # registered before the send: idle, nothing queued
         agent.send("never")
         waiting = agent.when_idle()  # registered with a prompt queued
@@ -169,7 +173,7 @@ async def test_send_then_cancel_before_pickup_runs_nothing_and_releases_waiters(
 async def test_cancel_mid_step_aborts_the_model_call_with_the_reason() -> None:
     model = ScriptedModel([[Say("partial"), Hang()], [Say("partial"), Hang()]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("one")
         await trio.testing.wait_all_tasks_blocked()
         agent.cancel("mid-step")
@@ -199,7 +203,7 @@ async def test_cancel_mid_step_aborts_the_model_call_with_the_reason() -> None:
 
 async def test_cancel_from_a_turn_start_listener_drops_every_step() -> None:
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         rt.hooks.on(AGENT_TURN_START, lambda a, turn: a.cancel("at turn start"))
         agent.send("go")
         await agent.when_idle()
@@ -211,7 +215,7 @@ async def test_cancel_from_a_turn_start_listener_drops_every_step() -> None:
 async def test_cancel_from_a_running_status_listener_drops_the_turn() -> None:
     model = ScriptedModel(delay=0)
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         remove = rt.hooks.on(
             AGENT_STATUS, lambda a, status: a.cancel() if status == "running" else None
         )
@@ -228,7 +232,7 @@ async def test_cancel_from_a_running_status_listener_drops_the_turn() -> None:
 
 async def test_a_running_listener_that_cancels_then_queues_runs_the_replacement() -> None:
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
 
         def replace(a: Agent, status: str) -> None:
             if status == "running" and a.session.last_turn == 0:
@@ -244,7 +248,7 @@ async def test_a_running_listener_that_cancels_then_queues_runs_the_replacement(
 async def test_cancel_in_the_continuation_window_runs_no_further_step() -> None:
     model = ScriptedModel([[CallTool("missing")], [Say("never")]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
 
         async def cancel_here(go_on: bool, a: Agent, turn: int) -> bool:
             a.cancel("continuation")
@@ -261,7 +265,7 @@ async def test_cancel_in_the_continuation_window_runs_no_further_step() -> None:
 
 async def test_cancel_between_when_idle_and_a_new_send_never_batches() -> None:
     async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         ended: list[float] = []
         rt.hooks.on(SESSION_EVENT, lambda s, e: ended.append(1) if isinstance(e, TurnEnd) else None)
         agent.send("A")
@@ -277,7 +281,7 @@ async def test_cancel_between_when_idle_and_a_new_send_never_batches() -> None:
 async def test_cancel_clears_steering_and_does_not_requeue_it() -> None:
     model = ScriptedModel([[Say("x"), Hang()]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("go")
         await trio.testing.wait_all_tasks_blocked()
         agent.steer("left")
@@ -293,7 +297,7 @@ async def test_cancel_clears_steering_and_does_not_requeue_it() -> None:
 async def test_steering_left_by_a_failed_step_leads_the_next_turn() -> None:
     model = ScriptedModel([[Say("x"), Wait(1), Fail("boom")]])
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("go")
         await trio.sleep(0.5)
         agent.steer("also this")
@@ -338,17 +342,21 @@ async def test_dispose_mid_turn_closes_the_turn_then_unregisters_then_detaches()
         assert turn_ends(sibling.agent.session.events) == [(1, COMPLETED)]
 
 
-async def test_concurrent_dispose_callers_await_one_teardown() -> None:
-    async with open_runtime(model=ScriptedModel([[Say("x"), Hang()]])) as rt:
-        handle = await rt.agents.create(agent_id="a", session_id="s")
-        gate = trio.Event()
-        flushes: list[str] = []
+async def test_concurrent_dispose_callers_await_one_teardown(tmp_path: Path) -> None:
+    gate = trio.Event()
+    flushes: list[str] = []
 
-        async def gated_flush(session: Session) -> None:
-            flushes.append(session.id)
+    class GatedAppend(Delegating):
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+            flushes.append(session_id)
             await gate.wait()
+            await self.inner.append(session_id, events)
 
-        rt.hooks.on_async(SESSION_FLUSH, gated_flush)
+    persistence = GatedAppend(JsonlPersistence(tmp_path))
+    async with open_runtime(
+        model=ScriptedModel([[Say("x"), Hang()]]), persistence=persistence
+    ) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
         handle.agent.send("go")
         await trio.testing.wait_all_tasks_blocked()
         returned: list[str] = []
@@ -482,7 +490,7 @@ async def test_a_disposed_agent_refuses_prompts_naming_itself() -> None:
 
 async def test_empty_or_non_text_content_is_rejected() -> None:
     async with open_runtime() as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         with pytest.raises(ValueError, match="agent 'a': content must be non-empty text"):
             agent.send("   ")
         with pytest.raises(TypeError, match=r"agent 'a': content must be text \(str\), got bytes"):
@@ -512,7 +520,7 @@ async def test_a_broken_model_ends_the_turn_error_and_the_agent_stays_usable(
     mode: str, message: str
 ) -> None:
     async with open_runtime(model=_Broken(mode)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("hi")
         await agent.when_idle()
         assert turn_ends(agent.session.events) == [(1, Errored(step=1, message=message))]

@@ -31,7 +31,7 @@ from greenroom.protocol.model import ToolTurn
 from greenroom.runtime import Runtime
 from greenroom.tools.bash import BashExecRequest
 from greenroom.tools.bash.tools import bash_plugin
-from tests.agents_helpers import turn_ends
+from tests.agents_helpers import new_agent, turn_ends
 
 pytestmark = pytest.mark.real_clock
 
@@ -108,11 +108,6 @@ async def assert_group_gone(pgid: int) -> None:
     assert live_members(pgid) == []
 
 
-async def wait_done(rt: Runtime, task_id: str) -> None:
-    while (task := rt.bash.get(task_id)) is not None and task.status == "running":
-        await trio.sleep(0.02)
-
-
 # -- ownership --------------------------------------------------------------------------
 
 
@@ -147,8 +142,8 @@ async def test_an_unowned_task_is_open_and_the_owner_reads_after_completion(
         async with bash_runtime(tmp_path) as rt:
             unowned = await started_task(rt, None, "echo open")
             owned = await started_task(rt, FakeAgent("sess-a"), "echo mine; echo oops >&2")
-            await wait_done(rt, unowned)
-            await wait_done(rt, owned)
+            await rt.bash.wait(unowned)
+            await rt.bash.wait(owned)
             anyone = await call(rt, FakeAgent("sess-z"), "bash_output", task_id=unowned)
             assert anyone.content == "open\n[status: completed, exit code: 0]"
             mine = await call(rt, FakeAgent("sess-a"), "bash_output", task_id=owned)
@@ -187,14 +182,13 @@ async def test_a_completion_notice_reaches_the_owner_found_through_the_registry(
 ) -> None:
     with trio.fail_after(LIMIT):
         async with bash_runtime(tmp_path, model=ScriptedModel(delay=0)) as rt:
-            owner = (await rt.agents.create(agent_id="a", session_id="sess-a")).agent
+            owner = await new_agent(rt, agent_id="a", session_id="sess-a")
             gone = await rt.agents.create(agent_id="b", session_id="sess-b")
             mine = await started_task(rt, owner, "sleep 0.2; echo finished")
             orphan = await started_task(rt, gone.agent, "sleep 0.2")
             await gone.dispose()
-            await wait_done(rt, mine)
-            await wait_done(rt, orphan)
-            await trio.sleep(0.05)
+            assert rt.bash.get(orphan) is None  # ended with its session, no notice
+            await rt.bash.wait(mine)
             notices = [e for e in owner.session.events if isinstance(e, ContextMessage)]
             assert [n.content for n in notices] == [
                 f"background bash task {mine} finished [status: completed, exit code: 0]."
@@ -244,7 +238,7 @@ async def test_cancel_mid_command_kills_the_process_group(tmp_path: Path) -> Non
     model = ScriptedModel([[CallTool("bash", {"command": command, "description": "wait"})]])
     with trio.fail_after(LIMIT):
         async with bash_runtime(tmp_path, model=model) as rt:
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             agent.send("run it")
             while not pidfile.exists() or not pidfile.read_text().strip():
                 await trio.sleep(0.02)
@@ -293,7 +287,7 @@ async def test_two_hundred_concurrent_tasks_lose_no_output(tmp_path: Path) -> No
                 for i in range(200)
             ]
             for task_id in ids:
-                await wait_done(rt, task_id)
+                await rt.bash.wait(task_id)
             for i, task_id in enumerate(ids):
                 output = rt.bash.read_output(task_id)
                 assert output.delta == "".join(f"{n}\n" for n in range(i, i + 100))
@@ -346,7 +340,7 @@ async def test_an_unknown_task_id_is_an_error_result_and_the_turn_goes_on(tmp_pa
     )
     with trio.fail_after(LIMIT):
         async with bash_runtime(tmp_path, model=model) as rt:
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             agent.send("check it")
             await agent.when_idle()
             results = [e for e in agent.session.events if isinstance(e, ToolResult)]

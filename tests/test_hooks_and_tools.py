@@ -11,13 +11,13 @@ import trio.testing
 
 from greenroom import open_runtime
 from greenroom.actors.types import ToolInvocation, ToolOutcome
+from greenroom.hooks import EmitHook, Hooks, WaterfallHook
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import COMPLETED, Aborted, ToolResult
 from greenroom.protocol.model import ToolTurn
 from greenroom.supervisor import Scope
-from greenroom.supervisor.hooks import EmitHook, Hooks, WaterfallHook
 from greenroom.tools import TOOLS_EXECUTE, Tool, ToolRegistry
-from tests.agents_helpers import turn_ends
+from tests.agents_helpers import new_agent, turn_ends
 
 PING: EmitHook[[int]] = EmitHook("test/ping")
 DOUBLE: WaterfallHook[int, []] = WaterfallHook("test/double")
@@ -132,7 +132,7 @@ def test_tool_schemas_describe_the_arguments() -> None:
 async def test_a_full_turn_round_trips_a_tool_call() -> None:
     model = ScriptedModel([[CallTool("echo", {"text": "hi", "times": 3})], [Say("done")]])
     async with open_runtime(model=model, tools=[Tool("echo", "repeat", EchoArgs, _echo)]) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("use the tool")
         await agent.when_idle()
         results = [e for e in agent.session.events if isinstance(e, ToolResult)]
@@ -159,7 +159,7 @@ async def test_cancel_reaches_a_running_tool_through_the_turn_scope() -> None:
 
     model = ScriptedModel([[CallTool("slow", {"text": "x"})]])
     async with open_runtime(model=model, tools=[Tool("slow", "waits", EchoArgs, slow)]) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("go")
         await entered.wait()
         agent.cancel("user pressed stop")

@@ -16,6 +16,7 @@ import trio
 
 from greenroom import open_runtime
 from greenroom.actors.types import ToolInvocation
+from greenroom.backoff import Backoff
 from greenroom.cli import model_from_spec
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.base import ModelAdapter, ModelError
@@ -32,9 +33,8 @@ from greenroom.protocol.model import (
     Usage,
     UserTurn,
 )
-from greenroom.supervisor import Backoff
 from greenroom.tools import Tool
-from tests.agents_helpers import turn_ends
+from tests.agents_helpers import new_agent, turn_ends
 from tests.sse_server import Cut, Hold, Pause, Reply, sse, sse_server
 
 pytestmark = pytest.mark.real_clock
@@ -404,7 +404,7 @@ async def test_a_full_turn_with_a_tool_call_round_trips(kind: str) -> None:
             ) as server,
             open_runtime(model=adapter(kind, server.url), tools=[tool]) as rt,
         ):
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             agent.send("list the files")
             await agent.when_idle()
     assert turn_ends(agent.session.events) == [(1, COMPLETED)]
@@ -450,7 +450,7 @@ async def test_cancel_mid_stream_closes_the_connection(kind: str) -> None:
             sse_server([Reply(pieces=pieces)]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             agent.send("talk")
             while not any(isinstance(e, AssistantChunk) for e in agent.session.events):
                 await trio.sleep(0.01)
@@ -468,7 +468,7 @@ async def test_a_dropped_connection_keeps_the_partial_text(kind: str) -> None:
             sse_server([Reply(pieces=pieces)]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             agent.send("talk")
             await agent.when_idle()
     ((_, reason),) = turn_ends(agent.session.events)

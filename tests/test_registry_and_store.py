@@ -1,83 +1,86 @@
-"""The registry's slots and the store's publication rules, directly."""
+"""The registry's index and the store's publication rules, directly."""
 
 from __future__ import annotations
+
+from typing import cast
 
 import pytest
 import trio
 
-from greenroom import open_runtime
-from greenroom.actors.loop import LoopAgent
+from greenroom import Agent, open_runtime
+from greenroom.actors.events import AGENT_CREATED, AGENT_DISPOSED
 from greenroom.actors.registry import AgentIdInUse, AgentRegistry
+from greenroom.hooks import Hooks
 from greenroom.models import ScriptedModel
 from greenroom.protocol.model import TextDelta
-from greenroom.session import SessionIdInUse, SessionStore
-from greenroom.supervisor.hooks import Hooks
-from greenroom.tools import ToolRegistry
+from greenroom.session import SessionIdInUse, SessionStore, new_header
+from tests.agents_helpers import new_agent
 
 
-def _agent(hooks: Hooks, store: SessionStore, agent_id: str) -> LoopAgent:
-    return LoopAgent(
-        agent_id,
-        store.prepare(f"session-of-{agent_id}"),
-        model=ScriptedModel(),
-        tools=ToolRegistry(hooks),
-        hooks=hooks,
-    )
+class _Agent:
+    """Only what the registry reads of an agent: its id and its session's id."""
+
+    def __init__(self, agent_id: str) -> None:
+        self.id = agent_id
+        self.session = SessionStore(Hooks()).prepare(new_header(f"session-of-{agent_id}"))
 
 
-def test_register_rejects_a_duplicate_id_and_its_disposer_unregisters() -> None:
+def test_registered_rejects_a_duplicate_id_and_unregisters_after_the_block() -> None:
     hooks = Hooks()
     registry = AgentRegistry(hooks)
-    store = SessionStore(hooks)
-    agent = _agent(hooks, store, "a")
-    unregister = registry.register(agent)
-    with pytest.raises(AgentIdInUse, match="agent 'a' is already registered"):
-        registry.register(_agent(hooks, store, "a"))
-    assert registry.get("a") is agent
-    assert registry.list() == [agent]
-    unregister()
-    unregister()  # idempotent
+    agent = cast(Agent, _Agent("a"))
+    events: list[str] = []
+    hooks.on(AGENT_CREATED, lambda a: events.append(f"created {a.id}"))
+    hooks.on(AGENT_DISPOSED, lambda a: events.append(f"disposed {a.id}"))
+    with registry.registered(agent):
+        duplicate = registry.registered(cast(Agent, _Agent("a")))
+        with pytest.raises(AgentIdInUse, match="agent 'a' is already registered"):
+            duplicate.__enter__()
+        assert registry.get("a") is agent
+        assert registry.by_session("session-of-a") is agent
+        assert registry.list() == [agent]
     assert registry.get("a") is None
+    assert registry.by_session("session-of-a") is None
+    assert events == ["created a", "disposed a"]
 
 
-async def test_one_factory_slot_whose_disposer_clears_it() -> None:
-    registry = AgentRegistry(Hooks())
-    with pytest.raises(RuntimeError, match="no agent factory is set"):
-        await registry.create(agent_id="a", session_id="s")
+async def test_a_create_after_the_runtime_closed_is_a_clear_error() -> None:
     async with open_runtime() as rt:
-        with pytest.raises(RuntimeError, match="an agent factory is already set"):
-            rt.agents.set_factory(object())  # type: ignore[arg-type]
-    with pytest.raises(RuntimeError, match="no agent factory is set"):
+        pass
+    with pytest.raises(RuntimeError, match="supervisor 'greenroom:agents' is closed"):
         await rt.agents.create(agent_id="a", session_id="s")
+    assert rt.agents.list() == []
+    assert rt.sessions.list() == []
 
 
-def test_prepare_rejects_a_relative_cwd_and_a_live_id() -> None:
+def test_new_header_rejects_a_relative_cwd_and_prepare_a_live_id() -> None:
     store = SessionStore(Hooks())
     with pytest.raises(ValueError, match="cwd must be an absolute path, got 'src'"):
-        store.prepare("s", cwd="src")
-    store.enter(store.prepare("s"))
-    with pytest.raises(SessionIdInUse, match="session 's' is already live"):
-        store.prepare("s")
+        new_header("s", cwd="src")
     with pytest.raises(ValueError, match="a session id must be a non-empty string"):
-        store.prepare("")
+        new_header("")
+    with (
+        store.entered(store.prepare(new_header("s"))),
+        pytest.raises(SessionIdInUse, match="session 's' is already live"),
+    ):
+        store.prepare(new_header("s"))
 
 
 def test_a_stale_prepared_session_never_overwrites_a_live_one() -> None:
     store = SessionStore(Hooks())
-    first = store.prepare("s")
-    stale = store.prepare("s")
-    detach = store.enter(first)
-    with pytest.raises(SessionIdInUse, match="session 's' is already live"):
-        store.enter(stale)
-    assert store.get("s") is first
-    detach()
+    first = store.prepare(new_header("s"))
+    stale = store.prepare(new_header("s"))
+    with store.entered(first):
+        with pytest.raises(SessionIdInUse, match="session 's' is already live"):
+            store.entered(stale).__enter__()
+        assert store.get("s") is first
     assert store.get("s") is None
 
 
 async def test_the_scripted_echo_streams_one_chunk_per_word_with_its_delay() -> None:
     model = ScriptedModel(delay=0.25)
     async with open_runtime(model=model) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         start = trio.current_time()
         agent.send("one two three four")
         await agent.when_idle()

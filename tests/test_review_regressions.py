@@ -13,11 +13,11 @@ import trio.testing
 from greenroom import open_runtime
 from greenroom.models import Hang, Say, ScriptedModel
 from greenroom.protocol.events import COMPLETED, SessionEvent, SessionHeader, TurnEnd
-from greenroom.session import SESSION_EVENT, SESSION_FLUSH, Session
+from greenroom.session import SESSION_EVENT, Session
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.supervisor import ChildSpec, Supervisor
 from tests.acp_peer import bridge
-from tests.agents_helpers import assert_enclosed, turn_ends
+from tests.agents_helpers import assert_enclosed, new_agent, turn_ends
 from tests.persistence_helpers import Delegating
 
 
@@ -38,7 +38,7 @@ async def test_a_create_whose_caller_is_cancelled_leaves_nothing_and_no_lock() -
 async def test_a_cancel_between_two_turns_leaves_the_agent_idle() -> None:
     for checkpoints in range(4):
         async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
-            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            agent = await new_agent(rt)
             ended = trio.Event()
 
             def on_event(session: Session, event: SessionEvent, ended: trio.Event = ended) -> None:
@@ -72,18 +72,19 @@ async def test_events_of_a_session_whose_drains_all_failed_never_corrupt_a_new_l
                 raise OSError(28, "No space left on device")
             await self.inner.append(session_id, events)
 
-    async with open_runtime(model=ScriptedModel(delay=0), persistence=Failing(store)) as rt:
-        first = await rt.agents.create(agent_id="a", session_id="s")
-        first.agent.send("lost to a full disk")
-        await first.agent.when_idle()
-        await first.dispose()
-        broken[0] = False
-        with caplog.at_level(logging.ERROR, logger="greenroom.persistence"):
+    with caplog.at_level(logging.ERROR, logger="greenroom.agent"):
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=Failing(store)) as rt:
+            first = await rt.agents.create(agent_id="a", session_id="s")
+            first.agent.send("lost to a full disk")
+            await first.agent.when_idle()
+            await first.dispose()
+            # Its last flush failed too: reported, and its events died with that life.
+            assert "flush of session 's' failed" in caplog.text
+            broken[0] = False
             second = await rt.agents.resume(agent_id="b", session_id="s")
             second.agent.send("written")
             await second.agent.when_idle()
             await second.dispose()
-        assert "dropping" in caplog.text
     _, stored = await store.load("s")
     assert_enclosed(stored)
     assert turn_ends(stored) == [(1, COMPLETED)]
@@ -143,12 +144,13 @@ async def test_an_os_error_in_a_request_is_an_answer_and_the_connection_lives(
 
 
 async def test_a_slow_teardown_still_answers_every_prompt(tmp_path: Path) -> None:
-    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]] * 2)) as b:
-
-        async def slow_flush(session: Session) -> None:
+    class SlowAppend(Delegating):
+        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
             await trio.sleep(60)
+            await self.inner.append(session_id, events)
 
-        b.runtime.hooks.on_async(SESSION_FLUSH, slow_flush)
+    slow = SlowAppend(JsonlPersistence(tmp_path))
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]] * 2), slow) as b:
         requests = []
         for _ in range(2):
             session = await b.peer.new_session()
@@ -192,7 +194,7 @@ async def test_context_injected_while_a_tool_runs_lands_after_its_result() -> No
 
     model = ScriptedModel([[CallTool("slow", {})], [Say("ok")]])
     async with open_runtime(model=model, tools=[Tool("slow", "waits", Args, slow)]) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         agent.send("go")
         await agent.when_idle()
         kinds = [type(e) for e in agent.session.events]

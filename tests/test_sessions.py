@@ -47,7 +47,7 @@ from greenroom.session.persistence import (
 )
 from greenroom.session.persistence.jsonl import _encoder
 from greenroom.tools import Tool
-from tests.agents_helpers import assert_enclosed, kinds, turn_ends
+from tests.agents_helpers import assert_enclosed, kinds, new_agent, turn_ends
 from tests.persistence_helpers import Delegating, GatedLoad
 
 Backend = Callable[[], Persistence]
@@ -125,7 +125,7 @@ async def test_one_durable_append_per_turn(backend: Backend) -> None:
             await self.inner.append(session_id, events)
 
     async with open_runtime(model=ScriptedModel(delay=0.01), persistence=Counting(inner)) as rt:
-        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        agent = await new_agent(rt)
         for text in ("one two three", "four five"):
             agent.send(text)
             await agent.when_idle()
@@ -255,7 +255,7 @@ async def test_an_open_final_turn_is_closed_interrupted_and_the_closers_persist(
 
     # A process killed mid-tool-call would have written these:
     async with open_runtime(model=model, tools=[Tool("bash", "runs", Command, hang)]) as rt:
-        agent = (await rt.agents.create(agent_id="x", session_id="scratch")).agent
+        agent = await new_agent(rt, agent_id="x", session_id="scratch")
         agent.send("run it")
         await trio.testing.wait_all_tasks_blocked()
         partial = list(agent.session.events)

@@ -31,7 +31,7 @@ import trio
 
 import greenroom
 from greenroom.acp.presenter import present
-from greenroom.actors.registry import AgentHandle
+from greenroom.actors.life import AgentHandle
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -78,8 +78,9 @@ from greenroom.protocol.events import (
 )
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import Persistence, PersistenceError
+from greenroom.session.persistence import PersistenceError
 from greenroom.supervisor import Scope, Supervisor
+from greenroom.tools.bash.tools import kill_owned
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -134,13 +135,12 @@ class AcpConnection:
         owner: Supervisor,
         nursery: trio.Nursery,
         outgoing: trio.MemorySendChannel[bytes],
-        persistence: Persistence | None,
     ) -> None:
         self.runtime = runtime
         self.owner = owner
         self.nursery = nursery
         self.outgoing = outgoing
-        self.persistence = persistence
+        self.persistence = runtime.persistence
         self.records: dict[str, SessionRecord] = {}
         self.loading: set[str] = set()
         self.closed = False
@@ -207,12 +207,7 @@ class AcpConnection:
             self._steer(request_id, _decode(PromptParams, params))
         elif method == "initialize":
             _decode(InitializeParams, params)
-            self.respond(
-                request_id,
-                InitializeResult(
-                    PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
-                ),
-            )
+            self.respond(request_id, INITIALIZED)
         elif method == "authenticate":
             self.respond(request_id, Empty())
         elif method == "session/new":
@@ -399,13 +394,11 @@ class AcpConnection:
         await record.handle.dispose()
 
     def _abandon(self, record: SessionRecord) -> None:
+        """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""
         for pending in record.pending.values():
             self.respond(pending.request_id, PromptResult("cancelled"))
         record.pending.clear()
-        bash = self.runtime.bash
-        for task in bash.list():
-            if task.status == "running" and bash.owner_of(task.id) == record.session_id:
-                bash.kill(task.id)
+        kill_owned(self.runtime.bash, record.session_id)
 
     async def teardown(self) -> None:
         """Close: every session released, in reverse creation order. Memoised by ``closed``.
@@ -464,9 +457,7 @@ def _stop_reason(reason: TurnEndReason, cancelled: bool) -> StopReason:
 TEARDOWN_GRACE: Final = 5.0
 
 
-async def serve_connection(
-    runtime: Runtime, stream: trio.abc.Stream, *, persistence: Persistence | None = None
-) -> None:
+async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
     """Serve ACP on `stream` until the peer closes it (or the caller cancels), then tear down.
 
     Agents of the connection are owned by a supervisor of its own: when this
@@ -485,7 +476,7 @@ async def serve_connection(
             async with trio.open_nursery() as handlers:
                 try:
                     async with Supervisor(name="acp-connection") as owner:
-                        connection = AcpConnection(runtime, owner, handlers, frames_in, persistence)
+                        connection = AcpConnection(runtime, owner, handlers, frames_in)
                         try:
                             await _read_frames(stream, connection)
                         finally:

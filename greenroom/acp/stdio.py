@@ -50,5 +50,5 @@ async def _serve(model: ModelAdapter, state_dir: Path, frames_fd: int) -> None:
                         return
 
                 nursery.start_soon(stop_on_signal)
-                await serve_connection(runtime, stream, persistence=persistence)
+                await serve_connection(runtime, stream)
                 nursery.cancel_scope.cancel(reason="end of input")

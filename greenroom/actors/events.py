@@ -7,9 +7,9 @@ log always precedes the matching emit.
 from __future__ import annotations
 
 from greenroom.actors.types import Agent
+from greenroom.hooks import EmitHook, WaterfallHook
 from greenroom.protocol.events import AssistantMessage, StatusName, TurnEndReason
 from greenroom.protocol.model import ModelRequest, StreamChunk
-from greenroom.supervisor.hooks import EmitHook, WaterfallHook
 
 AGENT_CREATED: EmitHook[[Agent]] = EmitHook("agent/created")
 AGENT_DISPOSED: EmitHook[[Agent]] = EmitHook("agent/disposed")

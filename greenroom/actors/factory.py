@@ -1,54 +1,51 @@
-"""`LoopFactory`: how a `LoopAgent` is made, started and owned.
+"""`AgentFactory`: the one place agents are made, started and owned.
 
-`AgentTask` is the one place that says an agent's teardown order, and it
-says it with nesting::
-
-    session entered in the store        (detached last)
-      agent registered                  (unregistered second)
-        agent.live(): the loop          (stopped first; closing turn/end + flush shielded)
+`create` and `resume` share one signature and one path: reserve both ids,
+prepare the session (with its sink), then start an `AgentLife` under the
+owner, which reports ready with the `AgentHandle`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from functools import partial
+from typing import cast
 
 import trio
 
-from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
-from greenroom.actors.registry import AgentHandle, AgentRegistry, Owner
-from greenroom.actors.types import AgentOptions, ToolExecutor
+from greenroom.actors.life import CLOSING_GRACE, AgentHandle, AgentLife, ReleaseOwned
+from greenroom.actors.loop import LoopAgent
+from greenroom.actors.registry import AgentRegistry
+from greenroom.actors.types import Agent, AgentOptions, ToolExecutor
+from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
-from greenroom.session import Session, SessionStore
-from greenroom.session.persistence import Persistence
+from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom.session import SessionStore, new_header
+from greenroom.session.persistence import Persistence, WriteBehind
 from greenroom.supervisor import ChildSpec, Supervisor
-from greenroom.supervisor.hooks import Hooks
+
+#: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
+Owner = Supervisor | trio.Nursery
 
 
-class AgentTask:
-    """One agent's whole life as one task (a supervisor child's start, or a nursery's).
+class AgentFactory:
+    """Creates and resumes `LoopAgent`s under an owner (default: the runtime's agent supervisor).
 
-    `__call__` is the one place that says the teardown order, by nesting.
+    `get`, `by_session` and `list` read the live agents off the registry;
+    only `create` and `resume` hand out the `AgentHandle` that can dispose one.
     """
 
-    __slots__ = ("_handle", "_registry", "_sessions")
-
-    def __init__(self, handle: AgentHandle, sessions: SessionStore, registry: AgentRegistry):
-        self._handle = handle
-        self._sessions = sessions
-        self._registry = registry
-
-    async def __call__(self, *, task_status: trio.TaskStatus[AgentHandle]) -> None:
-        agent = self._handle.agent
-        try:
-            with self._sessions.entered(agent.session), self._registry.registered(agent):
-                await agent.live(task_status, self._handle)
-        finally:
-            agent._exited.set()
-
-
-class LoopFactory:
-    """Creates `LoopAgent`s under an owner (default: the runtime's agent supervisor)."""
+    __slots__ = (
+        "_default_owner",
+        "_hooks",
+        "_model",
+        "_persistence",
+        "_registry",
+        "_release_owned",
+        "_sessions",
+        "_tools",
+    )
 
     def __init__(
         self,
@@ -59,6 +56,7 @@ class LoopFactory:
         model: ModelAdapter,
         tools: ToolExecutor,
         default_owner: Owner,
+        release_owned: ReleaseOwned,
         persistence: Persistence | None = None,
     ) -> None:
         self._hooks = hooks
@@ -68,6 +66,16 @@ class LoopFactory:
         self._tools = tools
         self._default_owner = default_owner
         self._persistence = persistence
+        self._release_owned = release_owned
+
+    def get(self, agent_id: str) -> Agent | None:
+        return self._registry.get(agent_id)
+
+    def by_session(self, session_id: str) -> Agent | None:
+        return self._registry.by_session(session_id)
+
+    def list(self) -> list[Agent]:
+        return self._registry.list()
 
     async def create(
         self,
@@ -78,9 +86,20 @@ class LoopFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
     ) -> AgentHandle:
+        """Start an agent on a new session; returns its handle once it is live.
+
+        With persistence, the session's header is stored first, so a session
+        that is never prompted can still be resumed; a stored id raises
+        `SessionExists`. Raises `AgentIdInUse`/`SessionIdInUse` for an id that
+        is live or being created, `ValueError` for a bad id or a relative
+        `cwd`, before anything exists. A cancelled caller leaves no agent and
+        no live session (a header it stored stays stored).
+        """
         with self._reserved(agent_id, session_id):
-            session = self._sessions.prepare(session_id, cwd=cwd)
-            return await self._start(agent_id, session, options, owner)
+            header = new_header(session_id, cwd=cwd)
+            if self._persistence is not None:
+                await self._persistence.create(header)
+            return await self._start(agent_id, header, (), options, owner)
 
     async def resume(
         self,
@@ -90,6 +109,12 @@ class LoopFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
     ) -> AgentHandle:
+        """Load a stored session (repairing a crashed turn) and start an agent on it.
+
+        Turn numbers and the model history continue from the log. Raises
+        `RuntimeError` without persistence, and a `PersistenceError` naming
+        what the store could not read.
+        """
         if self._persistence is None:
             raise RuntimeError(
                 f"cannot resume session {session_id!r}: no session persistence is configured"
@@ -97,14 +122,7 @@ class LoopFactory:
             )
         with self._reserved(agent_id, session_id):
             header, events = await self._persistence.load(session_id)
-            session = self._sessions.prepare(
-                session_id,
-                seed=events,
-                cwd=header.cwd,
-                parent_session=header.parent_session,
-                created_at=header.created_at,
-            )
-            return await self._start(agent_id, session, options, owner)
+            return await self._start(agent_id, header, events, options, owner)
 
     @contextmanager
     def _reserved(self, agent_id: str, session_id: str) -> Iterator[None]:
@@ -113,35 +131,35 @@ class LoopFactory:
         A duplicate is rejected before anything exists, and a racing create or
         resume cannot publish the same ids while this one loads and starts.
         """
-        release_agent = self._registry.reserve(agent_id)
-        try:
-            release_session = self._sessions.reserve(session_id)
-            try:
-                yield
-            finally:
-                release_session()
-        finally:
-            release_agent()
+        with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
+            yield
 
     async def _start(
-        self, agent_id: str, session: Session, options: AgentOptions | None, owner: Owner | None
+        self,
+        agent_id: str,
+        header: SessionHeader,
+        seed: Sequence[SessionEvent],
+        options: AgentOptions | None,
+        owner: Owner | None,
     ) -> AgentHandle:
+        sink = None if self._persistence is None else WriteBehind(self._persistence, header.id)
+        session = self._sessions.prepare(header, seed=seed, sink=sink)
+        life = AgentLife(self._sessions, self._registry, self._release_owned)
         agent = LoopAgent(
             agent_id,
             session,
+            life=life,
             model=self._model,
             tools=self._tools,
             hooks=self._hooks,
             options=options,
         )
-        handle = AgentHandle(agent)
+        start = partial(life.run, agent)
         owner = owner or self._default_owner
-        start = AgentTask(handle, self._sessions, self._registry)
         if isinstance(owner, Supervisor):
             spec = ChildSpec(
-                f"agent:{handle.agent.id}", start, restart="temporary", shutdown=CLOSING_GRACE
+                f"agent:{agent_id}", start, restart="temporary", shutdown=CLOSING_GRACE
             )
-            await owner.start_child(spec)
-        else:
-            await owner.start(start)
+            return cast(AgentHandle, await owner.start_child(spec))
+        handle: AgentHandle = await owner.start(start)
         return handle

@@ -1,29 +1,29 @@
 """`LoopAgent`: the turn driver, and the cancel marker it checks.
 
-One agent is one Trio task running `LoopAgent.live`. Its loop parks on the
-inbox, then runs one turn at a time; a turn runs steps (one model call plus
-its tool calls each) until nothing asks for another. Everything that stops
-work goes through two objects:
+One agent is one Trio task running `LoopAgent.run` inside its `AgentLife`.
+Its loop parks on the inbox, then runs one turn at a time; a turn runs steps
+(one model call plus its tool calls each) until nothing asks for another.
+Everything that stops work goes through two objects:
 
 * the **cancel marker** (``_cancel_reason``), armed by `cancel` only when
-  something is running or pending, checked at every turn-decision point
-  (window 1 after the wake-up, window 2 after the status flips to running,
-  before each step, after the continuation decision), and cleared once per
-  turn;
+  something is running or pending, and read, always through `_take_cancel`,
+  at every turn-decision point: window 1 after the wake-up, window 2 after
+  the status flips to running, window 3 before each step, window 4 after the
+  continuation decision; what a turn leaves armed is dropped when it ends;
 * the **turn scope**, a `trio.CancelScope` around the turn's steps, which
   `cancel` cancels with the caller's reason so an in-flight model call or
   tool call stops at its next checkpoint.
 
-Disposal is the task's life scope being cancelled (by `AgentHandle.dispose`
-or by the owner closing): the turn in flight ends ``disposed``, its closing
-events and the flush run shielded, and the task returns.
+Disposal is the life scope being cancelled (by `AgentHandle.dispose` or by
+the owner closing): the turn in flight ends ``disposed``, its closing events
+are appended and the flush runs shielded, and `run` unwinds.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Generator
-from typing import Final, TypeVar
+from typing import Final
 
 import trio
 
@@ -42,6 +42,7 @@ from greenroom.actors.events import (
     AGENT_TURN_START,
 )
 from greenroom.actors.inbox import Inbox, Prompt, new_message_id
+from greenroom.actors.life import AgentLife, closing_scope
 from greenroom.actors.types import (
     AgentDisposed,
     AgentOptions,
@@ -49,6 +50,7 @@ from greenroom.actors.types import (
     ToolInvocation,
     ToolOutcome,
 )
+from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, ModelError
 from greenroom.protocol.events import (
     COMPLETED,
@@ -83,16 +85,9 @@ from greenroom.protocol.model import (
     ToolCallChunk,
     Usage,
 )
-from greenroom.session import SESSION_FLUSH, Session
-from greenroom.supervisor import cleanup_scope
-from greenroom.supervisor.hooks import Hooks
+from greenroom.session import Session
 
 logger = logging.getLogger("greenroom.agent")
-
-T = TypeVar("T")
-
-#: The most a turn's closing events and flush may take once the agent is disposed.
-CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
 
@@ -110,7 +105,6 @@ class LoopAgent:
 
     __slots__ = (
         "_cancel_reason",
-        "_exited",
         "_held",
         "_hooks",
         "_id",
@@ -132,6 +126,7 @@ class LoopAgent:
         agent_id: str,
         session: Session,
         *,
+        life: AgentLife,
         model: ModelAdapter,
         tools: ToolExecutor,
         hooks: Hooks,
@@ -139,6 +134,7 @@ class LoopAgent:
     ) -> None:
         self._id = agent_id
         self._session = session
+        self._life = life
         self._options = options or AgentOptions()
         self._model = model
         self._tools = tools
@@ -150,12 +146,10 @@ class LoopAgent:
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
-        self._life = trio.CancelScope()
-        self._exited = trio.Event()  # set by AgentTask once the task has fully unwound
         self._idle_waiters: list[trio.Event] = []
 
     def __repr__(self) -> str:
-        return f"<LoopAgent {self._id!r} {self._status}>"
+        return f"<LoopAgent {self._id!r} {self.status}>"
 
     # -- the Agent interface -------------------------------------------------
 
@@ -173,7 +167,9 @@ class LoopAgent:
 
     @property
     def status(self) -> StatusName:
-        return self._status
+        """``disposed`` from the moment its dispose began; the ``agent/status`` emit follows
+        when the loop has stopped."""
+        return "disposed" if self._life.disposing else self._status
 
     @property
     def inbox(self) -> Inbox:
@@ -189,7 +185,7 @@ class LoopAgent:
 
     def steer(self, content: str, *, source: MessageSource | None = None) -> str:
         """Join the running turn before its next step; while not running, `send`."""
-        if self._status != "running":
+        if self.status != "running":
             return self.send(content, source=source)
         prompt = self._prompt(content, source)
         self._inbox.push_steering(prompt)
@@ -227,7 +223,7 @@ class LoopAgent:
         something is running or pending: an idle no-op cancel never strands
         the next prompt. A no-op on a disposed agent.
         """
-        if self._status == "disposed":
+        if self.status == "disposed":
             return
         pending = self._status == "running" or self._inbox.queued or self._inbox.steering
         self._inbox.clear()
@@ -245,65 +241,62 @@ class LoopAgent:
         On a disposed agent it resolves once the agent's task has exited
         (after its unregister and session detach).
         """
-        if self._status == "disposed":
-            return _Wait(self._exited, None)
+        if self.status == "disposed":
+            return _Wait(None, self._life)
         if self._status == "idle" and not self._inbox.queued:
             return _Wait(None, None)
         waiter = trio.Event()
         self._idle_waiters.append(waiter)
-        return _Wait(waiter, self)
+        return _Wait(waiter, self._life)
 
     # -- the task --------------------------------------------------------------
 
-    def _stop(self) -> None:
-        """Mark the agent disposed and cancel its life; `AgentHandle.dispose` waits for the rest."""
-        self._set_status("disposed")
-        self._life.cancel(reason="disposed")
+    async def run(self) -> None:
+        """Run turns until the life scope or the owner cancels; re-raises that cancel.
 
-    async def live(self, task_status: trio.TaskStatus[T], started: T) -> None:
-        """The agent's whole life: report `started`, then run turns until disposed.
-
-        Returns normally after `_stop`; re-raises the owner's cancel.
+        Whatever an earlier drain failed to write, or an idle inject the cancel
+        overtook, gets a last flush on the way out.
         """
         inbox = self._inbox
         try:
-            with self._life:
-                task_status.started(started)
-                while True:
-                    await inbox.wait()
-                    if inbox.flush_requested:
-                        inbox.flush_requested = False
-                        await self._flush(0)
-                    if not inbox.queued and self._cancel_reason is None:
-                        continue
-                    # Window 1: a cancel landed between the wake-up and here.
-                    if self._cancel_reason is not None:
-                        self._cancel_reason = None
-                        if not inbox.queued:
-                            # Running only if a turn ended with work queued behind it.
-                            if self._status == "running":
-                                self._set_status("idle")
-                            else:
-                                self._release_idle_waiters()
-                            continue
-                    self._set_status("running")
-                    # Window 2: a listener of agent/status(running) cancelled.
-                    if self._cancel_reason is not None:
-                        self._cancel_reason = None
-                        if not inbox.queued:
-                            self._set_status("idle")
-                            continue
-                    await self._turn(self._session.last_turn + 1)
-                    self._cancel_reason = None
-                    inbox.requeue_steering()
-                    if not inbox.queued:
-                        self._set_status("idle")
+            while True:
+                await inbox.wait()
+                if inbox.flush_requested:
+                    inbox.flush_requested = False
+                    await self._flush(0)
+                if self._cancelled_before_turn() or not inbox.queued:  # window 1: since the wake
+                    continue
+                self._set_status("running")
+                if self._cancelled_before_turn():  # window 2: an agent/status listener
+                    continue
+                await self._turn(self._session.last_turn + 1)
+                self._take_cancel()  # one after the turn's last window had nothing left to stop
+                inbox.requeue_steering()
+                if not inbox.queued:
+                    self._set_status("idle")
         finally:
             self._set_status("disposed")
-            # Whatever an earlier drain failed to write, or an idle inject the cancel
-            # overtook, gets its last chance.
             if inbox.flush_requested or self._unflushed:
                 await self._flush(0)
+
+    def _take_cancel(self) -> str | None:
+        """Read and clear the cancel marker: the reason of a cancel since the last read."""
+        reason, self._cancel_reason = self._cancel_reason, None
+        return reason
+
+    def _cancelled_before_turn(self) -> bool:
+        """Windows 1 and 2: a cancel since the wake-up drops the turn about to start.
+
+        What was sent after the cancel is still queued and runs; with nothing
+        queued the agent settles idle and its `when_idle` waiters are released.
+        """
+        if self._take_cancel() is None or self._inbox.queued:
+            return False
+        if self._status == "running":  # a turn ended with work queued behind it
+            self._set_status("idle")
+        else:
+            self._release_idle_waiters()
+        return True
 
     async def _turn(self, turn: int) -> None:
         """Run one turn over everything queued; its `TurnEnd` is always written."""
@@ -326,7 +319,7 @@ class LoopAgent:
                 self._hooks.emit(AGENT_TURN_START, self, turn)
                 reason = await self._steps(turn)
             if scope.cancelled_caught:
-                reason = Aborted(self._cancel_reason or DEFAULT_CANCEL_REASON)
+                reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
@@ -353,8 +346,8 @@ class LoopAgent:
                     )
                 )
                 self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
-            if self._cancel_reason is not None:
-                return Aborted(self._cancel_reason)
+            if (cancelled := self._take_cancel()) is not None:  # window 3: before the step
+                return Aborted(cancelled)
             self._open_step = step
             self._session.append(StepStart(turn=turn, step=step))
             self._hooks.emit(AGENT_STEP_START, self, turn, step)
@@ -369,8 +362,8 @@ class LoopAgent:
             default = called_tools or self._inbox.steering > 0
             go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, default, self, turn)
             go_on = go_on or self._inbox.steering > 0  # steering that is waiting forces a step
-            if self._cancel_reason is not None:
-                return Aborted(self._cancel_reason)
+            if (cancelled := self._take_cancel()) is not None:  # window 4: the continuation
+                return Aborted(cancelled)
             if not go_on:
                 return reason
 
@@ -497,26 +490,36 @@ class LoopAgent:
         await self._flush(turn)
 
     async def _flush(self, turn: int) -> None:
-        """Run ``session/flush`` shielded, within the closing grace: a dispose cannot cut it."""
-        if not self._hooks.has(SESSION_FLUSH):
-            return
-        with cleanup_scope() as closing:
-            closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
-            errors = await self._hooks.emit_async(SESSION_FLUSH, self._session)
-        self._unflushed = bool(errors)
-        for error in errors:
-            logger.error("flush of session %r failed: %r", self._session.id, error)
-            self._hooks.emit(AGENT_ERROR, self, turn, 0, error)
+        """Flush the session's sink shielded, within the closing grace; report a failure.
+
+        A failure is an ``agent/error`` (and a log line); the sink keeps the
+        events, and the next flush (the next turn's, or the last one on the
+        way out) writes them.
+        """
+        with closing_scope():
+            try:
+                await self._session.flush()
+            except Exception as exc:
+                self._unflushed = True
+                logger.exception("flush of session %r failed", self._session.id)
+                self._hooks.emit(AGENT_ERROR, self, turn, 0, exc)
+            else:
+                self._unflushed = False
 
     # -- status -----------------------------------------------------------------
 
     def _set_status(self, status: StatusName) -> None:
-        """Move to `status`, deduplicated and never out of ``disposed``.
+        """Move to `status`, deduplicated; once the life is stopping, every move is to
+        ``disposed``, and nothing moves out of it.
 
         Idle waiters are released before the emit, so a listener that sends
         again cannot hold them.
         """
-        if status == self._status or self._status == "disposed":
+        if self._status == "disposed":
+            return
+        if self._life.disposing:
+            status = "disposed"
+        if status == self._status:
             return
         leaving_running = self._status == "running"
         self._status = status
@@ -530,7 +533,7 @@ class LoopAgent:
             waiter.set()
 
     def _prompt(self, content: str, source: MessageSource | None) -> Prompt:
-        if self._status == "disposed":
+        if self.status == "disposed":
             raise AgentDisposed(self._id)
         if not isinstance(content, str):
             raise TypeError(
@@ -584,13 +587,13 @@ class _Reply:
 
 
 class _Wait:
-    """What `when_idle` returns: awaits its event, then the agent's exit if it was disposed."""
+    """What `when_idle` returns: awaits its event, then the life's exit if it was disposed."""
 
-    __slots__ = ("_agent", "_event")
+    __slots__ = ("_event", "_life")
 
-    def __init__(self, event: trio.Event | None, agent: LoopAgent | None) -> None:
+    def __init__(self, event: trio.Event | None, life: AgentLife | None) -> None:
         self._event = event
-        self._agent = agent
+        self._life = life
 
     def __await__(self) -> Generator[object, None, None]:
         return self._wait().__await__()
@@ -600,5 +603,5 @@ class _Wait:
             await trio.lowlevel.checkpoint()
         else:
             await self._event.wait()
-        if self._agent is not None and self._agent.status == "disposed":
-            await self._agent._exited.wait()
+        if self._life is not None and self._life.disposing:
+            await self._life.wait_exited()

@@ -11,6 +11,7 @@ from typing import Any, Final
 
 import msgspec
 
+from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
 from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
 from greenroom.protocol.model import (
@@ -26,7 +27,6 @@ from greenroom.protocol.model import (
     Usage,
     UserTurn,
 )
-from greenroom.supervisor import Backoff
 
 API_VERSION: Final = "2023-06-01"
 _FINISH: dict[str, FinishReason] = {

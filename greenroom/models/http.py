@@ -20,9 +20,9 @@ import httpx
 import msgspec
 import trio
 
+from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
 from greenroom.protocol.model import ModelRequest, StreamChunk
-from greenroom.supervisor import Backoff
 
 logger = logging.getLogger("greenroom.models")
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any
 
+from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
 from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
 from greenroom.protocol.model import (
@@ -24,7 +25,6 @@ from greenroom.protocol.model import (
     Usage,
     UserTurn,
 )
-from greenroom.supervisor import Backoff
 
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",

@@ -1,20 +1,21 @@
-"""Floor 3: sessions. `Session` is an append-only log; `SessionStore` publishes
-the live ones and wires their appends to the ``session/event`` hook."""
+"""Sessions. `Session` is an append-only log with a sink (its write path);
+`SessionStore` publishes the live ones and tells the ``session/*`` observers."""
 
-from greenroom.session.session import Session
+from greenroom.session.session import Session, SessionSink
 from greenroom.session.store import (
     SESSION_CREATED,
     SESSION_EVENT,
-    SESSION_FLUSH,
     SessionIdInUse,
     SessionStore,
+    new_header,
 )
 
 __all__ = [
     "SESSION_CREATED",
     "SESSION_EVENT",
-    "SESSION_FLUSH",
     "Session",
     "SessionIdInUse",
+    "SessionSink",
     "SessionStore",
+    "new_header",
 ]

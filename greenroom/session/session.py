@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from msgspec.structs import force_setattr
 
@@ -25,19 +25,49 @@ from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
 E = TypeVar("E", bound=SessionEvent)
 
 
+class SessionSink(Protocol):
+    """Where a live session's events are kept: its write path (hooks only observe).
+
+    `append` takes each event right after the session logged it, in seq
+    order; it never blocks and never raises. `flush` makes what was appended
+    durable and raises what went wrong (a `PersistenceError`, an `OSError`);
+    events it could not write stay with the sink for the next flush.
+    """
+
+    def append(self, event: SessionEvent) -> None: ...
+
+    async def flush(self) -> None: ...
+
+
 class Session:
     """An append-only log of `SessionEvent`s, and what can be read off it.
 
     Guarantees: ``seq`` is the event's index (0, 1, 2, ...); an event is in
-    the log before ``on_append`` sees it, so a failing listener never unlogs
-    it; `open_turn` and `last_turn` are read off the log, never off an
-    agent's status. Events are frozen: what was appended is what stays.
+    the log, then with the sink, before ``on_append`` (the observers) sees
+    it, so a failing observer never unlogs it; `open_turn` and `last_turn`
+    are read off the log, never off an agent's status. Events are frozen:
+    what was appended is what stays.
     """
 
-    __slots__ = ("_events", "_last_turn", "_messages", "_open_turn", "header", "on_append")
+    __slots__ = (
+        "_events",
+        "_last_turn",
+        "_messages",
+        "_open_turn",
+        "_sink",
+        "header",
+        "on_append",
+    )
 
-    def __init__(self, header: SessionHeader, seed: Sequence[SessionEvent] = ()) -> None:
+    def __init__(
+        self,
+        header: SessionHeader,
+        seed: Sequence[SessionEvent] = (),
+        *,
+        sink: SessionSink | None = None,
+    ) -> None:
         self.header = header
+        self._sink = sink
         self.on_append: Callable[[Session, SessionEvent], None] | None = None
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
@@ -75,13 +105,23 @@ class Session:
         return self._open_turn
 
     def append(self, event: E) -> E:
-        """Stamp ``seq`` and ``time`` (wall-clock seconds), log `event`, then tell ``on_append``."""
+        """Stamp ``seq`` and ``time`` (wall seconds), log `event`, sink it, tell ``on_append``."""
         force_setattr(event, "seq", len(self._events))
         force_setattr(event, "time", time.time())
         self._record(event)
+        if self._sink is not None:
+            self._sink.append(event)
         if self.on_append is not None:
             self.on_append(self, event)
         return event
+
+    async def flush(self) -> None:
+        """Make the log durable through the sink; raises what the sink raised.
+
+        Without a sink it returns at once, without a checkpoint.
+        """
+        if self._sink is not None:
+            await self._sink.flush()
 
     def messages(self) -> list[Message]:
         """The model-facing history derived from the log (a fresh list)."""

@@ -5,9 +5,9 @@ under OTP strategies with ordered, graced shutdown; `cleanup_scope` is the
 shielded scope a child's cleanup runs in, cut off when its grace runs out.
 """
 
+from greenroom.backoff import Backoff
 from greenroom.supervisor.scope import Scope
 from greenroom.supervisor.spec import (
-    Backoff,
     ChildNode,
     ChildSpec,
     ChildStart,

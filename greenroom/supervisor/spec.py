@@ -1,4 +1,4 @@
-"""What a supervisor is told (child specs, backoff) and what it tells (exit
+"""What a supervisor is told (child specs) and what it tells (exit
 records, the tree).
 
 Specs hold functions, so they are plain frozen dataclasses checked at
@@ -80,35 +80,6 @@ class ChildSpec:
                 f"child {self.name!r}: shutdown must be a grace >= 0 seconds,"
                 f' "brutal" or "infinity", got {shutdown!r}'
             )
-
-
-@dataclass(frozen=True, slots=True)
-class Backoff:
-    """Exponential backoff between restarts, with jitter, in `trio.current_time()` seconds.
-
-    The delay before a restart is ``min(maximum, initial * multiplier ** n)``,
-    where ``n`` is the number of restarts already inside the supervisor's
-    intensity window (so a quiet period resets it), stretched by a random
-    factor in ``[1, 1 + jitter]``.
-    """
-
-    initial: float = 0.1
-    maximum: float = 30.0
-    multiplier: float = 2.0
-    jitter: float = 0.1
-
-    def __post_init__(self) -> None:
-        for field in ("initial", "maximum", "multiplier", "jitter"):
-            value = getattr(self, field)
-            if not isinstance(value, int | float) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"Backoff.{field} must be a finite number >= 0, got {value!r}")
-        if self.multiplier < 1:
-            raise ValueError(f"Backoff.multiplier must be >= 1, got {self.multiplier!r}")
-
-    def delay(self, recent_restarts: int, unit_random: float) -> float:
-        """The delay before the next restart; ``unit_random`` is drawn from [0, 1)."""
-        base = min(self.maximum, self.initial * self.multiplier**recent_restarts)
-        return base * (1.0 + self.jitter * unit_random)
 
 
 class ExitRecord(msgspec.Struct, frozen=True):

@@ -26,10 +26,10 @@ from typing import Final
 
 import trio
 
-from greenroom.supervisor.listeners import Listeners
+from greenroom.backoff import Backoff
+from greenroom.hooks import Listeners
 from greenroom.supervisor.spec import (
     STRATEGIES,
-    Backoff,
     ChildNode,
     ChildSpec,
     ChildState,
@@ -54,6 +54,7 @@ class _Child:
     """One incarnation of a child: a restart makes a new one under the same name."""
 
     __slots__ = (
+        "awaiting_restart",
         "cleanup_scopes",
         "cutoff",
         "finished",
@@ -77,6 +78,7 @@ class _Child:
         self.stop_outcome: Outcome | None = None
         self.cutoff: float | None = None  # when its cleanup scopes are cut off
         self.cleanup_scopes: set[trio.CancelScope] | None = None
+        self.awaiting_restart = False  # its strategy will start it again after the backoff
 
     def finish(self) -> None:
         self.finished = True
@@ -363,6 +365,10 @@ class Supervisor:
         except KeyError:
             raise KeyError(f"supervisor {self.name!r} has no child {name!r}") from None
 
+    def _placed(self, child: _Child) -> bool:
+        """True while `child` is the incarnation under its name."""
+        return self._children.get(child.spec.name) is child
+
     def _place(self, spec: ChildSpec, restarts: int) -> _Child:
         """A new incarnation, in its predecessor's place in the start order (or last)."""
         child = _Child(spec, restarts)
@@ -448,6 +454,7 @@ class Supervisor:
 
     def _settle(self, child: _Child) -> None:
         """A child that will not run again: forgotten if temporary, else kept as terminated."""
+        child.awaiting_restart = False
         if self._children.get(child.spec.name) is not child:
             return
         if child.spec.restart == "temporary":
@@ -487,13 +494,21 @@ class Supervisor:
     # -- the supervising task: strategy, intensity, backoff ------------------
 
     async def _supervise(self) -> None:
-        """Apply the restart strategy to each unsolicited exit, one at a time."""
+        """Apply the restart strategy to each unsolicited exit, one at a time.
+
+        The stop half of a strategy runs under the serial lock; the backoff
+        before the restart does not, so a close, `stop_child` or
+        `restart_child` during it waits for nothing (OTP's supervisor retries
+        a restart by messaging itself, for the same reason).
+        """
         try:
             with self._loop_scope:
                 async for child, record in self._exits_out:
                     async with self._serial:
-                        if self._children.get(child.spec.name) is child:
-                            await self._handle_exit(child, record)
+                        if self._children.get(child.spec.name) is not child:
+                            continue
+                        group = await self._stop_group(child, record)
+                    await self._restart(group)
         except SupervisorEscalation:
             self._closed = True
             with trio.CancelScope(shield=True):
@@ -502,7 +517,12 @@ class Supervisor:
         finally:
             self._loop_done.set()
 
-    async def _handle_exit(self, child: _Child, record: ExitRecord) -> None:
+    async def _stop_group(self, child: _Child, record: ExitRecord) -> list[_Child]:
+        """Stop what the strategy takes down with `child`; count the restart.
+
+        Returns the children to start again, in start order (the temporary
+        siblings it stopped are forgotten instead).
+        """
         members = list(self._children.values())
         if self.strategy == "one_for_one":
             group = [child]
@@ -516,34 +536,53 @@ class Supervisor:
             if sibling is not child and sibling.spec.restart == "temporary":
                 self._settle(sibling)
         self._count_restart(record)
-        await self._backoff()
-        for member in group:
-            if member is child or member.spec.restart != "temporary":
-                await self._start_again(member)
+        again = [c for c in group if c is child or c.spec.restart != "temporary"]
+        for member in again:
+            member.awaiting_restart = True
+        return again
 
-    async def _start_again(self, previous: _Child) -> None:
-        """Start a new incarnation of `previous`; a failed start counts as one more restart."""
-        restarts = previous.restarts + 1
-        while True:
-            fresh = self._place(previous.spec, restarts)
+    async def _restart(self, group: list[_Child]) -> None:
+        """Back off (unlocked), then start `group` in order; a failed start backs off again.
+
+        A member that a verb settled or replaced during the backoff is skipped.
+        """
+        while group:
+            await self._backoff()
+            async with self._serial:
+                group = [
+                    c for c in group if c.awaiting_restart and self._children.get(c.spec.name) is c
+                ]
+                group = await self._start_each(group)
+
+    async def _start_each(self, group: list[_Child]) -> list[_Child]:
+        """Start a new incarnation of each, in order; returns what is left to retry.
+
+        A failed start counts as one more restart: the failure and the members
+        after it are returned, to be retried after the next backoff.
+        """
+        for index, previous in enumerate(group):
+            previous.awaiting_restart = False
+            fresh = self._place(previous.spec, previous.restarts + 1)
             try:
                 await self._start(fresh, forget_on_failure=False)
-                return
             except RuntimeError as exc:
                 if self._closed:
-                    return
+                    return []
                 failure = ExitRecord(
                     child=previous.spec.name,
                     outcome="error",
-                    restarts=restarts,
+                    restarts=fresh.restarts,
                     time=trio.current_time(),
                     supervisor=self.name,
                     exception=str(exc),
                 )
-            self._publish(failure)
-            self._count_restart(failure)
-            await self._backoff()
-            restarts += 1
+                self._publish(failure)
+                self._count_restart(failure)
+                retry = [fresh, *group[index + 1 :]]
+                for member in retry:
+                    member.awaiting_restart = True
+                return retry
+        return []
 
     def _count_restart(self, record: ExitRecord) -> None:
         """Note one restart now; raise `SupervisorEscalation` past the intensity."""

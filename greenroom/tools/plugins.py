@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, ParamSpec
 
-from greenroom.actors.registry import AgentRegistry
+from greenroom.actors.factory import AgentFactory
+from greenroom.hooks import EmitHook, Hooks
 from greenroom.supervisor import Scope
-from greenroom.supervisor.hooks import EmitHook, Hooks
 from greenroom.tools.bash.seam import BashExecutor
 from greenroom.tools.registry import Tool, ToolRegistry
 
@@ -31,7 +31,7 @@ class PluginContext:
         scope: Scope,
         tools: ToolRegistry,
         hooks: Hooks,
-        agents: AgentRegistry,
+        agents: AgentFactory,
         bash: BashExecutor,
     ) -> None:
         self.name = name

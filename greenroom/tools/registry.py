@@ -17,9 +17,9 @@ from typing import Any, Generic, TypeVar
 import msgspec
 
 from greenroom.actors.types import ToolInvocation, ToolOutcome
+from greenroom.hooks import Hooks, WaterfallHook
 from greenroom.protocol.events import ToolError
 from greenroom.protocol.model import ToolSchema
-from greenroom.supervisor.hooks import Hooks, WaterfallHook
 
 logger = logging.getLogger("greenroom.tools")
 
@@ -76,10 +76,6 @@ class ToolRegistry:
                 self._schemas = [e.schema for e in self._entries.values()]
 
         return remove
-
-    def get(self, name: str) -> Tool[Any] | None:
-        entry = self._entries.get(name)
-        return entry.tool if entry is not None else None
 
     def schemas(self) -> list[ToolSchema]:
         return self._schemas

@@ -74,19 +74,6 @@ def encode_session_id(session_id: str) -> str:
     return stem
 
 
-def decode_session_id(stem: str) -> str:
-    raw = bytearray()
-    index = 0
-    while index < len(stem):
-        if stem[index] == "%":
-            raw.append(int(stem[index + 1 : index + 3], 16))
-            index += 3
-        else:
-            raw.append(ord(stem[index]))
-            index += 1
-    return raw.decode("utf-8")
-
-
 class JsonlPersistence:
     """Session logs as ``<root>/<encoded id>.jsonl`` (see the module docstring)."""
 

@@ -1,74 +1,40 @@
-"""`WriteBehind`: group commit between the live sessions and a `Persistence`."""
+"""`WriteBehind`: one session life's sink over a `Persistence`, one durable append per flush."""
 
 from __future__ import annotations
-
-import contextlib
-import logging
 
 import trio
 
 from greenroom.protocol.events import SessionEvent
-from greenroom.session.persistence.base import Persistence, SessionExists
-from greenroom.session.session import Session
-
-logger = logging.getLogger("greenroom.persistence")
+from greenroom.session.persistence.base import Persistence
 
 
 class WriteBehind:
-    """Buffers each session's appended events; a flush drains them in one durable append.
+    """Buffers one session life's events in memory; `flush` drains them in one durable append.
 
-    Listen with `on_event` on ``session/event`` and `flush` on ``session/flush``
-    (the agent flushes at the end of every turn and when disposed), so a turn
-    costs one fsync (one transaction), not one per event. A session's first
-    drain also creates it in the store. A drain that fails raises to the
-    flusher and keeps every event buffered for the next drain. A drain is
-    never cut short by a cancel: the cancel lands once the write is done.
+    The session's header is in the store already (the factory stores it at
+    create). The agent flushes at the end of every turn and when disposed,
+    so a turn costs one fsync (one transaction), not one per event. A drain
+    that fails raises to the flusher and keeps every event buffered for the
+    next one. A drain is never cut short by a cancel: the cancel lands once
+    the write is done.
     """
 
-    __slots__ = ("_buffers", "_persistence", "_uncreated")
+    __slots__ = ("_buffer", "_persistence", "_session_id")
 
-    def __init__(self, persistence: Persistence) -> None:
+    def __init__(self, persistence: Persistence, session_id: str) -> None:
         self._persistence = persistence
-        self._buffers: dict[str, list[SessionEvent]] = {}
-        self._uncreated: set[str] = set()  # created here, header not yet stored
+        self._session_id = session_id
+        self._buffer: list[SessionEvent] = []
 
-    def on_event(self, session: Session, event: SessionEvent) -> None:
-        buffer = self._buffers.get(session.id)
-        if buffer and buffer[-1].seq != event.seq - 1:
-            # Left by an earlier life of this session id whose drains all failed;
-            # writing it now would put two events at one seq.
-            logger.error(
-                "session %r: dropping %d events that never reached the store",
-                session.id,
-                len(buffer),
-            )
-            self._uncreated.discard(session.id)
-            buffer = None
-        if buffer is None:
-            buffer = self._buffers[session.id] = []
-            if event.seq == 0:
-                self._uncreated.add(session.id)
-        buffer.append(event)
+    def append(self, event: SessionEvent) -> None:
+        self._buffer.append(event)
 
-    def pending(self, session_id: str) -> int:
-        """How many events of `session_id` wait for a drain."""
-        return len(self._buffers.get(session_id, ()))
-
-    async def flush(self, session: Session) -> None:
-        buffer = self._buffers.get(session.id)
-        if not buffer:
+    async def flush(self) -> None:
+        if not self._buffer:
             return
-        batch = list(buffer)
+        batch = list(self._buffer)
         # A write in a worker thread cannot be interrupted, only abandoned: shield
         # it so that what this buffer believes is always what the disk holds.
         with trio.CancelScope(shield=True):
-            if session.id in self._uncreated:
-                # A resumed session with an empty log also starts at seq 0: its header
-                # is stored already, and the append's seq check guards the rest.
-                with contextlib.suppress(SessionExists):
-                    await self._persistence.create(session.header)
-                self._uncreated.discard(session.id)
-            await self._persistence.append(session.id, batch)
-        del buffer[: len(batch)]
-        if not buffer:
-            del self._buffers[session.id]
+            await self._persistence.append(self._session_id, batch)
+        del self._buffer[: len(batch)]

@@ -14,13 +14,16 @@
   writes and nothing is lost.
 * When the shell exits, whatever it left in its group is SIGKILLed at once:
   a command's background children do not outlive it.
-* Background tasks run in the executor's nursery. Closing the executor kills
-  every running task and waits until each is reaped, then removes the spill
-  directory.
+* Background tasks run in the executor's nursery. A finished task's record
+  (its tails, its spill files) is kept until `forget`, and at most
+  `FINISHED_KEPT` per owner token: the oldest goes first. Closing the executor
+  kills every running task and waits until each is reaped, then removes the
+  spill directory.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import math
@@ -37,8 +40,7 @@ from typing import Final
 
 import trio
 
-from greenroom.supervisor import Scope
-from greenroom.supervisor.listeners import Listeners
+from greenroom.hooks import Disposers, Listeners
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
@@ -60,6 +62,8 @@ logger = logging.getLogger("greenroom.bash")
 KILL_GRACE: Final = 3.0
 #: Seconds to keep reading a command's pipes after it exited (a child it left may hold them).
 DRAIN_GRACE: Final = 1.0
+#: Finished task records kept per owner token (``None`` included) until forgotten.
+FINISHED_KEPT: Final = 256
 _SECRET_NAME: Final = re.compile(
     "KEY|SECRET|TOKEN|PASSWORD|PASS|PWD|AUTH|CRED|DSN|SSH_AUTH_SOCK", re.IGNORECASE
 )
@@ -115,6 +119,13 @@ class _Capture:
         if self._spill_fd is not None and self._spill_fd >= 0:
             os.close(self._spill_fd)
             self._spill_fd = -1
+
+    def discard(self) -> None:
+        """Close and delete the spill file, if any."""
+        self.close()
+        if self.spill_path is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(self.spill_path)
 
     def output(self) -> StreamOutput:
         return StreamOutput(
@@ -273,6 +284,7 @@ class LocalBashExecutor:
             raise ValueError(f"default_workdir must be absolute, got {default_workdir!r}")
         self.default_workdir = default_workdir
         self._tasks: dict[str, _TaskRecord] = {}
+        self._finished: dict[str | None, collections.deque[str]] = {}  # by owner, oldest first
         self._count = 0
         self._listeners: Listeners[BashTask] = Listeners("bash task completions")
         self._nursery: trio.Nursery | None = None
@@ -367,6 +379,25 @@ class LocalBashExecutor:
             stderr_spill_path=record.command.stderr.spill_path,
         )
 
+    async def wait(self, task_id: str) -> BashTask:
+        """Wait until the task has ended and its shell is reaped; its final snapshot."""
+        record = self._record(task_id)
+        await record.done.wait()
+        return record.snapshot()
+
+    def forget(self, task_id: str) -> None:
+        """Drop a finished task's record and delete its spill files; a no-op while it runs."""
+        record = self._tasks.get(task_id)
+        if record is None or record.status == "running":
+            return
+        del self._tasks[task_id]
+        finished = self._finished[record.owner]
+        finished.remove(task_id)
+        if not finished:
+            del self._finished[record.owner]
+        record.command.stdout.discard()
+        record.command.stderr.discard()
+
     def kill(self, task_id: str) -> bool:
         """Stop a running task's group (TERM, then KILL); False if it had already finished."""
         record = self._record(task_id)
@@ -385,7 +416,7 @@ class LocalBashExecutor:
         return [record.snapshot() for record in self._tasks.values()]
 
     def on_task_done(
-        self, listener: TaskDoneListener, *, scope: Scope | None = None
+        self, listener: TaskDoneListener, *, scope: Disposers | None = None
     ) -> Callable[[], None]:
         """Call ``listener(task)`` once per task when it ends; never after the executor closed."""
         return self._listeners.add(listener, scope=scope)
@@ -399,6 +430,10 @@ class LocalBashExecutor:
             record.status = "killed" if record.killed else "completed"
             record.done.set()
         self._listeners.notify(record.snapshot())
+        finished = self._finished.setdefault(record.owner, collections.deque())
+        finished.append(record.id)
+        while len(finished) > FINISHED_KEPT:
+            self.forget(finished[0])
 
     def _record(self, task_id: str) -> _TaskRecord:
         record = self._tasks.get(task_id)

@@ -14,7 +14,7 @@ from typing import Final, Literal, Protocol, TypeAlias
 
 import msgspec
 
-from greenroom.supervisor import Scope
+from greenroom.hooks import Disposers
 
 DEFAULT_TIMEOUT_MS: Final = 120_000
 MAX_TIMEOUT_MS: Final = 600_000
@@ -91,6 +91,13 @@ class UnknownTask(KeyError):
 
 
 class BashExecutor(Protocol):
+    """Runs commands: `run` in the caller's task, `start` as a background task with an id.
+
+    Every method but `run`, `start` and `wait` is synchronous and never
+    checkpoints. An unknown task id raises `UnknownTask` (``get`` and
+    ``owner_of`` return None instead).
+    """
+
     def resolve(self, request: BashExecRequest) -> BashExecSpec: ...
 
     async def run(self, spec: BashExecSpec) -> BashRunResult: ...
@@ -101,12 +108,22 @@ class BashExecutor(Protocol):
 
     def read_output(self, task_id: str) -> BashOutput: ...
 
-    def kill(self, task_id: str) -> bool: ...
+    def kill(self, task_id: str) -> bool:
+        """Stop a running task's process group; False if it had already finished."""
+        ...
+
+    async def wait(self, task_id: str) -> BashTask:
+        """Wait until the task has ended and been reaped; its final snapshot."""
+        ...
+
+    def forget(self, task_id: str) -> None:
+        """Drop a finished task's record (and its spill files); a no-op while it runs."""
+        ...
 
     def get(self, task_id: str) -> BashTask | None: ...
 
     def list(self) -> list[BashTask]: ...
 
     def on_task_done(
-        self, listener: TaskDoneListener, *, scope: Scope | None = None
+        self, listener: TaskDoneListener, *, scope: Disposers | None = None
     ) -> Callable[[], None]: ...

@@ -1,22 +1,27 @@
-"""The ``bash``, ``bash_output`` and ``bash_kill`` tools, and the plugin that provides them.
+"""The ``bash``, ``bash_output`` and ``bash_kill`` tools, the plugin that provides them,
+and the owner-token policy: the one place that says who may reach which task.
 
-The access policy lives here, in the consumer of the executor seam: a
-caller's token is its session id (``session.header.id``), or None when no
-agent calls; a task with an owner is readable and killable only by a caller
-with that same token; a task without one is open to anyone. Because the
-token is stored on the executor's task, a reload of this plugin changes
-nothing about who may reach which task.
+The policy lives here, in the consumer of the executor seam: a caller's
+token is its session id (``session.header.id``), or None when no agent
+calls; a task with an owner is readable and killable only by a caller with
+that same token; a task without one is open to anyone. Because the token is
+stored on the executor's task, a reload of this plugin changes nothing about
+who may reach which task. `owned_tasks`, `kill_owned` and `release_owner`
+say what one token holds, for whoever ends a session (its agent's life, the
+ACP bridge).
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Callable
 from typing import Any
 
 import msgspec
+import trio
 
-from greenroom.actors.types import AgentDisposed, ToolInvocation, ToolOutcome
+from greenroom.actors.types import Agent, AgentDisposed, ToolInvocation, ToolOutcome
 from greenroom.protocol.events import PluginSource, ToolError
 from greenroom.tools.bash.seam import (
     BashExecRequest,
@@ -30,6 +35,9 @@ from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
 PLUGIN = "tool-bash"
+
+#: The live agent on a session id, if any (the registry's `by_session`).
+LiveAgents = Callable[[str], Agent | None]
 
 
 class BashArgs(msgspec.Struct, kw_only=True):
@@ -47,6 +55,31 @@ class TaskArgs(msgspec.Struct, kw_only=True):
 def caller_token(invocation: ToolInvocation) -> str | None:
     agent = invocation.agent
     return agent.session.header.id if agent is not None else None
+
+
+def owned_tasks(executor: BashExecutor, token: str) -> list[BashTask]:
+    """Every task `token` owns, running or finished, oldest first."""
+    return [task for task in executor.list() if executor.owner_of(task.id) == token]
+
+
+def kill_owned(executor: BashExecutor, token: str) -> None:
+    """Start killing every running task `token` owns, at once (never checkpoints)."""
+    for task in owned_tasks(executor, token):
+        if task.status == "running":
+            executor.kill(task.id)
+
+
+async def release_owner(executor: BashExecutor, token: str) -> None:
+    """End what `token` holds: kill its running tasks, wait until each is reaped, forget all.
+
+    After it returns no task of `token` is left, so a later life of the same
+    session id cannot read or kill an earlier life's tasks.
+    """
+    kill_owned(executor, token)
+    for task in owned_tasks(executor, token):
+        await executor.wait(task.id)
+        executor.forget(task.id)
+    await trio.lowlevel.checkpoint()
 
 
 def _refuse(message: str, code: str) -> ToolOutcome:
@@ -92,8 +125,13 @@ def render_output(output: BashOutput) -> str:
     return "\n".join(parts)
 
 
-def bash_tools(executor: BashExecutor) -> list[Tool[Any]]:
-    """The three tools over `executor`."""
+def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
+    """The three tools over `executor`.
+
+    A finished task read by its owner's live agent (found through `live`,
+    the agent its completion notice went to) is forgotten after that read:
+    the read delivered everything the task will ever say.
+    """
 
     async def bash(args: BashArgs, call: ToolInvocation) -> str | ToolOutcome:
         for field in ("command", "description"):
@@ -136,9 +174,18 @@ def bash_tools(executor: BashExecutor) -> list[Tool[Any]]:
         if refusal is not None:
             return refusal
         try:
-            return render_output(executor.read_output(args.task_id))
+            output = executor.read_output(args.task_id)
         except UnknownTask as exc:
             return _refuse(str(exc), "unknown-task")
+        token = caller_token(call)
+        if (
+            output.task.status != "running"
+            and token is not None
+            and live(token) is call.agent
+            and executor.owner_of(args.task_id) == token
+        ):
+            executor.forget(args.task_id)
+        return render_output(output)
 
     async def bash_kill(args: TaskArgs, call: ToolInvocation) -> str | ToolOutcome:
         refusal = _reachable(args.task_id, call)
@@ -180,19 +227,17 @@ def bash_plugin(ctx: PluginContext) -> None:
     token, found through the registry when the task ends; with no owner or no
     such agent it is dropped. An agent disposed in between is the only error
     swallowed. A task that ends while the plugin is stopped (mid-reload) gets
-    no notice.
+    no notice. The owner's read after its notice forgets the task's record.
     """
-    for tool in bash_tools(ctx.bash):
+    for tool in bash_tools(ctx.bash, ctx.agents.by_session):
         ctx.register_tool(tool)
 
     def notify(task: BashTask) -> None:
         owner = ctx.bash.owner_of(task.id)
-        if owner is None:
+        agent = ctx.agents.by_session(owner) if owner is not None else None
+        if agent is None:
             return
-        for agent in ctx.agents.list():
-            if agent.session.header.id == owner:
-                with contextlib.suppress(AgentDisposed):
-                    agent.inject(completion_notice(task), source=PluginSource(PLUGIN))
-                return
+        with contextlib.suppress(AgentDisposed):
+            agent.inject(completion_notice(task), source=PluginSource(PLUGIN))
 
     ctx.bash.on_task_done(notify, scope=ctx.scope)

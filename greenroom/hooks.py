@@ -1,24 +1,30 @@
-"""Typed hooks: emits (fire and forget), async emits (awaited), waterfalls (transform).
+"""The event bus: typed hooks (emits and waterfalls) and `Listeners`, each removable.
 
 A hook is a small named object typed by what its listeners receive, so a
 listener of the wrong shape is a mypy error and an emit with no listeners
 costs one dict lookup. The named hooks themselves live with their
 vocabulary (``greenroom.actors.events``, ``greenroom.session.store``); this
-module knows no agent or session.
+module knows no agent or session. Hooks are for observers and for the
+waterfalls that shape a turn; nothing that must not be lost (the session
+log's write path) goes through them.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any, Concatenate, Generic, ParamSpec, TypeVar
-
-from greenroom.supervisor.scope import Scope
+from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 logger = logging.getLogger("greenroom.hooks")
+
+
+class Disposers(Protocol):
+    """Whatever collects removers to run later (a `greenroom.supervisor.Scope`)."""
+
+    def add(self, disposer: Callable[[], object], /) -> object: ...
 
 
 class EmitHook(Generic[P]):
@@ -31,18 +37,6 @@ class EmitHook(Generic[P]):
 
     def __repr__(self) -> str:
         return f"EmitHook({self.name!r})"
-
-
-class AsyncEmitHook(Generic[P]):
-    """A notification whose async listeners are awaited one after another."""
-
-    __slots__ = ("name",)
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __repr__(self) -> str:
-        return f"AsyncEmitHook({self.name!r})"
 
 
 class WaterfallHook(Generic[T, P]):
@@ -66,8 +60,6 @@ class Hooks:
       returned remover does the same at any time (idempotent).
     * An emit listener that raises is logged and contained: the remaining
       listeners run, and the emitter never sees the error.
-    * `emit_async` returns the errors its listeners raised (after all ran), so
-      the caller decides how to report them.
     * A waterfall handler that raises propagates to the caller: a waterfall
       shapes what happens next, so its failure is the caller's failure.
     """
@@ -82,19 +74,9 @@ class Hooks:
         hook: EmitHook[P],
         listener: Callable[P, object],
         *,
-        scope: Scope | None = None,
+        scope: Disposers | None = None,
     ) -> Callable[[], None]:
         """Call ``listener(*args)`` on every ``emit(hook, *args)``."""
-        return self._add(hook, listener, scope)
-
-    def on_async(
-        self,
-        hook: AsyncEmitHook[P],
-        listener: Callable[P, Awaitable[object]],
-        *,
-        scope: Scope | None = None,
-    ) -> Callable[[], None]:
-        """Await ``listener(*args)`` on every ``emit_async(hook, *args)``."""
         return self._add(hook, listener, scope)
 
     def intercept(
@@ -102,7 +84,7 @@ class Hooks:
         hook: WaterfallHook[T, P],
         handler: Callable[Concatenate[T, P], Awaitable[T]],
         *,
-        scope: Scope | None = None,
+        scope: Disposers | None = None,
     ) -> Callable[[], None]:
         """Pass the value of every ``waterfall(hook, value, *args)`` through ``handler``."""
         return self._add(hook, handler, scope)
@@ -121,20 +103,6 @@ class Hooks:
             except Exception:
                 logger.exception("listener %r of %s raised", listener, hook.name)
 
-    async def emit_async(
-        self, hook: AsyncEmitHook[P], *args: P.args, **kwargs: P.kwargs
-    ) -> list[Exception]:
-        listeners = self._table.get(hook)
-        if listeners is None:
-            return []
-        errors: list[Exception] = []
-        for listener in listeners:
-            try:
-                await listener(*args, **kwargs)
-            except Exception as exc:
-                errors.append(exc)
-        return errors
-
     async def waterfall(
         self, hook: WaterfallHook[T, P], value: T, *args: P.args, **kwargs: P.kwargs
     ) -> T:
@@ -142,7 +110,9 @@ class Hooks:
             value = await handler(value, *args, **kwargs)
         return value
 
-    def _add(self, hook: object, fn: Callable[..., Any], scope: Scope | None) -> Callable[[], None]:
+    def _add(
+        self, hook: object, fn: Callable[..., Any], scope: Disposers | None
+    ) -> Callable[[], None]:
         self._table[hook] = (*self._table.get(hook, ()), fn)
         removed = False
 
@@ -161,3 +131,41 @@ class Hooks:
         if scope is not None:
             scope.add(remove)
         return remove
+
+
+class Listeners(Generic[T]):
+    """Callbacks of one argument, called in the order they were added.
+
+    `add` returns an idempotent remover (and hands it to ``scope`` if given);
+    `notify` calls every listener, and one that raises is logged under
+    `what` and skipped: the others and the notifier go on.
+    """
+
+    __slots__ = ("_listeners", "_what")
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._listeners: list[Callable[[T], object]] = []
+
+    def add(
+        self, listener: Callable[[T], object], *, scope: Disposers | None = None
+    ) -> Callable[[], None]:
+        self._listeners.append(listener)
+
+        def remove() -> None:
+            if listener in self._listeners:
+                self._listeners.remove(listener)
+
+        if scope is not None:
+            scope.add(remove)
+        return remove
+
+    def clear(self) -> None:
+        self._listeners.clear()
+
+    def notify(self, value: T) -> None:
+        for listener in list(self._listeners):
+            try:
+                listener(value)
+            except Exception:
+                logger.exception("a listener of %s raised", self._what)
