@@ -1,15 +1,19 @@
-"""Every test runs in virtual time and fails if it leaks a task.
+"""Every test runs in virtual time, fails at once if it deadlocks, and fails if it leaks a task.
 
 Each async test gets a `trio.testing.MockClock` with ``autojump_threshold=0``
 (the autojump clock) unless it is marked ``real_clock`` (it waits on real
 processes or sockets and bounds itself with ``trio.fail_after``) or asks for a
-clock fixture itself. Each test also runs with a `TaskLeakCheck` instrument:
-a task spawned while the test ran that is still alive when the test's own
-task ends outlived the runtime that should have owned it, and fails the test.
+clock fixture itself. A virtual-time test runs under a `VIRTUAL_DEADLINE`: a
+deadlock makes the clock jump straight to it, so the test fails in real
+milliseconds instead of hanging the suite. Each test also runs with a
+`TaskLeakCheck` instrument: a task spawned while the test ran that is still
+alive when the test's own task ends outlived the runtime that should have
+owned it, and fails the test.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -17,6 +21,9 @@ import hypothesis
 import pytest
 import trio
 import trio.testing
+
+#: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
+VIRTUAL_DEADLINE = 3600.0
 
 hypothesis.settings.register_profile("greenroom", deadline=None, max_examples=60)
 hypothesis.settings.load_profile("greenroom")
@@ -68,6 +75,25 @@ def _trio_finalizer(task: trio.lowlevel.Task) -> bool:
     return task.name.startswith("close asyncgen ")
 
 
+class HoldClockWhileThreadsWork(trio.abc.Instrument):
+    """Pauses the autojump clock while a ``trio.to_thread`` call is in flight.
+
+    A file write in a worker thread is real progress the test waits for;
+    jumping virtual time past it would race virtual deadlines (the
+    `VIRTUAL_DEADLINE` among them) against the disk. Threads start and finish
+    inside task steps, so checking after each step is enough.
+    """
+
+    def __init__(self, clock: trio.testing.MockClock) -> None:
+        self.clock = clock
+
+    def after_task_step(self, task: trio.lowlevel.Task) -> None:
+        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0
+        threshold = math.inf if busy else 0.0
+        if self.clock.autojump_threshold != threshold:
+            self.clock.autojump_threshold = threshold
+
+
 def virtual_run(
     fn: Callable[[], Awaitable[Any]],
     *,
@@ -75,7 +101,23 @@ def virtual_run(
     instruments: Sequence[trio.abc.Instrument],
 ) -> Any:
     """pytest-trio's runner for every test not marked real_clock."""
-    return _checked_run(fn, clock or trio.testing.MockClock(autojump_threshold=0), instruments)
+    if clock is None:
+        clock = trio.testing.MockClock(autojump_threshold=0)
+        instruments = [*instruments, HoldClockWhileThreadsWork(clock)]
+    return _checked_run(bounded(fn, VIRTUAL_DEADLINE), clock, instruments)
+
+
+def bounded(fn: Callable[[], Awaitable[Any]], deadline: float) -> Callable[[], Awaitable[Any]]:
+    """`fn`, failing with a message once it has run `deadline` seconds of the run's clock."""
+
+    async def run() -> Any:
+        try:
+            with trio.fail_after(deadline):
+                return await fn()
+        except trio.TooSlowError:
+            pytest.fail(f"still running after {deadline} virtual seconds: a deadlock?")
+
+    return run
 
 
 def real_run(

@@ -263,6 +263,21 @@ async def test_cancel_in_the_continuation_window_runs_no_further_step() -> None:
         assert len(model.requests) == 1
 
 
+async def test_a_continuation_handler_that_cancels_and_stops_ends_the_turn_aborted() -> None:
+    model = ScriptedModel([[Say("done")]])
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+
+        async def cancel_and_stop(go_on: bool, a: Agent, turn: int) -> bool:
+            a.cancel("stopped by the handler")
+            return False
+
+        rt.hooks.intercept(AGENT_TURN_CONTINUATION, cancel_and_stop)
+        agent.send("go")
+        await agent.when_idle()
+        assert turn_ends(agent.session.events) == [(1, Aborted("stopped by the handler"))]
+
+
 async def test_cancel_between_when_idle_and_a_new_send_never_batches() -> None:
     async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
         agent = await new_agent(rt)
@@ -398,15 +413,16 @@ async def test_a_nursery_owner_closing_takes_the_same_ordered_path() -> None:
             SESSION_EVENT,
             lambda s, e: order.append("turn/end") if isinstance(e, TurnEnd) else None,
         )
-        rt.hooks.on(AGENT_DISPOSED, lambda a: order.append(f"unregistered {rt.sessions.list()}"))
+        rt.hooks.on(
+            AGENT_DISPOSED,
+            lambda a: order.append(f"unregistered {[s.id for s in rt.sessions.list()]}"),
+        )
         async with trio.open_nursery() as nursery:
             handle = await rt.agents.create(agent_id="a", session_id="s", owner=nursery)
             handle.agent.send("go")
             await trio.testing.wait_all_tasks_blocked()
             nursery.cancel_scope.cancel()
-        assert len(order) == 2
-        assert order[0] == "turn/end"
-        assert order[1].startswith("unregistered [<greenroom.session.session.Session")
+        assert order == ["turn/end", "unregistered ['s']"]  # still in the store
         assert rt.agents.list() == []
         assert rt.sessions.list() == []
         assert turn_ends(handle.agent.session.events) == [(1, DISPOSED)]

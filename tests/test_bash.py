@@ -100,6 +100,13 @@ def live_members(pgid: int) -> list[int]:
     return members
 
 
+async def group_of(pidfile: Path) -> int:
+    """The process group a command wrote to `pidfile` (``echo $$ > FILE``), once it has."""
+    while not pidfile.exists() or not pidfile.read_text().strip():
+        await trio.sleep(0.02)
+    return int(pidfile.read_text())
+
+
 async def assert_group_gone(pgid: int) -> None:
     """SIGKILL lands asynchronously: give the kernel a moment, then insist."""
     with trio.move_on_after(1):
@@ -240,9 +247,7 @@ async def test_cancel_mid_command_kills_the_process_group(tmp_path: Path) -> Non
         async with bash_runtime(tmp_path, model=model) as rt:
             agent = await new_agent(rt)
             agent.send("run it")
-            while not pidfile.exists() or not pidfile.read_text().strip():
-                await trio.sleep(0.02)
-            pgid = int(pidfile.read_text())
+            pgid = await group_of(pidfile)
             agent.cancel("stop that")
             await agent.when_idle()
             await assert_group_gone(pgid)
@@ -295,14 +300,24 @@ async def test_two_hundred_concurrent_tasks_lose_no_output(tmp_path: Path) -> No
                 assert output.task.exit_code == 0
 
 
+async def test_what_a_command_leaves_in_its_group_dies_when_it_exits(tmp_path: Path) -> None:
+    pidfile = tmp_path / "pgid"
+    with trio.fail_after(LIMIT):
+        async with bash_runtime(tmp_path) as rt:
+            # The shell exits at once; the sleep it started stays in its group.
+            task = await started_task(rt, None, f"echo $$ > {pidfile}; sleep 60 &")
+            pgid = await group_of(pidfile)
+            assert (await rt.bash.wait(task)).exit_code == 0
+            await assert_group_gone(pgid)  # gone before the runtime closes
+
+
 async def test_closing_the_runtime_kills_and_reaps_every_task(tmp_path: Path) -> None:
     pidfile = tmp_path / "pgid"
     with trio.fail_after(LIMIT):
         async with bash_runtime(tmp_path) as rt:
             await started_task(rt, None, f"echo $$ > {pidfile}; sleep 60 & sleep 60")
-            while not pidfile.exists() or not pidfile.read_text().strip():
-                await trio.sleep(0.02)
-    await assert_group_gone(int(pidfile.read_text()))
+            pgid = await group_of(pidfile)
+    await assert_group_gone(pgid)
 
 
 # -- bad input ----------------------------------------------------------------------------------
@@ -361,10 +376,9 @@ async def test_disposing_mid_command_ends_the_turn_disposed(tmp_path: Path) -> N
         async with bash_runtime(tmp_path, model=model) as rt:
             handle = await rt.agents.create(agent_id="a", session_id="s")
             handle.agent.send("run it")
-            while not pidfile.exists() or not pidfile.read_text().strip():
-                await trio.sleep(0.02)
+            pgid = await group_of(pidfile)
             await handle.dispose()
-            await assert_group_gone(int(pidfile.read_text()))
+            await assert_group_gone(pgid)
             events = handle.agent.session.events
             assert turn_ends(events) == [(1, DISPOSED)]
             results = [e for e in events if isinstance(e, ToolResult)]

@@ -1,11 +1,15 @@
-"""The leak-check instrument that every test runs under."""
+"""The leak-check instrument and the virtual deadline that every test runs under."""
 
 from __future__ import annotations
 
+import time
+
+import pytest
 import trio
 import trio.lowlevel
+import trio.testing
 
-from tests.conftest import TaskLeakCheck
+from tests.conftest import TaskLeakCheck, bounded
 
 
 async def _sleeper() -> None:
@@ -38,3 +42,13 @@ def test_tasks_that_end_with_the_test_are_not_reported() -> None:
             nursery.cancel_scope.cancel()
 
     assert _run_fake_test(tidy).leaked == []
+
+
+def test_a_deadlocked_virtual_time_test_fails_at_once() -> None:
+    async def deadlocked() -> None:
+        await trio.Event().wait()  # nothing will ever set it
+
+    started = time.monotonic()
+    with pytest.raises(pytest.fail.Exception, match=r"still running after 3600\.0 virtual seconds"):
+        trio.run(bounded(deadlocked, 3600.0), clock=trio.testing.MockClock(autojump_threshold=0))
+    assert time.monotonic() - started < 5

@@ -25,20 +25,20 @@ class _Agent:
         self.session = SessionStore(Hooks()).prepare(new_header(f"session-of-{agent_id}"))
 
 
-def test_registered_rejects_a_duplicate_id_and_unregisters_after_the_block() -> None:
+def test_register_rejects_a_duplicate_id_and_unregister_removes_it() -> None:
     hooks = Hooks()
     registry = AgentRegistry(hooks)
     agent = cast(Agent, _Agent("a"))
     events: list[str] = []
     hooks.on(AGENT_CREATED, lambda a: events.append(f"created {a.id}"))
     hooks.on(AGENT_DISPOSED, lambda a: events.append(f"disposed {a.id}"))
-    with registry.registered(agent):
-        duplicate = registry.registered(cast(Agent, _Agent("a")))
-        with pytest.raises(AgentIdInUse, match="agent 'a' is already registered"):
-            duplicate.__enter__()
-        assert registry.get("a") is agent
-        assert registry.by_session("session-of-a") is agent
-        assert registry.list() == [agent]
+    registry.register(agent)
+    with pytest.raises(AgentIdInUse, match="agent 'a' is already registered"):
+        registry.register(cast(Agent, _Agent("a")))
+    assert registry.get("a") is agent
+    assert registry.by_session("session-of-a") is agent
+    assert registry.list() == [agent]
+    registry.unregister(agent)
     assert registry.get("a") is None
     assert registry.by_session("session-of-a") is None
     assert events == ["created a", "disposed a"]
@@ -59,10 +59,8 @@ def test_new_header_rejects_a_relative_cwd_and_prepare_a_live_id() -> None:
         new_header("s", cwd="src")
     with pytest.raises(ValueError, match="a session id must be a non-empty string"):
         new_header("")
-    with (
-        store.entered(store.prepare(new_header("s"))),
-        pytest.raises(SessionIdInUse, match="session 's' is already live"),
-    ):
+    store.enter(store.prepare(new_header("s")))
+    with pytest.raises(SessionIdInUse, match="session 's' is already live"):
         store.prepare(new_header("s"))
 
 
@@ -70,10 +68,11 @@ def test_a_stale_prepared_session_never_overwrites_a_live_one() -> None:
     store = SessionStore(Hooks())
     first = store.prepare(new_header("s"))
     stale = store.prepare(new_header("s"))
-    with store.entered(first):
-        with pytest.raises(SessionIdInUse, match="session 's' is already live"):
-            store.entered(stale).__enter__()
-        assert store.get("s") is first
+    store.enter(first)
+    with pytest.raises(SessionIdInUse, match="session 's' is already live"):
+        store.enter(stale)
+    assert store.get("s") is first
+    store.leave(first)
     assert store.get("s") is None
 
 

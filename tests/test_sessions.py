@@ -33,7 +33,7 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
-from greenroom.protocol.model import UserTurn
+from greenroom.protocol.model import AssistantTurn, UserTurn
 from greenroom.session import SessionIdInUse
 from greenroom.session.persistence import (
     CorruptLog,
@@ -45,7 +45,6 @@ from greenroom.session.persistence import (
     UnsupportedVersion,
     encode_session_id,
 )
-from greenroom.session.persistence.jsonl import _encoder
 from greenroom.tools import Tool
 from tests.agents_helpers import assert_enclosed, kinds, new_agent, turn_ends
 from tests.persistence_helpers import Delegating, GatedLoad
@@ -156,7 +155,7 @@ async def test_resume_continues_turns_and_history_without_duplicate_seqs(
         assert_enclosed(events)
         assert model.requests[0].messages[:2] == [
             UserTurn("first question"),
-            model.requests[0].messages[1],
+            AssistantTurn("first question", []),  # the scripted model echoes
         ]
         assert model.requests[0].messages[-1] == UserTurn("second question")
         await resumed.dispose()
@@ -216,7 +215,7 @@ async def test_a_resume_whose_load_finishes_after_the_owner_closed_leaks_nothing
 
 
 def _line(event: SessionEvent) -> bytes:
-    return _encoder.encode(event) + b"\n"
+    return msgspec.json.encode(event) + b"\n"
 
 
 async def _stored_turn(tmp_path: Path) -> tuple[JsonlPersistence, Path, list[SessionEvent]]:

@@ -11,9 +11,11 @@
   ``user/message`` of the turn that took it; that turn's ``turn/end`` answers
   it, with its own stop reason. A cancelled turn's late ``turn/end`` cannot
   answer a later prompt: it is a different turn.
-* **Teardown** (end of input, a signal, the caller's cancel): pending prompts
-  are answered ``cancelled``, then every session's agent is disposed (its
-  closing ``turn/end`` reaches disk), then its background bash tasks are killed.
+* **Teardown** (end of input, a signal, the caller's cancel): first, at once,
+  every pending prompt is answered ``cancelled`` and every session's
+  background bash tasks are sent their kill; then each session's agent is
+  disposed, last created first (its closing ``turn/end`` reaches disk, its
+  tasks are reaped), within `TEARDOWN_GRACE`.
 """
 
 from __future__ import annotations

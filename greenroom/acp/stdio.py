@@ -4,8 +4,9 @@ stdout carries protocol frames only. Before anything else runs, the real
 stdout is kept for frames and file descriptor 1 (and ``sys.stdout``) is
 pointed at stderr, so a stray print, a warning or a log line can never
 corrupt the stream. End of input, SIGTERM and SIGHUP all take the same
-teardown (prompts answered ``cancelled``, agents disposed with their final
-``turn/end`` on disk, background tasks killed), then the process exits 0.
+teardown (prompts answered ``cancelled`` and background tasks killed at once,
+then agents disposed with their final ``turn/end`` on disk), then the process
+exits 0.
 """
 
 from __future__ import annotations

@@ -1,21 +1,21 @@
 """`AgentFactory`: the one place agents are made, started and owned.
 
-`create` and `resume` share one signature and one path: reserve both ids,
-prepare the session (with its sink), then start an `AgentLife` under the
-owner, which reports ready with the `AgentHandle`.
+`create` and `resume` share one signature and one path: reserve both ids
+(until the agent is published or its start failed, so a duplicate is
+rejected before anything exists and a racing create cannot publish the same
+ids), prepare the session (with its sink), then start its `AgentLife` under
+the owner, which reports ready with the `AgentHandle`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from functools import partial
+from collections.abc import Sequence
 from typing import cast
 
 import trio
 
-from greenroom.actors.life import CLOSING_GRACE, AgentHandle, AgentLife, ReleaseOwned
-from greenroom.actors.loop import LoopAgent
+from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned
+from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentOptions, ToolExecutor
 from greenroom.hooks import Hooks
@@ -95,7 +95,7 @@ class AgentFactory:
         `cwd`, before anything exists. A cancelled caller leaves no agent and
         no live session (a header it stored stays stored).
         """
-        with self._reserved(agent_id, session_id):
+        with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd)
             if self._persistence is not None:
                 await self._persistence.create(header)
@@ -120,19 +120,9 @@ class AgentFactory:
                 f"cannot resume session {session_id!r}: no session persistence is configured"
                 " (pass persistence= to open_runtime)"
             )
-        with self._reserved(agent_id, session_id):
+        with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events = await self._persistence.load(session_id)
             return await self._start(agent_id, header, events, options, owner)
-
-    @contextmanager
-    def _reserved(self, agent_id: str, session_id: str) -> Iterator[None]:
-        """Hold both ids until the agent is published (or its start failed).
-
-        A duplicate is rejected before anything exists, and a racing create or
-        resume cannot publish the same ids while this one loads and starts.
-        """
-        with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
-            yield
 
     async def _start(
         self,
@@ -144,22 +134,23 @@ class AgentFactory:
     ) -> AgentHandle:
         sink = None if self._persistence is None else WriteBehind(self._persistence, header.id)
         session = self._sessions.prepare(header, seed=seed, sink=sink)
-        life = AgentLife(self._sessions, self._registry, self._release_owned)
-        agent = LoopAgent(
-            agent_id,
-            session,
-            life=life,
-            model=self._model,
-            tools=self._tools,
-            hooks=self._hooks,
-            options=options,
+        life = AgentLife(
+            self._sessions,
+            self._registry,
+            self._release_owned,
+            lambda life: LoopAgent(
+                agent_id,
+                session,
+                life=life,
+                model=self._model,
+                tools=self._tools,
+                hooks=self._hooks,
+                options=options,
+            ),
         )
-        start = partial(life.run, agent)
         owner = owner or self._default_owner
         if isinstance(owner, Supervisor):
-            spec = ChildSpec(
-                f"agent:{agent_id}", start, restart="temporary", shutdown=CLOSING_GRACE
-            )
+            spec = ChildSpec(f"agent:{agent_id}", life, restart="temporary", shutdown=CLOSING_GRACE)
             return cast(AgentHandle, await owner.start_child(spec))
-        handle: AgentHandle = await owner.start(start)
+        handle: AgentHandle = await owner.start(life)
         return handle

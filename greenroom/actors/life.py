@@ -1,37 +1,32 @@
 """`AgentLife`: one agent's whole life as one task, and `AgentHandle`, the capability to end it.
 
-`AgentLife.run` is the one place that says an agent's teardown order, and it
+`AgentLife.__call__` is the one place that says an agent's teardown order, and it
 says it with nesting::
 
-    session entered in the store               (detached last)
-      agent registered                         (unregistered second)
-        the session's owned processes          (released third: killed and reaped)
+    session entered in the store               (left last)
+      agent registered                         (unregistered third)
+        the session's owned processes          (released second: killed, reaped)
           the life scope: the agent's loop     (stopped first; its closing turn/end
                                                 and flush run in cleanup_scope())
 
-`AgentHandle.dispose` cancels the life scope and waits for `run` to return;
-an owner closing cancels the same task from outside. Python unwinds the same
-nesting either way.
+`AgentHandle.dispose` cancels the life scope and waits for the life's task to
+return; an owner closing cancels the same task from outside. Python unwinds
+the same nesting either way.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Awaitable, Callable, Iterator
-from typing import Final, Protocol
+from collections.abc import Awaitable, Callable
+from typing import Protocol
 
 import trio
 
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent
 from greenroom.session import SessionStore
-from greenroom.supervisor import cleanup_scope
-
-#: The most an agent's closing work (the last flush, releasing what its session owns) may take
-#: once it is stopped, when no supervisor's grace bounds it sooner.
-CLOSING_GRACE: Final = 10.0
 
 #: Releases what a session owns outside the agent (its background processes), by session id.
+#: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
 ReleaseOwned = Callable[[str], Awaitable[None]]
 
 
@@ -69,16 +64,32 @@ class AgentHandle:
 
 
 class AgentLife:
-    """One agent's life: the life scope, the exit, and the nesting `run` unwinds.
+    """One agent's life: the life scope, the exit, and the nesting its task unwinds.
 
-    The agent reads `disposing` (true from the first `stop`) to refuse new
-    work, and awaits `wait_exited` where it promises full quiescence.
+    The life builds its agent (``build(life)``), so the agent can read
+    `disposing` (true from the first `stop`) to refuse new work, and await
+    `wait_exited` where it promises full quiescence. The life itself is the
+    task's body: its owner calls ``life(task_status=...)`` (a supervisor
+    child's start, or ``nursery.start``), which reports the handle once live.
     """
 
-    __slots__ = ("_exited", "_registry", "_release_owned", "_scope", "_sessions", "disposing")
+    __slots__ = (
+        "_exited",
+        "_registry",
+        "_release_owned",
+        "_scope",
+        "_sessions",
+        "agent",
+        "disposing",
+        "handle",
+    )
 
     def __init__(
-        self, sessions: SessionStore, registry: AgentRegistry, release_owned: ReleaseOwned
+        self,
+        sessions: SessionStore,
+        registry: AgentRegistry,
+        release_owned: ReleaseOwned,
+        build: Callable[[AgentLife], LiveAgent],
     ) -> None:
         self._sessions = sessions
         self._registry = registry
@@ -86,6 +97,8 @@ class AgentLife:
         self._scope = trio.CancelScope()
         self._exited = trio.Event()
         self.disposing = False
+        self.agent = build(self)
+        self.handle = AgentHandle(self.agent, self)
 
     def stop(self) -> None:
         """Begin the teardown: cancel the life scope with reason ``"disposed"``. Idempotent."""
@@ -93,32 +106,30 @@ class AgentLife:
         self._scope.cancel(reason="disposed")
 
     async def wait_exited(self) -> None:
-        """Wait until `run` has returned (or raised). Checkpoints."""
+        """Wait until the life's task has returned (or raised). Checkpoints."""
         await self._exited.wait()
 
-    async def run(self, agent: LiveAgent, *, task_status: trio.TaskStatus[AgentHandle]) -> None:
-        """The whole life (a supervisor child's start, or a nursery's): see the module docstring.
+    async def __call__(self, *, task_status: trio.TaskStatus[AgentHandle]) -> None:
+        """The whole life, nested as the module docstring says.
 
         Returns after `stop`; re-raises the owner's cancel.
         """
-        session = agent.session
+        agent, session = self.agent, self.agent.session
         try:
-            with self._sessions.entered(session), self._registry.registered(agent):
+            self._sessions.enter(session)
+            try:
+                self._registry.register(agent)
                 try:
-                    with self._scope:
-                        task_status.started(AgentHandle(agent, self))
-                        await agent.run()
-                finally:
-                    with closing_scope():
+                    try:
+                        with self._scope:
+                            task_status.started(self.handle)
+                            await agent.run()
+                    finally:
                         await self._release_owned(session.id)
+                finally:
+                    self._registry.unregister(agent)
+            finally:
+                self._sessions.leave(session)
         finally:
             self.disposing = True
             self._exited.set()
-
-
-@contextlib.contextmanager
-def closing_scope() -> Iterator[trio.CancelScope]:
-    """`cleanup_scope`, cut off after `CLOSING_GRACE` at the latest (a nursery owner has none)."""
-    with cleanup_scope() as closing:
-        closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
-        yield closing

@@ -9,7 +9,8 @@ Everything that stops work goes through two objects:
   something is running or pending, and read, always through `_take_cancel`,
   at every turn-decision point: window 1 after the wake-up, window 2 after
   the status flips to running, window 3 before each step, window 4 after the
-  continuation decision; what a turn leaves armed is dropped when it ends;
+  continuation decision (a cancel that lands after a turn's last window is
+  taken at window 1 of the next wake-up, where it drops nothing sent after it);
 * the **turn scope**, a `trio.CancelScope` around the turn's steps, which
   `cancel` cancels with the caller's reason so an in-flight model call or
   tool call stops at its next checkpoint.
@@ -21,8 +22,9 @@ are appended and the flush runs shielded, and `run` unwinds.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Generator, Iterator
 from typing import Final
 
 import trio
@@ -42,7 +44,7 @@ from greenroom.actors.events import (
     AGENT_TURN_START,
 )
 from greenroom.actors.inbox import Inbox, Prompt, new_message_id
-from greenroom.actors.life import AgentLife, closing_scope
+from greenroom.actors.life import AgentLife
 from greenroom.actors.types import (
     AgentDisposed,
     AgentOptions,
@@ -86,8 +88,13 @@ from greenroom.protocol.model import (
     Usage,
 )
 from greenroom.session import Session
+from greenroom.supervisor import cleanup_scope
 
 logger = logging.getLogger("greenroom.agent")
+
+#: The most an agent's closing flush may take once it is stopped, when no supervisor's
+#: grace bounds it sooner.
+CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
 
@@ -270,7 +277,6 @@ class LoopAgent:
                 if self._cancelled_before_turn():  # window 2: an agent/status listener
                     continue
                 await self._turn(self._session.last_turn + 1)
-                self._take_cancel()  # one after the turn's last window had nothing left to stop
                 inbox.requeue_steering()
                 if not inbox.queued:
                     self._set_status("idle")
@@ -494,8 +500,10 @@ class LoopAgent:
 
         A failure is an ``agent/error`` (and a log line); the sink keeps the
         events, and the next flush (the next turn's, or the last one on the
-        way out) writes them.
+        way out) writes them. Without a sink it returns at once.
         """
+        if not self._session.persistent:
+            return
         with closing_scope():
             try:
                 await self._session.flush()
@@ -542,6 +550,14 @@ class LoopAgent:
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
         return Prompt(content, source or USER, new_message_id())
+
+
+@contextlib.contextmanager
+def closing_scope() -> Iterator[trio.CancelScope]:
+    """`cleanup_scope`, cut off after `CLOSING_GRACE` at the latest (a nursery owner has none)."""
+    with cleanup_scope() as closing:
+        closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
+        yield closing
 
 
 def cancelled_in(exc: BaseException) -> trio.Cancelled | None:

@@ -17,9 +17,9 @@ class AgentIdInUse(ValueError):
 class AgentRegistry:
     """Who is live: `get`, `by_session` and `list` hand out bare agents.
 
-    An agent is in the registry for exactly the body of its `registered`
-    block; `reserved` holds an id across an async create so that two racing
-    creates cannot both publish it. Creating agents is the factory's job
+    An agent is in the registry from its `register` to its `unregister` (its
+    life nests them); `reserved` holds an id across an async create so that
+    two racing creates cannot both publish it. Creating agents is the factory's job
     (`greenroom.actors.factory.AgentFactory`); disposing one is its handle's.
     """
 
@@ -56,21 +56,20 @@ class AgentRegistry:
         finally:
             self._reserved.discard(agent_id)
 
-    @contextmanager
-    def registered(self, agent: Agent) -> Iterator[Agent]:
-        """Registered, with ``agent/created``, for the body; then removed, with ``agent/disposed``.
+    def register(self, agent: Agent) -> None:
+        """Add a live agent and emit ``agent/created``; `unregister` undoes it.
 
-        A raising listener is contained (`Hooks.emit`), so it never undoes the
-        registration nor skips what the caller does after the block.
+        Raises `AgentIdInUse` for an id that is registered. A raising listener
+        is contained (`Hooks.emit`), so it never undoes the registration.
         """
         if agent.id in self._agents:
             raise AgentIdInUse(f"agent {agent.id!r} is already registered")
         self._agents[agent.id] = agent
         self._by_session[agent.session.id] = agent
-        try:
-            self._hooks.emit(AGENT_CREATED, agent)
-            yield agent
-        finally:
-            del self._agents[agent.id]
-            del self._by_session[agent.session.id]
-            self._hooks.emit(AGENT_DISPOSED, agent)
+        self._hooks.emit(AGENT_CREATED, agent)
+
+    def unregister(self, agent: Agent) -> None:
+        """Remove `agent` and emit ``agent/disposed`` (a raising listener is contained)."""
+        del self._agents[agent.id]
+        del self._by_session[agent.session.id]
+        self._hooks.emit(AGENT_DISPOSED, agent)

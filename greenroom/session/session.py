@@ -115,6 +115,11 @@ class Session:
             self.on_append(self, event)
         return event
 
+    @property
+    def persistent(self) -> bool:
+        """True if the session has a sink: a flush has somewhere to go."""
+        return self._sink is not None
+
     async def flush(self) -> None:
         """Make the log durable through the sink; raises what the sink raised.
 

@@ -22,10 +22,10 @@ class SessionIdInUse(ValueError):
 class SessionStore:
     """Live sessions by id, with the three-step publication of the seeds.
 
-    `prepare` builds a session without publishing it; `entered` publishes it
-    for the body of a ``with`` (checking again, so a stale prepared session
-    never overwrites a live one), wires its appends to the ``session/event``
-    observers and emits ``session/created``. `reserved` holds an id across an
+    `prepare` builds a session without publishing it; `enter` publishes it
+    (checking again, so a stale prepared session never overwrites a live
+    one), wires its appends to the ``session/event`` observers and emits
+    ``session/created``; `leave` undoes that. `reserved` holds an id across an
     async create, so two racing creates cannot both publish it.
     """
 
@@ -68,19 +68,22 @@ class SessionStore:
             raise SessionIdInUse(f"session {header.id!r} is already live")
         return Session(header, seed, sink=sink)
 
-    @contextmanager
-    def entered(self, session: Session) -> Iterator[Session]:
-        """Live and announced for the body; unwired and out of the store after it."""
+    def enter(self, session: Session) -> None:
+        """Publish `session`, wire its appends to ``session/event``, emit ``session/created``.
+
+        Raises `SessionIdInUse` if the id is live (a stale prepared session
+        never overwrites a live one). `leave` undoes it.
+        """
         if session.id in self._live:
             raise SessionIdInUse(f"session {session.id!r} is already live")
         self._live[session.id] = session
         session.on_append = self._emit_event
-        try:
-            self._hooks.emit(SESSION_CREATED, session)
-            yield session
-        finally:
-            session.on_append = None
-            del self._live[session.id]
+        self._hooks.emit(SESSION_CREATED, session)
+
+    def leave(self, session: Session) -> None:
+        """Unwire `session`'s appends and take it out of the store."""
+        session.on_append = None
+        del self._live[session.id]
 
     def _emit_event(self, session: Session, event: SessionEvent) -> None:
         self._hooks.emit(SESSION_EVENT, session, event)

@@ -73,13 +73,18 @@ async def release_owner(executor: BashExecutor, token: str) -> None:
     """End what `token` holds: kill its running tasks, wait until each is reaped, forget all.
 
     After it returns no task of `token` is left, so a later life of the same
-    session id cannot read or kill an earlier life's tasks.
+    session id cannot read or kill an earlier life's tasks. It runs shielded:
+    a cancelled caller still sees every group reaped. With nothing owned it
+    returns at once, without a checkpoint.
     """
+    tasks = owned_tasks(executor, token)
+    if not tasks:
+        return
     kill_owned(executor, token)
-    for task in owned_tasks(executor, token):
-        await executor.wait(task.id)
-        executor.forget(task.id)
-    await trio.lowlevel.checkpoint()
+    with trio.CancelScope(shield=True):  # bounded: a kill escalates to SIGKILL in KILL_GRACE
+        for task in tasks:
+            await executor.wait(task.id)
+            executor.forget(task.id)
 
 
 def _refuse(message: str, code: str) -> ToolOutcome:
