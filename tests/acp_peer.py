@@ -78,7 +78,7 @@ class Peer:
     def index_of(self, frame: dict[str, Any]) -> int:
         return next(i for i, f in enumerate(self.frames) if f is frame)
 
-    async def new_session(self, cwd: str = "/work") -> str:
+    async def new_session(self, cwd: str = "/tmp") -> str:
         answer = await self.call("session/new", {"cwd": cwd, "mcpServers": []})
         return str(answer["result"]["sessionId"])
 

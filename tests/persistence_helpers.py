@@ -14,6 +14,9 @@ class Delegating:
     def __init__(self, inner: Persistence) -> None:
         self.inner = inner
 
+    def check_session_id(self, session_id: str) -> None:
+        self.inner.check_session_id(session_id)
+
     async def create(self, header: SessionHeader) -> None:
         await self.inner.create(header)
 

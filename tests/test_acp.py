@@ -272,7 +272,7 @@ async def test_a_load_racing_teardown_leaks_nothing(tmp_path: Path) -> None:
 
     async with bridge(tmp_path, ScriptedModel(), persistence=gated) as b:
         load = await b.peer.request(
-            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+            "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
         await trio.testing.wait_all_tasks_blocked()
         await b.peer.close()
@@ -294,9 +294,9 @@ async def test_load_replays_the_whole_conversation_before_responding(tmp_path: P
         live = b.peer.updates(session)
     async with bridge(tmp_path, ScriptedModel()) as b:
         listed = await b.peer.call("session/list", {})
-        assert listed["result"]["sessions"] == [{"sessionId": session, "cwd": "/work"}]
+        assert listed["result"]["sessions"] == [{"sessionId": session, "cwd": "/tmp"}]
         answer = await b.peer.call(
-            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+            "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
         assert answer["result"] == {}
         replayed = b.peer.updates(session)
@@ -309,7 +309,7 @@ async def test_load_replays_the_whole_conversation_before_responding(tmp_path: P
         last = max(i for i, f in enumerate(b.peer.frames) if f.get("method") == "session/update")
         assert last < b.peer.index_of(answer)
         again = await b.peer.call(
-            "session/load", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+            "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
         assert "already loaded" in again["error"]["message"]
         validate(b.peer)
@@ -323,7 +323,7 @@ async def test_resume_restores_without_replay_and_close_frees_the_session(tmp_pa
         )
     async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
         answer = await b.peer.call(
-            "session/resume", {"sessionId": session, "cwd": "/work", "mcpServers": []}
+            "session/resume", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
         assert answer["result"] == {}
         assert b.peer.updates(session) == []
@@ -338,7 +338,7 @@ async def test_resume_restores_without_replay_and_close_frees_the_session(tmp_pa
         wrong = await b.peer.call(
             "session/load", {"sessionId": session, "cwd": "/elsewhere", "mcpServers": []}
         )
-        assert "belongs to cwd '/work'" in wrong["error"]["message"]
+        assert "belongs to cwd '/tmp'" in wrong["error"]["message"]
         assert b.runtime.agents.list() == []
 
 

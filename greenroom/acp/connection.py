@@ -32,6 +32,7 @@ import msgspec
 import trio
 
 import greenroom
+from greenroom.acp import frames
 from greenroom.acp.presenter import present
 from greenroom.actors.life import AgentHandle
 from greenroom.protocol.acp import (
@@ -49,7 +50,6 @@ from greenroom.protocol.acp import (
     ErrorObject,
     ErrorResponse,
     Implementation,
-    Incoming,
     InitializeParams,
     InitializeResult,
     ListSessionsParams,
@@ -80,14 +80,11 @@ from greenroom.protocol.events import (
 )
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import PersistenceError
+from greenroom.session.persistence import PersistenceError, SessionNotFound
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
 
 logger = logging.getLogger("greenroom.acp")
-
-#: The longest frame the reader accepts; a longer line is answered with an error and skipped.
-MAX_FRAME: Final = 8 * 1024 * 1024
 
 P = TypeVar("P", bound=msgspec.Struct)
 
@@ -95,7 +92,6 @@ _encoder = msgspec.json.Encoder()
 INITIALIZED: Final = InitializeResult(
     PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
 )
-_incoming = msgspec.json.Decoder(Incoming)
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -163,46 +159,47 @@ class AcpConnection:
     def fail(self, request_id: RequestId, code: int, message: str) -> None:
         self.send(ErrorResponse(request_id, ErrorObject(code, message)))
 
+    def oversized(self) -> None:
+        self.fail(None, INVALID_REQUEST, f"frame longer than {frames.MAX_FRAME} bytes")
+
     # -- frames in ---------------------------------------------------------------------
 
     def handle_line(self, line: bytes) -> None:
-        """Decode and dispatch one frame; every bad frame is answered or dropped, never raised."""
-        try:
-            frame = _incoming.decode(line)
-        except msgspec.ValidationError:
-            self.fail(None, INVALID_REQUEST, "a frame must be one JSON-RPC object (no batches)")
-            return
-        except msgspec.DecodeError as exc:
-            self.fail(None, PARSE_ERROR, f"not JSON: {exc}")
-            return
-        if frame.method is msgspec.UNSET:
-            if frame.id is msgspec.UNSET or (
-                frame.result is msgspec.UNSET and frame.error is msgspec.UNSET
-            ):
-                self.fail(None, INVALID_REQUEST, "a frame needs a method (or is a response)")
-            return  # a response: greenroom sends no requests, so nothing waits for one
-        method = frame.method
-        is_request = frame.id is not msgspec.UNSET
-        request_id: RequestId = frame.id if is_request else None  # type: ignore[assignment]
-        params = frame.params if frame.params is not msgspec.UNSET else msgspec.Raw(b"{}")
-        try:
-            self._dispatch(method, request_id, is_request, params)
-        except RpcError as exc:
-            if is_request:
-                self.fail(request_id, exc.code, exc.message)
-            else:
-                logger.info("dropped notification %s: %s", method, exc.message)
+        """Decode and act on one frame: a request is answered exactly once, a notification
+        never; nothing a frame holds can raise out of here."""
+        frame = frames.decode_frame(line)
+        if isinstance(frame, frames.Bad):
+            self.fail(frame.id, frame.code, frame.message)
+        elif isinstance(frame, frames.Request):
+            try:
+                self._request(frame.id, frame.method, frame.params)
+            except RpcError as exc:
+                self.fail(frame.id, exc.code, exc.message)
+            except Exception as exc:  # one request's failure never ends the connection
+                logger.warning("request %s failed", frame.method, exc_info=True)
+                self.fail(frame.id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
+        elif isinstance(frame, frames.Notification):
+            try:
+                self._notification(frame.method, frame.params)
+            except RpcError as exc:
+                logger.info("dropped notification %s: %s", frame.method, exc.message)
+            except Exception:
+                logger.warning("notification %s failed", frame.method, exc_info=True)
+        # A Reply: greenroom sends no requests yet, so nothing waits for one.
 
-    def _dispatch(
-        self, method: str, request_id: RequestId, is_request: bool, params: msgspec.Raw
-    ) -> None:
+    def _notification(self, method: str, params: msgspec.Raw) -> None:
         if method == "session/cancel":
             self._cancel(_decode(SessionParams, params).session_id)
         elif method == "$/cancel_request":
-            self._cancel_request(_decode(CancelRequestParams, params).id)
-        elif not is_request:
-            if not method.startswith("_"):
-                logger.info("ignored unknown notification %s", method)
+            self._cancel_request(_decode(CancelRequestParams, params).request_id)
+        elif not method.startswith("_"):
+            logger.info("ignored unknown notification %s", method)
+
+    def _request(self, request_id: RequestId, method: str, params: msgspec.Raw) -> None:
+        if method in ("session/cancel", "$/cancel_request"):
+            # Notifications by the spec; sent as a request, they act alike and get an answer.
+            self._notification(method, params)
+            self.respond(request_id, Empty())
         elif method == "session/prompt":
             self._prompt(request_id, _decode(PromptParams, params))
         elif method == "_session/steering":
@@ -285,8 +282,7 @@ class AcpConnection:
     # -- spawned: requests that wait -----------------------------------------------------------
 
     async def _new(self, params: NewSessionParams) -> NewSessionResult:
-        if not os.path.isabs(params.cwd):
-            raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {params.cwd!r}")
+        _check_cwd(params.cwd, must_exist=True)
         self._require_open()
         session_id = str(uuid.uuid4())
         handle = await self.runtime.agents.create(
@@ -298,9 +294,12 @@ class AcpConnection:
     async def _load(self, params: LoadSessionParams, replay: bool) -> Empty:
         if self.persistence is None:
             raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
-        if not os.path.isabs(params.cwd):
-            raise RpcError(INVALID_PARAMS, f"cwd must be an absolute path, got {params.cwd!r}")
         session_id = params.session_id
+        try:
+            self.persistence.check_session_id(session_id)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        _check_cwd(params.cwd, must_exist=False)
         self._require_open()
         if session_id in self.records or session_id in self.loading:
             raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
@@ -310,8 +309,10 @@ class AcpConnection:
                 handle = await self.runtime.agents.resume(
                     agent_id=session_id, session_id=session_id, owner=self.owner
                 )
-            except PersistenceError as exc:
+            except SessionNotFound as exc:
                 raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+            except PersistenceError as exc:
+                raise RpcError(INTERNAL_ERROR, str(exc)) from None
             stored_cwd = handle.agent.session.header.cwd
             if stored_cwd != params.cwd:
                 await handle.dispose()
@@ -428,8 +429,26 @@ def _decode(kind: type[P], raw: msgspec.Raw) -> P:
         decoder = _decoders[kind] = msgspec.json.Decoder(kind)
     try:
         return decoder.decode(raw)  # type: ignore[no-any-return]
-    except msgspec.DecodeError as exc:
+    except msgspec.ValidationError as exc:
         raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
+    except msgspec.DecodeError as exc:  # invalid UTF-8 inside a string
+        raise RpcError(PARSE_ERROR, f"not JSON: {exc}") from None
+    except RecursionError:
+        raise RpcError(INVALID_PARAMS, "invalid params: nested too deep to decode") from None
+
+
+def _check_cwd(cwd: str, *, must_exist: bool) -> None:
+    """A `cwd` param: absolute, no NUL, and (for a new session) an existing directory."""
+    if "\x00" in cwd:
+        raise RpcError(INVALID_PARAMS, f"invalid params: cwd holds a NUL byte: {cwd!r:.80}")
+    if not os.path.isabs(cwd):
+        raise RpcError(
+            INVALID_PARAMS, f"invalid params: cwd must be an absolute path, got {cwd!r:.80}"
+        )
+    if must_exist and not os.path.isdir(cwd):
+        raise RpcError(
+            INVALID_PARAMS, f"invalid params: cwd {cwd!r:.80} is not an existing directory"
+        )
 
 
 def _text(prompt: list[ContentBlock]) -> str:
@@ -480,7 +499,9 @@ async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
                     async with Supervisor(name="acp-connection") as owner:
                         connection = AcpConnection(runtime, owner, handlers, frames_in)
                         try:
-                            await _read_frames(stream, connection)
+                            await frames.read_lines(
+                                stream, connection.handle_line, connection.oversized
+                            )
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()
@@ -489,28 +510,6 @@ async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
         finally:
             frames_in.close()
             writing.deadline = trio.current_time() + TEARDOWN_GRACE
-
-
-async def _read_frames(stream: trio.abc.ReceiveStream, connection: AcpConnection) -> None:
-    buffer = bytearray()
-    scanned = 0  # bytes of `buffer` known to hold no newline
-    oversized = False
-    while chunk := await stream.receive_some(65536):
-        buffer += chunk
-        while (newline := buffer.find(b"\n", scanned)) >= 0:
-            line = bytes(buffer[:newline])
-            del buffer[: newline + 1]
-            scanned = 0
-            if oversized:
-                oversized = False
-                connection.fail(None, INVALID_REQUEST, f"frame longer than {MAX_FRAME} bytes")
-            elif line.strip():
-                connection.handle_line(line)
-        scanned = len(buffer)
-        if scanned > MAX_FRAME:
-            oversized = True
-            buffer.clear()
-            scanned = 0
 
 
 async def _write_frames(

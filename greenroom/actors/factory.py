@@ -23,6 +23,7 @@ from greenroom.models.base import ModelAdapter
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session import SessionStore, new_header
 from greenroom.session.persistence import Persistence, WriteBehind
+from greenroom.session.store import check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
 #: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
@@ -95,6 +96,7 @@ class AgentFactory:
         `cwd`, before anything exists. A cancelled caller leaves no agent and
         no live session (a header it stored stays stored).
         """
+        self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd)
             if self._persistence is not None:
@@ -120,9 +122,16 @@ class AgentFactory:
                 f"cannot resume session {session_id!r}: no session persistence is configured"
                 " (pass persistence= to open_runtime)"
             )
+        self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events = await self._persistence.load(session_id)
             return await self._start(agent_id, header, events, options, owner)
+
+    def _check_session_id(self, session_id: str) -> None:
+        """Refuse, before anything exists, an id the persistence could not store."""
+        check_session_id(session_id)
+        if self._persistence is not None:
+            self._persistence.check_session_id(session_id)
 
     async def _start(
         self,

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
-from msgspec import UNSET, UnsetType
 
 PROTOCOL_VERSION: Final = 1
 
@@ -33,17 +32,6 @@ def wire_name(name: str) -> str:
 RequestId: TypeAlias = int | str | None
 
 # -- JSON-RPC envelopes --------------------------------------------------------------
-
-
-class Incoming(msgspec.Struct, frozen=True, gc=False):
-    """Any frame a peer sends; which of the fields are set says what it is."""
-
-    jsonrpc: str | UnsetType = UNSET
-    id: int | str | UnsetType | None = UNSET
-    method: str | UnsetType = UNSET
-    params: msgspec.Raw | UnsetType = UNSET
-    result: msgspec.Raw | UnsetType = UNSET
-    error: msgspec.Raw | UnsetType = UNSET
 
 
 class ErrorObject(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
@@ -127,8 +115,10 @@ class PromptParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     prompt: list[ContentBlock]
 
 
-class CancelRequestParams(msgspec.Struct, frozen=True, gc=False):
-    id: int | str
+class CancelRequestParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """``$/cancel_request``: the id of the request to cancel."""
+
+    request_id: int | str
 
 
 # -- results ---------------------------------------------------------------------------

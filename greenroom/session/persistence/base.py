@@ -55,6 +55,8 @@ class SeqMismatch(PersistenceError):
 class Persistence(Protocol):
     """Where session logs live between processes.
 
+    * `check_session_id` raises `ValueError` naming the limit for an id the
+      backend cannot store (checked before anything is created).
     * `create` stores a header (atomically; a second create of an id fails).
     * `append` stores events durably (one fsync or one transaction per call);
       the first event's seq must equal the stored next seq.
@@ -62,6 +64,8 @@ class Persistence(Protocol):
       the closers it adds are stored before it returns.
     * `list` returns every stored header.
     """
+
+    def check_session_id(self, session_id: str) -> None: ...
 
     async def create(self, header: SessionHeader) -> None: ...
 

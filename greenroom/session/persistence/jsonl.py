@@ -83,6 +83,9 @@ class JsonlPersistence:
         self._next_seq: dict[str, int] = {}
         self._locks: dict[str, trio.Lock] = {}
 
+    def check_session_id(self, session_id: str) -> None:
+        encode_session_id(session_id)
+
     def path(self, session_id: str) -> Path:
         return self.root / (encode_session_id(session_id) + SUFFIX)
 

@@ -62,6 +62,9 @@ class SqlitePersistence:
     def close(self) -> None:
         self._db.close()
 
+    def check_session_id(self, session_id: str) -> None:
+        check_session_id(session_id)
+
     async def create(self, header: SessionHeader) -> None:
         check_session_id(header.id)
         async with self._turn:

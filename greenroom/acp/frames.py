@@ -1,0 +1,203 @@
+"""Frames in: a byte stream cut into lines, and each line decoded into what it is.
+
+`decode_frame` never raises: whatever a peer sends (any bytes, any JSON, any
+nesting, any size up to `MAX_FRAME`) comes back as a `Request`, a
+`Notification`, a `Reply` to a request of ours, or a `Bad` frame carrying
+the JSON-RPC error to answer it with (and the id to answer, when the frame
+had a usable one). `read_lines` hands every newline-terminated line to its
+callback, and the last one at end of input even without its newline.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Final, NamedTuple
+
+import msgspec
+import trio
+
+from greenroom.protocol.acp import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RequestId
+
+#: The longest frame the reader accepts; a longer line is answered with an error and skipped.
+MAX_FRAME: Final = 8 * 1024 * 1024
+
+
+class Request(NamedTuple):
+    id: RequestId
+    method: str
+    params: msgspec.Raw
+
+
+class Notification(NamedTuple):
+    method: str
+    params: msgspec.Raw
+
+
+class Reply(NamedTuple):
+    """A peer's answer to a request greenroom sent (``result`` or ``error`` is set)."""
+
+    id: RequestId
+    result: msgspec.Raw | msgspec.UnsetType
+    error: msgspec.Raw | msgspec.UnsetType
+
+
+class Bad(NamedTuple):
+    """A frame to answer with this error; ``id`` is None when the frame had no usable id."""
+
+    id: RequestId
+    code: int
+    message: str
+
+
+Frame = Request | Notification | Reply | Bad
+
+NO_PARAMS: Final = msgspec.Raw(b"{}")
+
+
+class _Envelope(msgspec.Struct, gc=False):
+    """A JSON-RPC frame with every member left raw, so each is checked on its own."""
+
+    id: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    method: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    result: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+    error: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
+
+
+_envelope = msgspec.json.Decoder(_Envelope)
+_id = msgspec.json.Decoder(int | str | None)
+_method = msgspec.json.Decoder(str)
+
+
+def decode_frame(line: bytes) -> Frame:
+    """What `line` (one frame, without its newline) is; never raises."""
+    try:
+        envelope = _envelope.decode(line)
+    except msgspec.ValidationError:
+        if line.lstrip()[:1] == b"[":
+            return Bad(None, INVALID_REQUEST, "a frame must be one JSON-RPC object (no batches)")
+        return Bad(None, INVALID_REQUEST, "a frame must be one JSON-RPC object")
+    except msgspec.DecodeError as exc:
+        return Bad(None, PARSE_ERROR, f"not JSON: {exc}")
+    except RecursionError:
+        return _too_deep(line)
+    try:
+        return _classify(envelope)
+    except msgspec.DecodeError as exc:  # invalid UTF-8 inside the id or the method
+        return Bad(None, PARSE_ERROR, f"not JSON: {exc}")
+
+
+def _classify(envelope: _Envelope) -> Frame:
+    request_id: RequestId = None
+    if envelope.id is not msgspec.UNSET:
+        try:
+            request_id = _id.decode(envelope.id)
+        except msgspec.ValidationError:
+            return Bad(
+                None,
+                INVALID_REQUEST,
+                f"id must be a string, an integer or null, got {bytes(envelope.id)[:40]!r}",
+            )
+    if envelope.method is msgspec.UNSET:
+        if envelope.id is not msgspec.UNSET and (
+            envelope.result is not msgspec.UNSET or envelope.error is not msgspec.UNSET
+        ):
+            return Reply(request_id, envelope.result, envelope.error)
+        return Bad(request_id, INVALID_REQUEST, "a frame needs a method (or is a response)")
+    try:
+        method = _method.decode(envelope.method)
+    except msgspec.ValidationError:
+        return Bad(request_id, INVALID_REQUEST, "method must be a string")
+    params = NO_PARAMS if envelope.params is msgspec.UNSET else envelope.params
+    if envelope.id is msgspec.UNSET:
+        return Notification(method, params)
+    return Request(request_id, method, params)
+
+
+# Strings whole (so brackets inside them are skipped), and the structural bytes.
+_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{},:]')
+#: Nesting past this, under a top-level member, names that member as the deep one.
+_DEEP: Final = 64
+
+
+def _too_deep(line: bytes) -> Bad:
+    """A frame too deeply nested to decode: answer it, with its id if a scan finds one.
+
+    The scan walks the top-level object's members without recursion; the
+    member whose value holds the nesting decides the code (``params``: -32602).
+    """
+    depth = 0
+    key = value_key = deep_key = None
+    value_from = 0
+    request_id: RequestId = None
+    previous = b""
+    for match in _TOKEN.finditer(line):
+        token = match.group()
+        head = token[:1]
+        if head in (b"{", b"["):
+            depth += 1
+            if depth == _DEEP + 1 and deep_key is None:
+                deep_key = value_key
+        elif head in (b"}", b"]"):
+            if depth == 1 and value_key == b'"id"':
+                request_id = _scalar_id(line[value_from : match.start()])
+            depth -= 1
+        elif depth != 1:
+            pass
+        elif head == b'"' and previous in (b"{", b","):
+            key = token
+        elif head == b":":
+            value_key, value_from = key, match.end()
+        elif head == b",":
+            if value_key == b'"id"':
+                request_id = _scalar_id(line[value_from : match.start()])
+            value_key = None
+        if depth <= 1:
+            previous = head
+    if deep_key == b'"params"':
+        return Bad(request_id, INVALID_PARAMS, "invalid params: nested too deep to decode")
+    return Bad(request_id, INVALID_REQUEST, "a frame nested too deep to decode")
+
+
+def _scalar_id(raw: bytes) -> RequestId:
+    try:
+        request_id: RequestId = _id.decode(raw)
+        return request_id
+    except msgspec.DecodeError:
+        return None
+
+
+async def read_lines(
+    stream: trio.abc.ReceiveStream,
+    on_line: Callable[[bytes], None],
+    on_oversized: Callable[[], None],
+) -> None:
+    """Call `on_line` with each line of `stream` until end of input (blank lines skipped).
+
+    A line longer than `MAX_FRAME` is dropped (`on_oversized` is called when
+    it ends); a last line without its newline still counts.
+    """
+    buffer = bytearray()
+    scanned = 0  # bytes of `buffer` known to hold no newline
+    oversized = False
+    while chunk := await stream.receive_some(65536):
+        buffer += chunk
+        while (newline := buffer.find(b"\n", scanned)) >= 0:
+            line = bytes(buffer[:newline])
+            del buffer[: newline + 1]
+            scanned = 0
+            if oversized:
+                oversized = False
+                on_oversized()
+            elif line.strip():
+                on_line(line)
+        scanned = len(buffer)
+        if scanned > MAX_FRAME:
+            oversized = True
+            buffer.clear()
+            scanned = 0
+    if oversized:
+        on_oversized()
+    elif buffer.strip():
+        on_line(bytes(buffer))
