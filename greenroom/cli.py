@@ -61,6 +61,39 @@ def sessions_root(state_dir: Path) -> Path:
     return state_dir / "sessions"
 
 
+class StateDirError(Exception):
+    """The state directory cannot be used; the message names it and the problem."""
+
+
+def usable_state_dir(path: Path, *, create: bool) -> Path:
+    """`path` as a directory greenroom can keep state in, made if `create` and missing.
+
+    Raises `StateDirError` naming the path and what is wrong with it.
+    """
+    if not path.exists():
+        if not create:
+            raise StateDirError(f"--state-dir {path}: no such directory")
+        try:
+            path.mkdir(mode=0o700, parents=True)
+        except OSError as exc:
+            raise StateDirError(f"--state-dir {path}: cannot create it: {exc.strerror}") from None
+    if not path.is_dir():
+        raise StateDirError(f"--state-dir {path}: not a directory")
+    if not os.access(path, os.R_OK | os.W_OK | os.X_OK if create else os.R_OK | os.X_OK):
+        raise StateDirError(f"--state-dir {path}: not {'writable' if create else 'readable'}")
+    return path
+
+
+def _add_state_dir(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
+    parser.add_argument(
+        "--state-dir",
+        type=Path,
+        # Given after a subcommand too: a nested parser must not reset what the outer one read.
+        default=argparse.SUPPRESS if nested else None,
+        help="greenroom's state (default: $GREENROOM_HOME, else ~/.local/state/greenroom)",
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="greenroom", description="An actor runtime for AI agents on Trio."
@@ -77,34 +110,43 @@ def main(argv: list[str] | None = None) -> int:
         default="scripted",
         help="scripted (echo, 20 ms a word), scripted:SECONDS, openai:MODEL or anthropic:MODEL",
     )
+    _add_state_dir(acp)
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
-    for command in (acp, sessions):
-        command.add_argument(
-            "--state-dir",
-            type=Path,
-            default=None,
-            help="greenroom's state (default: $GREENROOM_HOME, else ~/.local/state/greenroom)",
-        )
+    _add_state_dir(sessions)
     verbs = sessions.add_subparsers(dest="verb", required=True)
-    verbs.add_parser("list", help="one line per stored session")
+    listing = verbs.add_parser("list", help="one line per stored session")
+    _add_state_dir(listing, nested=True)
     show = verbs.add_parser("show", help="the transcript of one session")
     show.add_argument("session_id")
+    _add_state_dir(show, nested=True)
     args = parser.parse_args(argv)
-    if args.command == "demo":
-        from greenroom.demo import run_demo
-
-        return run_demo(plain=args.plain, state_dir=args.state_dir)
-    if args.command == "acp":
-        from greenroom.acp.stdio import run_stdio
-
-        try:
-            model = model_from_spec(args.model, os.environ)
-        except ValueError as exc:
-            parser.error(str(exc))
-        return run_stdio(model, args.state_dir or default_state_dir())
-    store = JsonlPersistence(sessions_root(args.state_dir or default_state_dir()))
     try:
-        if args.verb == "list":
+        if args.command == "demo":
+            from greenroom.demo import run_demo
+
+            state = args.state_dir and usable_state_dir(args.state_dir, create=True)
+            return run_demo(plain=args.plain, state_dir=state)
+        if args.command == "acp":
+            from greenroom.acp.stdio import run_stdio
+
+            try:
+                model = model_from_spec(args.model, os.environ)
+            except ValueError as exc:
+                parser.error(str(exc))
+            state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
+            return run_stdio(model, state)
+        return _sessions(
+            args.verb, args, usable_state_dir(args.state_dir or default_state_dir(), create=False)
+        )
+    except StateDirError as exc:
+        print(f"greenroom {args.command}: {exc}", file=sys.stderr)
+        return 2
+
+
+def _sessions(verb: str, args: argparse.Namespace, state_dir: Path) -> int:
+    store = JsonlPersistence(sessions_root(state_dir))
+    try:
+        if verb == "list":
             headers = trio.run(store.list)
             for header in headers:
                 print(describe_header(header))

@@ -89,7 +89,7 @@ class Peer:
 class Bridge:
     """One runtime, one served connection, one peer."""
 
-    def __init__(self, runtime: Runtime, peer: Peer, persistence: Persistence) -> None:
+    def __init__(self, runtime: Runtime, peer: Peer, persistence: Persistence | None) -> None:
         self.runtime = runtime
         self.peer = peer
         self.persistence = persistence
@@ -98,10 +98,16 @@ class Bridge:
 
 @asynccontextmanager
 async def bridge(
-    root: Path, model: ModelAdapter, persistence: Persistence | None = None, *, bash: bool = False
+    root: Path | None,
+    model: ModelAdapter,
+    persistence: Persistence | None = None,
+    *,
+    bash: bool = False,
 ) -> AsyncIterator[Bridge]:
-    store = persistence or JsonlPersistence(root)
-    async with open_runtime(model=model, persistence=store, workdir=str(root)) as runtime:
+    """A runtime serving ACP to a `Peer` over memory streams; no persistence if `root` is None."""
+    store = persistence or (JsonlPersistence(root) if root is not None else None)
+    workdir = str(root) if root is not None else None
+    async with open_runtime(model=model, persistence=store, workdir=workdir) as runtime:
         if bash:
             await runtime.plug("tool-bash", bash_plugin)
         client, server = trio.testing.memory_stream_pair()

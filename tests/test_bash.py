@@ -383,3 +383,25 @@ async def test_disposing_mid_command_ends_the_turn_disposed(tmp_path: Path) -> N
             assert turn_ends(events) == [(1, DISPOSED)]
             results = [e for e in events if isinstance(e, ToolResult)]
             assert [(r.content, r.is_error) for r in results] == [("aborted: disposed", True)]
+
+
+async def test_dispose_ends_the_sessions_tasks_and_a_later_life_cannot_reach_them(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pgid"
+    with trio.fail_after(LIMIT):
+        async with bash_runtime(tmp_path) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s1")
+            other = await new_agent(rt, "b", "s2")
+            mine = await started_task(rt, handle.agent, f"echo $$ > {pidfile}; sleep 60")
+            theirs = await started_task(rt, other, "sleep 60")
+            pgid = await group_of(pidfile)
+            await handle.dispose()
+            assert rt.bash.get(mine) is None  # reaped and forgotten within the dispose
+            await assert_group_gone(pgid)
+            assert rt.bash.get(theirs).status == "running"  # type: ignore[union-attr]
+            again = await new_agent(rt, "a2", "s1")
+            for tool in ("bash_output", "bash_kill"):
+                refused = await call(rt, again, tool, task_id=mine)
+                assert refused.is_error
+                assert refused.content == f"unknown background task {mine!r}"
