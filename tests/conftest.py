@@ -22,6 +22,8 @@ import pytest
 import trio
 import trio.testing
 
+from greenroom.session.persistence.writer import writers_busy
+
 #: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
 VIRTUAL_DEADLINE = 3600.0
 
@@ -76,7 +78,8 @@ def _trio_finalizer(task: trio.lowlevel.Task) -> bool:
 
 
 class HoldClockWhileThreadsWork(trio.abc.Instrument):
-    """Pauses the autojump clock while a ``trio.to_thread`` call is in flight.
+    """Pauses the autojump clock while a ``trio.to_thread`` call or a persistence's writer
+    works.
 
     A file write in a worker thread is real progress the test waits for;
     jumping virtual time past it would race virtual deadlines (the
@@ -88,7 +91,7 @@ class HoldClockWhileThreadsWork(trio.abc.Instrument):
         self.clock = clock
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0
+        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0 or writers_busy()
         threshold = math.inf if busy else 0.0
         if self.clock.autojump_threshold != threshold:
             self.clock.autojump_threshold = threshold

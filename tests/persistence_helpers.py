@@ -1,27 +1,49 @@
-"""A persistence that delegates to a real one: tests override the one call they bend."""
+"""A persistence that delegates to a real one: tests override the one call they bend.
+
+Its logs delegate too (`DelegatingLog`): a test that bends a write sets
+``log_type`` to a subclass.
+"""
 
 from __future__ import annotations
-
-from collections.abc import Sequence
 
 import trio
 
 from greenroom.protocol.events import SessionEvent, SessionHeader
-from greenroom.session.persistence import Persistence
+from greenroom.session.persistence import Persistence, SessionLog
+
+
+class DelegatingLog:
+    def __init__(self, inner: SessionLog) -> None:
+        self.inner = inner
+
+    def append(self, event: SessionEvent) -> None:
+        self.inner.append(event)
+
+    async def write_ahead(self) -> None:
+        await self.inner.write_ahead()
+
+    async def flush(self) -> None:
+        await self.inner.flush()
+
+    async def close(self) -> None:
+        await self.inner.close()
 
 
 class Delegating:
+    log_type: type[DelegatingLog] = DelegatingLog
+
     def __init__(self, inner: Persistence) -> None:
         self.inner = inner
 
     def check_session_id(self, session_id: str) -> None:
         self.inner.check_session_id(session_id)
 
-    async def create(self, header: SessionHeader) -> None:
-        await self.inner.create(header)
+    async def create(self, header: SessionHeader) -> SessionLog:
+        return self.log_type(await self.inner.create(header))
 
-    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        await self.inner.append(session_id, events)
+    async def open(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent], SessionLog]:
+        header, events, log = await self.inner.open(session_id)
+        return header, events, self.log_type(log)
 
     async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
         return await self.inner.load(session_id)
@@ -30,13 +52,13 @@ class Delegating:
         return await self.inner.list()
 
 
-class GatedLoad(Delegating):
-    """`load` waits for `gate` before it reads."""
+class GatedOpen(Delegating):
+    """`open` (a resume, an ACP load) waits for `gate` before it reads."""
 
     def __init__(self, inner: Persistence) -> None:
         super().__init__(inner)
         self.gate = trio.Event()
 
-    async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+    async def open(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent], SessionLog]:
         await self.gate.wait()
-        return await self.inner.load(session_id)
+        return await super().open(session_id)

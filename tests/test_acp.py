@@ -24,7 +24,7 @@ from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
 from tests.agents_helpers import kinds, turn_ends
-from tests.persistence_helpers import Delegating, GatedLoad
+from tests.persistence_helpers import Delegating, GatedOpen
 
 RESULTS = {
     "initialize": acp.schema.InitializeResponse,
@@ -268,7 +268,7 @@ async def test_a_load_racing_teardown_leaks_nothing(tmp_path: Path) -> None:
             "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "hi"}]}
         )
         await b.peer.call("session/close", {"sessionId": session})
-    gated = GatedLoad(store)
+    gated = GatedOpen(store)
 
     async with bridge(tmp_path, ScriptedModel(), persistence=gated) as b:
         load = await b.peer.request(

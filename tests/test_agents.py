@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -46,7 +46,7 @@ from tests.agents_helpers import (
     turn_ends,
     user_messages_by_turn,
 )
-from tests.persistence_helpers import Delegating
+from tests.persistence_helpers import Delegating, DelegatingLog
 
 # -- 1. batching ---------------------------------------------------------------
 
@@ -361,13 +361,14 @@ async def test_concurrent_dispose_callers_await_one_teardown(tmp_path: Path) -> 
     gate = trio.Event()
     flushes: list[str] = []
 
-    class GatedAppend(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-            flushes.append(session_id)
+    class GatedFlush(DelegatingLog):
+        async def flush(self) -> None:
+            flushes.append("s")
             await gate.wait()
-            await self.inner.append(session_id, events)
+            await self.inner.flush()
 
-    persistence = GatedAppend(JsonlPersistence(tmp_path))
+    persistence = Delegating(JsonlPersistence(tmp_path))
+    persistence.log_type = GatedFlush
     async with open_runtime(
         model=ScriptedModel([[Say("x"), Hang()]]), persistence=persistence
     ) as rt:

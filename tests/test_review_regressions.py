@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -14,11 +13,11 @@ from greenroom import open_runtime
 from greenroom.models import Hang, Say, ScriptedModel
 from greenroom.protocol.events import COMPLETED, SessionEvent, SessionHeader, TurnEnd
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import JsonlPersistence, PersistenceError, SessionLog
 from greenroom.supervisor import ChildSpec, Supervisor
 from tests.acp_peer import bridge
 from tests.agents_helpers import assert_enclosed, new_agent, turn_ends
-from tests.persistence_helpers import Delegating
+from tests.persistence_helpers import Delegating, DelegatingLog
 
 
 async def test_a_create_whose_caller_is_cancelled_leaves_nothing_and_no_lock() -> None:
@@ -66,14 +65,28 @@ async def test_events_of_a_session_whose_drains_all_failed_never_corrupt_a_new_l
     store = JsonlPersistence(tmp_path)
     broken = [True]
 
-    class Failing(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+    class FullDisk(DelegatingLog):
+        """While the disk is full, nothing it is given reaches the file, to the end."""
+
+        def append(self, event: SessionEvent) -> None:
+            if not broken[0]:
+                self.inner.append(event)
+
+        async def write_ahead(self) -> None:
             if broken[0]:
-                raise OSError(28, "No space left on device")
-            await self.inner.append(session_id, events)
+                raise PersistenceError("[Errno 28] No space left on device")
+            await self.inner.write_ahead()
+
+        async def flush(self) -> None:
+            if broken[0]:
+                raise PersistenceError("[Errno 28] No space left on device")
+            await self.inner.flush()
+
+    failing = Delegating(store)
+    failing.log_type = FullDisk
 
     with caplog.at_level(logging.ERROR, logger="greenroom.agent"):
-        async with open_runtime(model=ScriptedModel(delay=0), persistence=Failing(store)) as rt:
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=failing) as rt:
             first = await rt.agents.create(agent_id="a", session_id="s")
             first.agent.send("lost to a full disk")
             await first.agent.when_idle()
@@ -94,13 +107,16 @@ async def test_a_failed_drain_is_retried_when_the_agent_is_disposed(tmp_path: Pa
     store = JsonlPersistence(tmp_path)
     failures = [OSError(5, "I/O error")]
 
-    class Once(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+    class FailsOnce(DelegatingLog):
+        async def flush(self) -> None:
             if failures:
                 raise failures.pop()
-            await self.inner.append(session_id, events)
+            await self.inner.flush()
 
-    async with open_runtime(model=ScriptedModel(delay=0), persistence=Once(store)) as rt:
+    once = Delegating(store)
+    once.log_type = FailsOnce
+
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=once) as rt:
         handle = await rt.agents.create(agent_id="a", session_id="s")
         handle.agent.send("hello")
         await handle.agent.when_idle()
@@ -131,7 +147,9 @@ async def test_an_os_error_in_a_request_is_an_answer_and_the_connection_lives(
     tmp_path: Path,
 ) -> None:
     class Unreadable(Delegating):
-        async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]:
+        async def open(
+            self, session_id: str
+        ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]:
             raise PermissionError(13, "Permission denied")
 
     async with bridge(tmp_path, ScriptedModel(), Unreadable(JsonlPersistence(tmp_path))) as b:
@@ -144,12 +162,13 @@ async def test_an_os_error_in_a_request_is_an_answer_and_the_connection_lives(
 
 
 async def test_a_slow_teardown_still_answers_every_prompt(tmp_path: Path) -> None:
-    class SlowAppend(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+    class SlowFlush(DelegatingLog):
+        async def flush(self) -> None:
             await trio.sleep(60)
-            await self.inner.append(session_id, events)
+            await self.inner.flush()
 
-    slow = SlowAppend(JsonlPersistence(tmp_path))
+    slow = Delegating(JsonlPersistence(tmp_path))
+    slow.log_type = SlowFlush
     async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]] * 2), slow) as b:
         requests = []
         for _ in range(2):

@@ -1,14 +1,13 @@
 """Sessions that survive: durability on every disposal path, repair, resume, bad input.
 
-Real files in tmp_path, virtual time: a write-behind drain is shielded, so
-the autojump clock leaping ahead while a worker thread writes cannot cut it.
-Every test runs against both backends.
+Real files in tmp_path, virtual time (the clock holds while a worker thread
+or a persistence's writer works). Every test runs against both backends.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import msgspec
@@ -33,7 +32,14 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
-from greenroom.protocol.model import AssistantTurn, UserTurn
+from greenroom.protocol.model import (
+    AssistantTurn,
+    Finish,
+    ModelRequest,
+    StreamChunk,
+    TextDelta,
+    UserTurn,
+)
 from greenroom.session import SessionIdInUse
 from greenroom.session.persistence import (
     CorruptLog,
@@ -47,7 +53,7 @@ from greenroom.session.persistence import (
 )
 from greenroom.tools import Tool
 from tests.agents_helpers import assert_enclosed, kinds, new_agent, turn_ends
-from tests.persistence_helpers import Delegating, GatedLoad
+from tests.persistence_helpers import Delegating, DelegatingLog, GatedOpen
 
 Backend = Callable[[], Persistence]
 
@@ -114,22 +120,35 @@ async def test_a_raising_disposed_listener_does_not_keep_the_session_in_the_stor
     assert turn_ends(stored) == [(1, DISPOSED)]
 
 
-async def test_one_durable_append_per_turn(backend: Backend) -> None:
-    appends: list[int] = []
-    inner = backend()
+async def test_the_prompt_is_stored_before_the_model_sees_it_and_one_flush_ends_a_turn(
+    backend: Backend,
+) -> None:
+    flushes: list[int] = []
+    stored_at_call: list[list[str]] = []
 
-    class Counting(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-            appends.append(len(events))
-            await self.inner.append(session_id, events)
+    class Counting(DelegatingLog):
+        async def flush(self) -> None:
+            flushes.append(agent.session.last_turn)
+            await self.inner.flush()
 
-    async with open_runtime(model=ScriptedModel(delay=0.01), persistence=Counting(inner)) as rt:
+    class Reading:
+        """Reads the stored log each time it is called, then echoes."""
+
+        async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+            _, events = await backend().load("s")
+            stored_at_call.append([e.content for e in events if isinstance(e, UserMessage)])
+            yield TextDelta("ok")
+            yield Finish("stop")
+
+    persistence = Delegating(backend())
+    persistence.log_type = Counting
+    async with open_runtime(model=Reading(), persistence=persistence) as rt:
         agent = await new_agent(rt)
-        for text in ("one two three", "four five"):
+        for text in ("one", "two"):
             agent.send(text)
             await agent.when_idle()
-    # turn/start, user/message, step/start, N chunks + finish, assistant/message, step/end, turn/end
-    assert appends == [3 + 3 + 1 + 3, 3 + 2 + 1 + 3]
+    assert stored_at_call == [["one"], ["one", "two"]]
+    assert flushes == [1, 2]
 
 
 # -- resume --------------------------------------------------------------------------
@@ -190,7 +209,7 @@ async def test_a_resume_whose_load_finishes_after_the_owner_closed_leaks_nothing
         handle.agent.send("hi")
         await handle.agent.when_idle()
         await handle.dispose()
-    gated = GatedLoad(store)
+    gated = GatedOpen(store)
 
     outcome: list[BaseException] = []
 
@@ -234,9 +253,14 @@ async def test_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
     store, path, events = await _stored_turn(tmp_path)
     with open(path, "ab") as file:
         file.write(b'{"type":"turn/start","turn":2,"trig')
+    torn = path.read_bytes()
     _, loaded = await JsonlPersistence(store.root).load("s")
     assert loaded == events
-    assert path.read_bytes().endswith(b"\n")
+    assert path.read_bytes() == torn  # a load writes nothing
+    _, opened, log = await JsonlPersistence(store.root).open("s")
+    await log.close()
+    assert opened == events
+    assert path.read_bytes().endswith(b"\n")  # taking it live repairs it
 
 
 async def test_an_open_final_turn_is_closed_interrupted_and_the_closers_persist(
@@ -261,7 +285,8 @@ async def test_an_open_final_turn_is_closed_interrupted_and_the_closers_persist(
     with open(path, "ab") as file:
         for offset, event in enumerate(partial):
             file.write(_line(msgspec.structs.replace(event, seq=len(events) + offset)))
-    _, loaded = await JsonlPersistence(store.root).load("s")
+    _, loaded, log = await JsonlPersistence(store.root).open("s")
+    await log.close()
     closers = loaded[len(events) + len(partial) :]
     assert kinds(closers) == ["tool/result", "step/end", "turn/end"]
     result, step_end, turn_end = closers
@@ -347,11 +372,12 @@ async def test_hostile_ids_stay_inside_the_store(
             await store.load(hostile)
         assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
         return
-    await store.create(header)
+    log = await store.create(header)
     assert (await store.load(hostile))[0] == header
     assert [h.id for h in await store.list()] == [hostile]
     for path in tmp_path.rglob("*"):
-        assert path.parent in (tmp_path, tmp_path / "sessions"), path
+        assert path.parent in (tmp_path, tmp_path / "sessions", tmp_path / "sessions.sqlite.locks")
+    await log.close()
 
 
 def test_encoded_ids_never_carry_separators_dots_or_nul() -> None:
@@ -366,14 +392,16 @@ async def test_a_failing_drain_is_reported_and_the_events_wait_for_the_next(
     inner = backend()
     failures = [OSError(28, "No space left on device")]
 
-    class Flaky(Delegating):
-        async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+    class Flaky(DelegatingLog):
+        async def flush(self) -> None:
             if failures:
                 raise failures.pop()
-            await self.inner.append(session_id, events)
+            await self.inner.flush()
 
+    persistence = Delegating(inner)
+    persistence.log_type = Flaky
     errors: list[str] = []
-    async with open_runtime(model=ScriptedModel(delay=0), persistence=Flaky(inner)) as rt:
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=persistence) as rt:
         rt.hooks.on(AGENT_ERROR, lambda agent, turn, step, exc: errors.append(str(exc)))
         handle = await rt.agents.create(agent_id="a", session_id="s")
         with caplog.at_level(logging.ERROR, logger="greenroom.agent"):

@@ -8,8 +8,9 @@
   a turn's ``session/update``s (written as the log grows) are on the wire
   before that prompt's response (written at the turn's ``turn/end``).
 * **Prompts settle from the log.** A prompt's message id is found in the
-  ``user/message`` of the turn that took it; that turn's ``turn/end`` answers
-  it, with its own stop reason. A cancelled turn's late ``turn/end`` cannot
+  ``user/message`` of the turn that took it; that turn's end (``agent/turn-end``,
+  reported once the turn's ``turn/end`` is flushed as the sync policy says)
+  answers it, with its own stop reason. A cancelled turn's late end cannot
   answer a later prompt: it is a different turn.
 * **Teardown** (end of input, a signal, the caller's cancel): first, at once,
   every pending prompt is answered ``cancelled`` and every session's
@@ -34,7 +35,9 @@ import trio
 import greenroom
 from greenroom.acp import frames
 from greenroom.acp.presenter import present
+from greenroom.actors.events import AGENT_TURN_END
 from greenroom.actors.life import AgentHandle
+from greenroom.actors.types import Agent
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -74,7 +77,6 @@ from greenroom.protocol.events import (
     Errored,
     MaxTokens,
     SessionEvent,
-    TurnEnd,
     TurnEndReason,
     UserMessage,
 )
@@ -145,6 +147,7 @@ class AcpConnection:
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
+        runtime.hooks.on(AGENT_TURN_END, self._on_turn_end, scope=self.scope)
 
     # -- frames out --------------------------------------------------------------------
 
@@ -375,11 +378,16 @@ class AcpConnection:
             pending = record.pending.get(event.message_id)
             if pending is not None:
                 pending.turn = session.open_turn
-        elif isinstance(event, TurnEnd):
-            for message_id, pending in list(record.pending.items()):
-                if pending.turn == event.turn:
-                    del record.pending[message_id]
-                    self._settle(pending, event.reason)
+
+    def _on_turn_end(self, agent: Agent, turn: int, reason: TurnEndReason) -> None:
+        """A turn's end, as reported (after its flush): it answers the prompts it took."""
+        record = self.records.get(agent.session.id)
+        if record is None:
+            return
+        for message_id, pending in list(record.pending.items()):
+            if pending.turn == turn:
+                del record.pending[message_id]
+                self._settle(pending, reason)
 
     def _present(self, session_id: str, event: SessionEvent, *, replay: bool) -> None:
         for update in present(session_id, event, replay=replay):

@@ -22,7 +22,7 @@ from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session import SessionStore, new_header
-from greenroom.session.persistence import Persistence, WriteBehind
+from greenroom.session.persistence import Persistence, SessionLog
 from greenroom.session.store import check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
@@ -89,19 +89,20 @@ class AgentFactory:
     ) -> AgentHandle:
         """Start an agent on a new session; returns its handle once it is live.
 
-        With persistence, the session's header is stored first, so a session
-        that is never prompted can still be resumed; a stored id raises
-        `SessionExists`. Raises `AgentIdInUse`/`SessionIdInUse` for an id that
-        is live or being created, `ValueError` for a bad id or a relative
-        `cwd`, before anything exists. A cancelled caller leaves no agent and
-        no live session (a header it stored stays stored).
+        With persistence, the session's header is stored first and the session
+        held by this process for the agent's life, so a session that is never
+        prompted can still be resumed; a stored id raises `SessionExists`,
+        one live in another process `SessionLocked`. Raises
+        `AgentIdInUse`/`SessionIdInUse` for an id that is live or being
+        created, `ValueError` for a bad id or a relative `cwd`, before
+        anything exists. A cancelled caller leaves no agent, no live session
+        and no hold (a header it stored stays stored).
         """
         self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd)
-            if self._persistence is not None:
-                await self._persistence.create(header)
-            return await self._start(agent_id, header, (), options, owner)
+            log = None if self._persistence is None else await self._persistence.create(header)
+            return await self._start(agent_id, header, (), log, options, owner)
 
     async def resume(
         self,
@@ -111,11 +112,12 @@ class AgentFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
     ) -> AgentHandle:
-        """Load a stored session (repairing a crashed turn) and start an agent on it.
+        """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
         Turn numbers and the model history continue from the log. Raises
-        `RuntimeError` without persistence, and a `PersistenceError` naming
-        what the store could not read.
+        `RuntimeError` without persistence, `SessionLocked` naming the holder
+        while the session is live in another process, and a
+        `PersistenceError` naming what the store could not read.
         """
         if self._persistence is None:
             raise RuntimeError(
@@ -124,8 +126,8 @@ class AgentFactory:
             )
         self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
-            header, events = await self._persistence.load(session_id)
-            return await self._start(agent_id, header, events, options, owner)
+            header, events, log = await self._persistence.open(session_id)
+            return await self._start(agent_id, header, events, log, options, owner)
 
     def _check_session_id(self, session_id: str) -> None:
         """Refuse, before anything exists, an id the persistence could not store."""
@@ -138,15 +140,33 @@ class AgentFactory:
         agent_id: str,
         header: SessionHeader,
         seed: Sequence[SessionEvent],
+        log: SessionLog | None,
         options: AgentOptions | None,
         owner: Owner | None,
     ) -> AgentHandle:
-        sink = None if self._persistence is None else WriteBehind(self._persistence, header.id)
-        session = self._sessions.prepare(header, seed=seed, sink=sink)
+        """Start the life that owns `log` from here on; if it never runs, close `log`."""
+        try:
+            return await self._start_life(agent_id, header, seed, log, options, owner)
+        except BaseException:
+            if log is not None:
+                await log.close()  # a no-op if the life ran and closed it
+            raise
+
+    async def _start_life(
+        self,
+        agent_id: str,
+        header: SessionHeader,
+        seed: Sequence[SessionEvent],
+        log: SessionLog | None,
+        options: AgentOptions | None,
+        owner: Owner | None,
+    ) -> AgentHandle:
+        session = self._sessions.prepare(header, seed=seed, sink=log)
         life = AgentLife(
             self._sessions,
             self._registry,
             self._release_owned,
+            log,
             lambda life: LoopAgent(
                 agent_id,
                 session,

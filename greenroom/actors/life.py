@@ -3,10 +3,11 @@
 `AgentLife.__call__` is the one place that says an agent's teardown order, and it
 says it with nesting::
 
-    session entered in the store               (left last)
-      agent registered                         (unregistered third)
-        the session's owned processes          (released second: killed, reaped)
-          the life scope: the agent's loop     (stopped first; its closing turn/end
+    session log held (this process its writer)  (closed last: synced, let go)
+      session entered in the store             (left fourth)
+        agent registered                       (unregistered third)
+          the session's owned processes        (released second: killed, reaped)
+            the life scope: the agent's loop   (stopped first; its closing turn/end
                                                 and flush run in cleanup_scope())
 
 `AgentHandle.dispose` cancels the life scope and waits for the life's task to
@@ -24,6 +25,7 @@ import trio
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent
 from greenroom.session import SessionStore
+from greenroom.session.persistence import SessionLog
 
 #: Releases what a session owns outside the agent (its background processes), by session id.
 #: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
@@ -75,6 +77,7 @@ class AgentLife:
 
     __slots__ = (
         "_exited",
+        "_log",
         "_registry",
         "_release_owned",
         "_scope",
@@ -89,8 +92,10 @@ class AgentLife:
         sessions: SessionStore,
         registry: AgentRegistry,
         release_owned: ReleaseOwned,
+        log: SessionLog | None,
         build: Callable[[AgentLife], LiveAgent],
     ) -> None:
+        self._log = log
         self._sessions = sessions
         self._registry = registry
         self._release_owned = release_owned
@@ -116,20 +121,24 @@ class AgentLife:
         """
         agent, session = self.agent, self.agent.session
         try:
-            self._sessions.enter(session)
             try:
-                self._registry.register(agent)
+                self._sessions.enter(session)
                 try:
+                    self._registry.register(agent)
                     try:
-                        with self._scope:
-                            task_status.started(self.handle)
-                            await agent.run()
+                        try:
+                            with self._scope:
+                                task_status.started(self.handle)
+                                await agent.run()
+                        finally:
+                            await self._release_owned(session.id)
                     finally:
-                        await self._release_owned(session.id)
+                        self._registry.unregister(agent)
                 finally:
-                    self._registry.unregister(agent)
+                    self._sessions.leave(session)
             finally:
-                self._sessions.leave(session)
+                if self._log is not None:
+                    await self._log.close()  # shields itself
         finally:
             self.disposing = True
             self._exited.set()

@@ -88,6 +88,7 @@ from greenroom.protocol.model import (
     Usage,
 )
 from greenroom.session import Session
+from greenroom.session.persistence import PersistenceError
 from greenroom.supervisor import cleanup_scope
 
 logger = logging.getLogger("greenroom.agent")
@@ -382,6 +383,9 @@ class LoopAgent:
             tools=self._tools.schemas(),
         )
         request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
+        await self._write_ahead(
+            "the model call"
+        )  # the prompt, steering: before the model sees them
         try:
             reply = await self._stream(request, turn, step)
         except (StepFailed, trio.Cancelled):
@@ -421,6 +425,19 @@ class LoopAgent:
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
         for index, call in enumerate(calls):
             self._log_call(turn, step, call)
+            try:
+                await self._write_ahead(f"tool call {call.name!r}")  # the call: before it runs
+            except StepFailed as failure:
+                unrun = ToolOutcome(
+                    f"not run: {failure}",
+                    is_error=True,
+                    error=ToolError(name="NotRun", code="not-run"),
+                )
+                self._log_result(turn, step, call, unrun)
+                for later in calls[index + 1 :]:
+                    self._log_call(turn, step, later)
+                    self._log_result(turn, step, later, unrun)
+                raise
             try:
                 outcome = await self._tools.execute(
                     ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
@@ -488,12 +505,26 @@ class LoopAgent:
         self._hooks.emit(AGENT_STEP_END, self, turn, step)
 
     async def _close_turn(self, turn: int, reason: TurnEndReason) -> None:
-        """Write the turn's closing events (no checkpoint: nothing can cut them), then flush."""
+        """Append the turn's closing events (no checkpoint: nothing can cut them), flush, then
+        report the end (``agent/turn-end``): under ``sync="always"`` only once it is fsynced."""
         if self._open_step:
             self._close_step(turn)
         self._session.append(TurnEnd(turn=turn, reason=reason))
-        self._hooks.emit(AGENT_TURN_END, self, turn, reason)
         await self._flush(turn)
+        self._hooks.emit(AGENT_TURN_END, self, turn, reason)
+
+    async def _write_ahead(self, before: str) -> None:
+        """Get the log to the OS before `before` happens; a failure fails the step.
+
+        Nothing the outside world may act on goes ahead of its log: a crash
+        after it leaves the log holding it (repair closes it ``interrupted``).
+        """
+        try:
+            await self._session.write_ahead()
+        except PersistenceError as exc:
+            raise StepFailed(
+                f"the session log could not be written before {before}: {exc}", "persistence"
+            ) from exc
 
     async def _flush(self, turn: int) -> None:
         """Flush the session's sink shielded, within the closing grace; report a failure.

@@ -29,12 +29,16 @@ class SessionSink(Protocol):
     """Where a live session's events are kept: its write path (hooks only observe).
 
     `append` takes each event right after the session logged it, in seq
-    order; it never blocks and never raises. `flush` makes what was appended
-    durable and raises what went wrong (a `PersistenceError`, an `OSError`);
-    events it could not write stay with the sink for the next flush.
+    order; it never blocks and never raises. `write_ahead` returns once
+    everything appended has reached the OS; `flush` ends a turn (durably, as
+    the sink's policy says). Both raise what went wrong (a
+    `PersistenceError`); events the sink could not write stay with it for
+    the next call.
     """
 
     def append(self, event: SessionEvent) -> None: ...
+
+    async def write_ahead(self) -> None: ...
 
     async def flush(self) -> None: ...
 
@@ -120,8 +124,15 @@ class Session:
         """True if the session has a sink: a flush has somewhere to go."""
         return self._sink is not None
 
+    async def write_ahead(self) -> None:
+        """Get everything appended so far to the OS, before the side effect the caller is
+        about to run; raises what the sink raised. Without a sink, or when the sink writes
+        inline, it returns without a checkpoint."""
+        if self._sink is not None:
+            await self._sink.write_ahead()
+
     async def flush(self) -> None:
-        """Make the log durable through the sink; raises what the sink raised.
+        """End a turn through the sink; raises what the sink raised.
 
         Without a sink it returns at once, without a checkpoint.
         """

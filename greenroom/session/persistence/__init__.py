@@ -1,32 +1,42 @@
-"""Session persistence: the seam, JSONL (the default) and SQLite backends, write-behind."""
+"""Session persistence: the seam and its logs, JSONL (the default) and SQLite backends."""
 
 from greenroom.session.persistence.base import (
+    SYNC_POLICIES,
     CorruptLog,
+    Holder,
+    LeaseLost,
     NotASessionLog,
     Persistence,
     PersistenceError,
     SeqMismatch,
     SessionExists,
+    SessionLocked,
+    SessionLog,
     SessionNotFound,
+    SyncPolicy,
     UnsupportedVersion,
     repair,
 )
 from greenroom.session.persistence.jsonl import JsonlPersistence, encode_session_id
 from greenroom.session.persistence.sqlite import SqlitePersistence
-from greenroom.session.persistence.writebehind import WriteBehind
 
 __all__ = [
+    "SYNC_POLICIES",
     "CorruptLog",
+    "Holder",
     "JsonlPersistence",
+    "LeaseLost",
     "NotASessionLog",
     "Persistence",
     "PersistenceError",
     "SeqMismatch",
     "SessionExists",
+    "SessionLocked",
+    "SessionLog",
     "SessionNotFound",
     "SqlitePersistence",
+    "SyncPolicy",
     "UnsupportedVersion",
-    "WriteBehind",
     "encode_session_id",
     "repair",
 ]

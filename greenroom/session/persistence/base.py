@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Protocol
+from typing import Final, Literal, Protocol, TypeAlias
 
+import msgspec
 from msgspec.structs import force_setattr
 
 from greenroom.protocol.events import (
@@ -52,24 +53,84 @@ class SeqMismatch(PersistenceError):
     """An append whose first seq is not the stored next seq (a gap, or a double write)."""
 
 
+class Holder(msgspec.Struct, frozen=True, gc=False):
+    """Who holds a session live: the process, and the machine it runs on."""
+
+    pid: int
+    host: str
+
+
+class SessionLocked(PersistenceError):
+    """The session is live in another process (or another runtime of this one).
+
+    ``holder`` names it as far as the backend knows.
+    """
+
+    def __init__(self, session_id: str, holder: Holder | None, where: str) -> None:
+        held = f"pid {holder.pid} on host {holder.host}" if holder else "another process"
+        super().__init__(f"session {session_id!r} is live in {held} ({where})")
+        self.session_id = session_id
+        self.holder = holder
+
+
+class LeaseLost(PersistenceError):
+    """Another holder took the session over: this life may not write to it any more."""
+
+
+#: When a session log makes what it was given durable (see docs/semantics.md):
+#: ``"turn"``: written to the OS before each side effect, one fsync per turn after the turn's
+#: end is reported, off the agent's path (the next turn does not wait; dispose and close do);
+#: ``"always"``: as ``"turn"``, but a turn's end is reported only after its fsync;
+#: ``"os"``: written to the OS, never fsynced (survives the process, not the machine).
+SyncPolicy: TypeAlias = Literal["turn", "always", "os"]
+SYNC_POLICIES: Final = ("turn", "always", "os")
+
+
+class SessionLog(Protocol):
+    """One live session's write path, and its hold: no other process may write it meanwhile.
+
+    The session hands it every event (`append`, which never blocks or
+    raises); `write_ahead` returns once everything appended has reached the
+    OS (the agent calls it before each side effect); `flush` ends a turn the
+    way the policy says; `close` writes and syncs what is left and lets the
+    session go. A failure is a `PersistenceError`; the events stay with the
+    log and the next call writes them. After `LeaseLost` nothing more is
+    written. `close` is idempotent and runs to its end even when its caller
+    is cancelled.
+    """
+
+    def append(self, event: SessionEvent) -> None: ...
+
+    async def write_ahead(self) -> None: ...
+
+    async def flush(self) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class Persistence(Protocol):
     """Where session logs live between processes.
 
     * `check_session_id` raises `ValueError` naming the limit for an id the
       backend cannot store (checked before anything is created).
-    * `create` stores a header (atomically; a second create of an id fails).
-    * `append` stores events durably (one fsync or one transaction per call);
-      the first event's seq must equal the stored next seq.
-    * `load` returns the header and the events, repaired (see `repair`);
-      the closers it adds are stored before it returns.
+    * `create` stores a header (atomically; a stored id raises
+      `SessionExists`) and returns the session's `SessionLog`, held.
+    * `open` takes a stored session live: held, loaded and repaired (the
+      closers it adds are stored before it returns), with its `SessionLog`.
+    * Either raises `SessionLocked` while the session is live elsewhere; the
+      hold dies with its holder's process.
+    * `load` reads a session, repaired in memory, and writes nothing (so it
+      is safe on a session live elsewhere).
     * `list` returns every stored header.
     """
 
     def check_session_id(self, session_id: str) -> None: ...
 
-    async def create(self, header: SessionHeader) -> None: ...
+    async def create(self, header: SessionHeader) -> SessionLog: ...
 
-    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None: ...
+    async def open(
+        self, session_id: str
+    ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]: ...
 
     async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]: ...
 

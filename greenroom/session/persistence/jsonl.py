@@ -2,8 +2,15 @@
 
 Line 1 is the `SessionHeader` (``"type": "session"``), then one event per
 line. Only a line that ends in a newline counts: a crash mid-write leaves at
-most one torn line at the end, which `load` drops. File I/O runs in worker
-threads (`trio.to_thread.run_sync`), one session at a time per session.
+most one torn line at the end, which `load` drops.
+
+A live session (`create`, `open`) holds ``<stem>.lock`` (`SessionLock`) and
+keeps its file open for appends (`JsonlLog`). Its writes are ``os.write``
+calls on the Trio thread, at the agent's write-ahead points: a copy into the
+page cache, which costs microseconds, less than a hop to a thread. Its
+fsyncs, the part that waits on the disk, run on the persistence's `Writer`,
+coalesced per file. Creating, opening and reading a file run in
+``trio.to_thread``.
 """
 
 from __future__ import annotations
@@ -21,15 +28,18 @@ import trio
 
 from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, TurnEnd
 from greenroom.session.persistence.base import (
+    SYNC_POLICIES,
     CorruptLog,
     NotASessionLog,
     PersistenceError,
-    SeqMismatch,
     SessionExists,
     SessionNotFound,
+    SyncPolicy,
     UnsupportedVersion,
     repair,
 )
+from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
@@ -38,6 +48,7 @@ logger = logging.getLogger("greenroom.persistence")
 MAX_ENCODED_ID: Final = 200
 _SAFE: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 SUFFIX: Final = ".jsonl"
+LOCK_SUFFIX: Final = ".lock"
 
 Events: TypeAlias = list[SessionEvent]
 Headers: TypeAlias = list[SessionHeader]
@@ -75,13 +86,18 @@ def encode_session_id(session_id: str) -> str:
 
 
 class JsonlPersistence:
-    """Session logs as ``<root>/<encoded id>.jsonl`` (see the module docstring)."""
+    """Session logs as ``<root>/<encoded id>.jsonl`` (see the module docstring).
 
-    def __init__(self, root: str | os.PathLike[str]) -> None:
+    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``).
+    The root is made (mode 0700) when the first session is created.
+    """
+
+    def __init__(self, root: str | os.PathLike[str], *, sync: SyncPolicy = "turn") -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
         self.root = Path(root)
-        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        self._next_seq: dict[str, int] = {}
-        self._locks: dict[str, trio.Lock] = {}
+        self.sync: SyncPolicy = sync
+        self._writer: Writer[_Fsync] = Writer(_fsync_batch)
 
     def check_session_id(self, session_id: str) -> None:
         encode_session_id(session_id)
@@ -89,92 +105,72 @@ class JsonlPersistence:
     def path(self, session_id: str) -> Path:
         return self.root / (encode_session_id(session_id) + SUFFIX)
 
-    async def create(self, header: SessionHeader) -> None:
+    async def create(self, header: SessionHeader) -> JsonlLog:
         path = self.path(header.id)
-        async with self._lock(header.id):
-            await trio.to_thread.run_sync(self._create_sync, path, header)
-            self._next_seq[header.id] = 0
+        return await trio.to_thread.run_sync(self._create_sync, path, header)
 
-    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        if not events:
-            return
+    async def open(self, session_id: str) -> tuple[SessionHeader, Events, JsonlLog]:
         path = self.path(session_id)
-        async with self._lock(session_id):
-            expected = self._next_seq.get(session_id)
-            if expected is None:
-                _, stored = await trio.to_thread.run_sync(self._load_sync, path, session_id)
-                expected = len(stored)
-            if events[0].seq != expected:
-                raise SeqMismatch(
-                    f"session {session_id!r}: append starts at seq {events[0].seq},"
-                    f" but {path} holds {expected} events"
-                )
-            await trio.to_thread.run_sync(_write_durably, path, _encoder.encode_lines(events))
-            self._next_seq[session_id] = expected + len(events)
+        return await trio.to_thread.run_sync(self._open_sync, path, session_id)
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
         path = self.path(session_id)
-        async with self._lock(session_id):
-            header, events = await trio.to_thread.run_sync(self._load_sync, path, session_id)
-            self._next_seq[session_id] = len(events)
-            return header, events
+        header, events, _, _ = await trio.to_thread.run_sync(_read_log, path, session_id)
+        return header, events + repair(events)
 
     async def list(self) -> Headers:
         return await trio.to_thread.run_sync(self._list_sync)
 
     # -- in a worker thread ------------------------------------------------------
 
-    def _create_sync(self, path: Path, header: SessionHeader) -> None:
-        temp = self.root / f".create-{secrets.token_hex(8)}.tmp"
-        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    def _create_sync(self, path: Path, header: SessionHeader) -> JsonlLog:
+        self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), header.id)
         try:
+            temp = self.root / f".create-{secrets.token_hex(8)}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                _write_all(fd, _encoder.encode(header) + b"\n")
-                os.fsync(fd)
+                try:
+                    _write_all(fd, _encoder.encode(header) + b"\n")
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                try:
+                    os.link(temp, path)  # atomic, and fails if the session exists
+                except FileExistsError:
+                    raise SessionExists(
+                        f"session {header.id!r} is stored already at {path}"
+                    ) from None
             finally:
-                os.close(fd)
-            try:
-                os.link(temp, path)  # atomic, and fails if the session exists
-            except FileExistsError:
-                raise SessionExists(f"session {header.id!r} already exists at {path}") from None
-        finally:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)
-        _fsync_directory(self.root)
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+            _fsync_directory(self.root)
+            return JsonlLog(self, header.id, path, lock, next_seq=0)
+        except BaseException:
+            lock.release()
+            raise
 
-    def _load_sync(self, path: Path, session_id: str) -> tuple[SessionHeader, Events]:
+    def _open_sync(self, path: Path, session_id: str) -> tuple[SessionHeader, Events, JsonlLog]:
+        if not path.exists():
+            raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})")
+        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), session_id)
         try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})") from None
-        end = data.rfind(b"\n") + 1  # a line without its newline is torn
-        first = data.find(b"\n")
-        if first < 0:
-            raise NotASessionLog(f"{path}: empty, or no complete first line")
-        header = _decode_header(path, data[:first])
-        if header.id != session_id:
-            raise NotASessionLog(f"{path}: its header names session {header.id!r}")
-        body = memoryview(data)[first + 1 : end]
-        try:  # the common case: every line whole and in order, decoded in one call
-            events: Events = _event_decoder.decode_lines(body)
-            intact = all(event.seq == index for index, event in enumerate(events))
-        except msgspec.DecodeError:
-            intact = False
-        if intact:
-            keep = end
-        else:
-            events, keep = _longest_prefix(path, data, first + 1, end)
-        closers = repair(events)
-        if keep != len(data) or closers:
-            with open(path, "r+b") as file:
-                file.truncate(keep)
-                file.seek(keep)
-                file.write(_encoder.encode_lines(closers))
-                file.flush()
-                os.fsync(file.fileno())
-            if closers:
-                logger.info("closed interrupted turn of session %r in %s", session_id, path)
-        return header, events + closers
+            header, events, keep, size = _read_log(path, session_id)
+            closers = repair(events)
+            if keep != size or closers:
+                with open(path, "r+b") as file:
+                    file.truncate(keep)
+                    file.seek(keep)
+                    file.write(_encoder.encode_lines(closers))
+                    file.flush()
+                    os.fsync(file.fileno())
+                if closers:
+                    logger.info("closed interrupted turn of session %r in %s", session_id, path)
+            events += closers
+            return header, events, JsonlLog(self, session_id, path, lock, next_seq=len(events))
+        except BaseException:
+            lock.release()
+            raise
 
     def _list_sync(self) -> Headers:
         headers = []
@@ -186,11 +182,183 @@ class JsonlPersistence:
                 logger.warning("skipping %s: %s", path, exc)
         return headers
 
-    def _lock(self, session_id: str) -> trio.Lock:
-        lock = self._locks.get(session_id)
-        if lock is None:
-            lock = self._locks[session_id] = trio.Lock()
-        return lock
+
+class _Fsync(Job):
+    """One fsync of a log's file; ``covers`` is the seq it made durable (set by the batch)."""
+
+    __slots__ = ("covers", "log", "started")
+
+    def __init__(self, log: JsonlLog) -> None:
+        super().__init__()
+        self.log = log
+        self.started = False
+        self.covers = 0
+
+
+def _fsync_batch(jobs: Sequence[_Fsync]) -> None:
+    """The writer's work: one fsync per file, covering every write it saw before it began."""
+    done: dict[int, tuple[int, BaseException | None]] = {}
+    for job in jobs:
+        job.started = True
+        fd = job.log.fd
+        if fd not in done:
+            covers = job.log.written  # written before this read: the fsync below covers it
+            try:
+                os.fsync(fd)
+                done[fd] = (covers, None)
+            except OSError as exc:
+                done[fd] = (covers, exc)
+        job.covers, job.error = done[fd]
+
+
+class JsonlLog:
+    """One live JSONL session: its file open for appends, its lock, what waits to be written.
+
+    See `SessionLog` for the contract. `write_ahead` writes inline and never
+    checkpoints; `flush` writes, then fsyncs as the policy says; `close`
+    writes, fsyncs (unless ``"os"``), closes the file and releases the lock.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_lock",
+        "_pending",
+        "_persistence",
+        "_size",
+        "_sync",
+        "_synced",
+        "fd",
+        "path",
+        "session_id",
+        "written",
+    )
+
+    def __init__(
+        self,
+        persistence: JsonlPersistence,
+        session_id: str,
+        path: Path,
+        lock: SessionLock,
+        *,
+        next_seq: int,
+    ) -> None:
+        self._persistence = persistence
+        self.session_id = session_id
+        self.path = path
+        self._lock = lock
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+        self._size = os.fstat(self.fd).st_size
+        self._pending: list[SessionEvent] = []
+        self.written = next_seq  # the seq after the last event written to the OS
+        self._synced = next_seq  # ... and after the last one an fsync covered
+        self._sync: _Fsync | None = None  # the latest fsync asked for
+        self._closed = False
+
+    def append(self, event: SessionEvent) -> None:
+        self._pending.append(event)
+
+    async def write_ahead(self) -> None:
+        """Write what is pending to the OS, inline (no checkpoint)."""
+        self._write()
+
+    async def flush(self) -> None:
+        self._write()
+        policy = self._persistence.sync
+        if policy == "always":
+            await self._synced_to(self.written)
+        elif policy == "turn" and self._synced < self.written:
+            self._fsync()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                self._write()
+                if self._persistence.sync != "os":
+                    await self._synced_to(self.written)
+            finally:
+                if self._sync is not None and not self._sync.settled:
+                    await self._sync.wait()  # never close the file under a running fsync
+                os.close(self.fd)
+                self.fd = -1  # a late write fails (EBADF) instead of reaching a reused fd
+                self._lock.release()
+                if self._pending:
+                    logger.error(
+                        "session %r: %d events never reached %s",
+                        self.session_id,
+                        len(self._pending),
+                        self.path,
+                    )
+
+    def _write(self) -> None:
+        if (self._closed and self.fd < 0) or not self._pending:
+            return
+        data = _encoder.encode_lines(self._pending)
+        try:
+            _write_all(self.fd, data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self._size)  # leave no partial batch behind
+            raise PersistenceError(
+                f"session {self.session_id!r}: cannot write {self.path}: {exc}"
+            ) from exc
+        self._size += len(data)
+        self.written = self._pending[-1].seq + 1
+        self._pending = []
+
+    def _fsync(self) -> _Fsync:
+        """An fsync that will cover everything written so far (a queued one is shared)."""
+        job = self._sync
+        if job is None or job.started or job.settled:
+            job = self._sync = _Fsync(self)
+            job.on_settled = self._fsynced
+            self._persistence._writer.submit(job)
+        return job
+
+    def _fsynced(self, job: Job) -> None:
+        assert isinstance(job, _Fsync)
+        if job.error is None:
+            self._synced = max(self._synced, job.covers)
+        else:
+            logger.error(
+                "session %r: fsync of %s failed: %s", self.session_id, self.path, job.error
+            )
+
+    async def _synced_to(self, seq: int) -> None:
+        while self._synced < seq:
+            job = self._fsync()
+            await job.wait()
+            if job.error is not None:
+                raise PersistenceError(
+                    f"session {self.session_id!r}: cannot fsync {self.path}: {job.error}"
+                ) from job.error
+
+
+def _read_log(path: Path, session_id: str) -> tuple[SessionHeader, Events, int, int]:
+    """The header and the longest whole, seq-contiguous prefix; where it ends; the file size."""
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})") from None
+    end = data.rfind(b"\n") + 1  # a line without its newline is torn
+    first = data.find(b"\n")
+    if first < 0:
+        raise NotASessionLog(f"{path}: empty, or no complete first line")
+    header = _decode_header(path, data[:first])
+    if header.id != session_id:
+        raise NotASessionLog(f"{path}: its header names session {header.id!r}")
+    body = memoryview(data)[first + 1 : end]
+    try:  # the common case: every line whole and in order, decoded in one call
+        events: Events = _event_decoder.decode_lines(body)
+        intact = all(event.seq == index for index, event in enumerate(events))
+    except msgspec.DecodeError:
+        intact = False
+    if intact:
+        return header, events, end, len(data)
+    events, keep = _longest_prefix(path, data, first + 1, end)
+    return header, events, keep, len(data)
 
 
 def _decode_header(path: Path, raw: bytes) -> SessionHeader:
@@ -239,21 +407,6 @@ def _check_tail(path: Path, number: int, rest: list[bytes]) -> None:
                 f"{path}: line {number} is corrupt or out of order,"
                 " before the log's last turn/end; not repairing it"
             )
-
-
-def _write_durably(path: Path, data: bytes) -> None:
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND)
-    try:
-        size = os.fstat(fd).st_size
-        try:
-            _write_all(fd, data)
-            os.fsync(fd)
-        except OSError:
-            with contextlib.suppress(OSError):
-                os.ftruncate(fd, size)  # leave no partial batch behind
-            raise
-    finally:
-        os.close(fd)
 
 
 def _write_all(fd: int, data: bytes) -> None:

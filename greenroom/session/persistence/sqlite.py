@@ -1,127 +1,326 @@
 """`SqlitePersistence`: every session in one SQLite database (stdlib ``sqlite3``, WAL mode).
 
-One connection, used by one worker thread at a time (a `trio.Lock` hands it
-over); each `append` is one transaction, committed with ``synchronous=FULL``,
-so a batch is on disk whole or not at all. A batch is one row: the JSON lines
-of its events, keyed by (session id, first seq), so a resume fetches one row
-per drain (per turn) and decodes the whole log in one call.
+All database work runs on the persistence's `Writer`, one batch at a time
+on one connection. The appends of a batch, from however many sessions, go
+in one transaction (one fsync when the batch needs one: group commit), each
+under its own savepoint so that one session's fenced append cannot undo
+another's. A drain is one row: the JSON lines of its events, keyed by
+(session id, first seq), so a resume fetches one row per drain and decodes
+the whole log in one call.
+
+One live writer per session: `create` and `open` take the session's lock
+file (`SessionLock`, in ``<db>.locks/``) and bump its **epoch**; every
+append checks, in its own transaction, that the epoch is still its own and
+that its first seq is the stored next seq, and writes nothing otherwise. So
+even a bypassed lock cannot interleave two lives: the older one gets
+`LeaseLost`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
+import logging
 import os
 import sqlite3
-from collections.abc import Sequence
-from typing import TypeAlias
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Final, TypeAlias, TypeVar
 
 import msgspec
 import trio
 
 from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
+    SYNC_POLICIES,
     CorruptLog,
+    LeaseLost,
     NotASessionLog,
+    PersistenceError,
     SeqMismatch,
     SessionExists,
     SessionNotFound,
+    SyncPolicy,
     UnsupportedVersion,
     repair,
 )
+from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.store import check_session_id
 
+logger = logging.getLogger("greenroom.persistence")
+
+#: The schema this greenroom writes (``PRAGMA user_version``); version 0 is migrated on open.
+SCHEMA_VERSION: Final = 1
+
 _SCHEMA = """
-CREATE TABLE IF NOT EXISTS sessions (id TEXT PRIMARY KEY, header BLOB NOT NULL);
-CREATE TABLE IF NOT EXISTS batches (
+CREATE TABLE sessions (
+    id TEXT PRIMARY KEY,
+    header BLOB NOT NULL,
+    epoch INTEGER NOT NULL DEFAULT 0,
+    next_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE batches (
     session_id TEXT NOT NULL,
     first_seq INTEGER NOT NULL,
     next_seq INTEGER NOT NULL,
     lines BLOB NOT NULL,
     PRIMARY KEY (session_id, first_seq)
 ) WITHOUT ROWID;
+PRAGMA user_version = 1;
+"""
+
+_MIGRATE_FROM_0 = """
+ALTER TABLE sessions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0;
+UPDATE sessions SET next_seq = (
+    SELECT COALESCE(MAX(next_seq), 0) FROM batches WHERE batches.session_id = sessions.id
+);
+PRAGMA user_version = 1;
 """
 
 Events: TypeAlias = list[SessionEvent]
 Headers: TypeAlias = list[SessionHeader]
+T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(SessionEvent)
 _header_decoder = msgspec.json.Decoder(SessionHeader)
 
 
-class SqlitePersistence:
-    """Session logs in the SQLite database at `path` (created if missing)."""
+class _Call(Job):
+    """A piece of database work run alone, in order: ``call()``, its value in ``value``."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    __slots__ = ("call", "value")
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        super().__init__()
+        self.call = call
+        self.value: object = None
+
+
+class _Append(Job):
+    """One log's drain: its events, at its epoch; ``sync`` wants the commit fsynced."""
+
+    __slots__ = ("epoch", "events", "session_id", "sync")
+
+    def __init__(self, session_id: str, epoch: int, events: Events, *, sync: bool) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.epoch = epoch
+        self.events = events
+        self.sync = sync
+
+
+Appends: TypeAlias = list[_Append]
+
+
+class _SyncWal(Job):
+    """An fsync of the write-ahead log: every commit before it, up to seq ``covers``, durable."""
+
+    __slots__ = ("covers",)
+
+    def __init__(self, covers: int) -> None:
+        super().__init__()
+        self.covers = covers
+
+
+class SqlitePersistence:
+    """Session logs in the SQLite database at `path` (created if missing; see the module docstring).
+
+    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, sync: SyncPolicy = "turn") -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
         self.path = os.fspath(path)
-        self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self.sync: SyncPolicy = sync
+        self._db = sqlite3.connect(
+            self.path, check_same_thread=False, isolation_level=None, timeout=30
+        )
         self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=FULL")
-        self._db.executescript(_SCHEMA)
-        self._turn = trio.Lock()  # one thread at a time on the connection
+        self._migrate()
+        self._wal_fd = -1
+        self._locks = Path(self.path + ".locks")
+        self._writer: Writer[Job] = Writer(self._batch)
 
     def close(self) -> None:
         self._db.close()
+        if self._wal_fd >= 0:
+            os.close(self._wal_fd)
 
     def check_session_id(self, session_id: str) -> None:
         check_session_id(session_id)
 
-    async def create(self, header: SessionHeader) -> None:
+    async def create(self, header: SessionHeader) -> SqliteLog:
         check_session_id(header.id)
-        async with self._turn:
-            await trio.to_thread.run_sync(self._create_sync, header)
+        lock = await self._lock(header.id)
+        try:
+            await self._run(lambda: self._create(header))
+        except BaseException:
+            lock.release()
+            raise
+        return SqliteLog(self, header.id, lock, epoch=1, next_seq=0)
 
-    async def append(self, session_id: str, events: Sequence[SessionEvent]) -> None:
-        if not events:
-            return
-        async with self._turn:
-            await trio.to_thread.run_sync(self._append_sync, session_id, events)
+    async def open(self, session_id: str) -> tuple[SessionHeader, Events, SqliteLog]:
+        check_session_id(session_id)
+        lock = await self._lock(session_id)
+        try:
+            header, events, epoch = await self._run(lambda: self._open(session_id))
+        except BaseException:
+            lock.release()
+            raise
+        return header, events, SqliteLog(self, session_id, lock, epoch=epoch, next_seq=len(events))
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
         check_session_id(session_id)
-        async with self._turn:
-            return await trio.to_thread.run_sync(self._load_sync, session_id)
+        header, events = await self._run(lambda: self._read(session_id))
+        return header, events + repair(events)
 
     async def list(self) -> Headers:
-        async with self._turn:
-            rows = await trio.to_thread.run_sync(
-                lambda: self._db.execute("SELECT header FROM sessions ORDER BY id").fetchall()
-            )
+        rows = await self._run(
+            lambda: self._db.execute("SELECT header FROM sessions ORDER BY id").fetchall()
+        )
         return [_header_decoder.decode(row[0]) for row in rows]
 
-    # -- in a worker thread ------------------------------------------------------
+    # -- the Trio side ---------------------------------------------------------------
 
-    def _create_sync(self, header: SessionHeader) -> None:
+    async def _lock(self, session_id: str) -> SessionLock:
+        name = hashlib.sha256(session_id.encode()).hexdigest() + ".lock"
+
+        def acquire() -> SessionLock:
+            self._locks.mkdir(mode=0o700, exist_ok=True)
+            return SessionLock.acquire(self._locks / name, session_id)
+
+        return await trio.to_thread.run_sync(acquire)
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        """Run `call` on the writer, in order with every append; its value, or its error."""
+        job = _Call(call)
+        self._writer.submit(job)
+        with trio.CancelScope(shield=True):  # the database work finishes either way
+            await job.wait()
+        if job.error is not None:
+            raise job.error
+        return job.value  # type: ignore[return-value]
+
+    # -- in the writer's thread ------------------------------------------------------
+
+    def _migrate(self) -> None:
+        version = self._db.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UnsupportedVersion(
+                f"{self.path}: schema version {version} (this greenroom reads {SCHEMA_VERSION})"
+            )
+        if version == SCHEMA_VERSION:
+            return
+        tables = {
+            row[0] for row in self._db.execute("SELECT name FROM sqlite_master WHERE type='table'")
+        }
+        script = _MIGRATE_FROM_0 if "sessions" in tables else _SCHEMA
+        self._db.executescript(f"BEGIN IMMEDIATE;{script}COMMIT;")
+
+    def _batch(self, jobs: Sequence[Job]) -> None:
+        """Runs of appends share one transaction; every other job runs alone, in order."""
+        run: Appends = []
+        for job in jobs:
+            if isinstance(job, _Append):
+                run.append(job)
+                continue
+            self._commit(run)
+            run = []
+            try:
+                if isinstance(job, _SyncWal):
+                    self._fsync_wal()
+                elif isinstance(job, _Call):
+                    job.value = job.call()
+            except Exception as exc:
+                job.error = exc
+        self._commit(run)
+
+    def _commit(self, appends: Sequence[_Append]) -> None:
+        if not appends:
+            return
+        wanted = "FULL" if any(job.sync for job in appends) else self._quiet_sync()
+        self._db.execute(f"PRAGMA synchronous={wanted}")
+        try:
+            with self._transaction():
+                for number, job in enumerate(appends):
+                    self._db.execute(f"SAVEPOINT append{number}")
+                    try:
+                        self._append(job)
+                    except PersistenceError as exc:
+                        job.error = exc
+                        self._db.execute(f"ROLLBACK TO append{number}")
+                    self._db.execute(f"RELEASE append{number}")
+        except sqlite3.Error as exc:
+            for job in appends:
+                job.error = job.error or PersistenceError(f"{self.path}: {exc}")
+
+    def _quiet_sync(self) -> str:
+        return "OFF" if self.sync == "os" else "NORMAL"
+
+    def _append(self, job: _Append) -> None:
+        events = job.events
+        first, after = events[0].seq, events[-1].seq + 1
+        updated = self._db.execute(
+            "UPDATE sessions SET next_seq = ? WHERE id = ? AND epoch = ? AND next_seq = ?",
+            (after, job.session_id, job.epoch, first),
+        ).rowcount
+        if not updated:
+            row = self._db.execute(
+                "SELECT epoch, next_seq FROM sessions WHERE id = ?", (job.session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(f"no stored session {job.session_id!r} in {self.path}")
+            if row[0] != job.epoch:
+                raise LeaseLost(
+                    f"session {job.session_id!r} was taken over (epoch {row[0]}, this life"
+                    f" holds {job.epoch}); nothing written to {self.path}"
+                )
+            raise SeqMismatch(
+                f"session {job.session_id!r}: append starts at seq {first},"
+                f" but {self.path} holds {row[1]} events"
+            )
+        self._db.execute(
+            "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
+            (job.session_id, first, after, _encoder.encode_lines(events)),
+        )
+
+    def _fsync_wal(self) -> None:
+        if self._wal_fd < 0:
+            try:
+                self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                return  # nothing was written through the WAL yet
+        os.fsync(self._wal_fd)
+
+    def _create(self, header: SessionHeader) -> None:
+        self._db.execute("PRAGMA synchronous=FULL")
         try:
             with self._transaction():
                 self._db.execute(
-                    "INSERT INTO sessions (id, header) VALUES (?, ?)",
+                    "INSERT INTO sessions (id, header, epoch, next_seq) VALUES (?, ?, 1, 0)",
                     (header.id, _encoder.encode(header)),
                 )
         except sqlite3.IntegrityError:
-            raise SessionExists(f"session {header.id!r} already exists in {self.path}") from None
+            raise SessionExists(f"session {header.id!r} is stored already in {self.path}") from None
 
-    def _append_sync(self, session_id: str, events: Sequence[SessionEvent]) -> None:
+    def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
+        self._db.execute("PRAGMA synchronous=FULL")
         with self._transaction():
-            if not self._db.execute(
-                "SELECT 1 FROM sessions WHERE id = ?", (session_id,)
-            ).fetchone():
-                raise SessionNotFound(f"no stored session {session_id!r} in {self.path}")
-            last = self._db.execute(
-                "SELECT next_seq FROM batches WHERE session_id = ? ORDER BY first_seq DESC LIMIT 1",
-                (session_id,),
-            ).fetchone()
-            stored = last[0] if last else 0
-            if events[0].seq != stored:
-                raise SeqMismatch(
-                    f"session {session_id!r}: append starts at seq {events[0].seq},"
-                    f" but {self.path} holds {stored} events"
-                )
-            self._db.execute(
-                "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
-                (session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
-            )
+            header, events = self._read(session_id)
+            epoch = self._db.execute(
+                "UPDATE sessions SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", (session_id,)
+            ).fetchone()[0]
+            closers = repair(events)
+            if closers:
+                self._append(_Append(session_id, epoch, closers, sync=True))
+                logger.info("closed interrupted turn of session %r in %s", session_id, self.path)
+        return header, events + closers, epoch
 
-    def _load_sync(self, session_id: str) -> tuple[SessionHeader, Events]:
+    def _read(self, session_id: str) -> tuple[SessionHeader, Events]:
         row = self._db.execute("SELECT header FROM sessions WHERE id = ?", (session_id,)).fetchone()
         if row is None:
             raise SessionNotFound(f"no stored session {session_id!r} in {self.path}")
@@ -138,26 +337,131 @@ class SqlitePersistence:
         for index, event in enumerate(events):
             if event.seq != index:
                 raise CorruptLog(f"{self.path}: session {session_id!r} has a gap at seq {index}")
-        closers = repair(events)
-        if closers:
-            self._append_sync(session_id, closers)
-        return header, events + closers
+        return header, events
 
-    def _transaction(self) -> _Transaction:
-        return _Transaction(self._db)
-
-
-class _Transaction:
-    __slots__ = ("_db",)
-
-    def __init__(self, db: sqlite3.Connection) -> None:
-        self._db = db
-
-    def __enter__(self) -> None:
+    @contextlib.contextmanager
+    def _transaction(self) -> Iterator[None]:
         self._db.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        self._db.execute("COMMIT")
 
-    def __exit__(self, exc_type: object, *rest: object) -> None:
-        self._db.execute("COMMIT" if exc_type is None else "ROLLBACK")
+
+class SqliteLog:
+    """One live SQLite session: its lock, its epoch, and what waits to be written.
+
+    See `SessionLog` for the contract. Every write is an append job on the
+    writer (`write_ahead` and `flush` wait for it to commit); one drain is in
+    flight at a time, and what is appended meanwhile waits for the next.
+    """
+
+    __slots__ = (
+        "_closed",
+        "_epoch",
+        "_error",
+        "_in_flight",
+        "_lock",
+        "_pending",
+        "_persistence",
+        "_sync",
+        "_synced",
+        "session_id",
+        "written",
+    )
+
+    def __init__(
+        self,
+        persistence: SqlitePersistence,
+        session_id: str,
+        lock: SessionLock,
+        *,
+        epoch: int,
+        next_seq: int,
+    ) -> None:
+        self._persistence = persistence
+        self.session_id = session_id
+        self._lock = lock
+        self._epoch = epoch
+        self._pending: Events = []
+        self._in_flight: _Append | None = None
+        self.written = next_seq  # the seq after the last event committed
+        self._synced = next_seq  # ... and after the last one an fsync covered
+        self._sync: _SyncWal | None = None
+        self._error: LeaseLost | None = None
+        self._closed = False
+
+    def append(self, event: SessionEvent) -> None:
+        self._pending.append(event)
+
+    async def write_ahead(self) -> None:
+        await self._commit(sync=self._persistence.sync == "always")
+
+    async def flush(self) -> None:
+        policy = self._persistence.sync
+        await self._commit(sync=policy == "always")
+        if policy == "turn" and self._synced < self.written:
+            self._sync_wal()
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                await self._commit(sync=self._persistence.sync != "os")
+                if self._sync is not None and not self._sync.settled:
+                    await self._sync.wait()
+            finally:
+                self._lock.release()
+                if self._pending:
+                    logger.error(
+                        "session %r: %d events never reached %s",
+                        self.session_id,
+                        len(self._pending),
+                        self._persistence.path,
+                    )
+
+    async def _commit(self, *, sync: bool) -> None:
+        """Commit everything appended so far (waits for a drain already in flight first)."""
+        if self._error is not None:
+            raise self._error
+        while self._in_flight is not None:
+            with trio.CancelScope(shield=True):
+                await self._in_flight.wait()
+        if not self._pending:
+            return
+        job = self._in_flight = _Append(self.session_id, self._epoch, self._pending, sync=sync)
+        self._pending = []
+        self._persistence._writer.submit(job)
+        with trio.CancelScope(shield=True):  # the commit lands either way; the buffer follows it
+            await job.wait()
+        self._in_flight = None
+        if job.error is None:
+            self.written = job.events[-1].seq + 1
+            if sync:
+                self._synced = self.written
+            return
+        self._pending[:0] = job.events
+        if isinstance(job.error, LeaseLost):
+            self._error = job.error
+        raise job.error
+
+    def _sync_wal(self) -> None:
+        """An fsync of the WAL, covering every commit so far, off the agent's path."""
+        job = self._sync = _SyncWal(self.written)
+        job.on_settled = self._wal_synced
+        self._persistence._writer.submit(job)
+
+    def _wal_synced(self, job: Job) -> None:
+        assert isinstance(job, _SyncWal)
+        if job.error is None:
+            self._synced = max(self._synced, job.covers)
+        else:
+            path = self._persistence.path
+            logger.error("%s: fsync of the write-ahead log failed: %s", path, job.error)
 
 
 def _decode_header(path: str, session_id: str, raw: bytes) -> SessionHeader:

@@ -1,0 +1,85 @@
+"""`SessionLock`: one process holds a session live; the OS lets go when that process dies.
+
+The lock is ``flock(LOCK_EX)`` on a file of its own (``<stem>.lock``),
+which names the holder (pid and host) for whoever is refused. `flock` locks
+belong to the open file, so two runtimes of one process exclude each other
+too, and the lock is released by the kernel however its process ends, a
+SIGKILL included. The file is removed by its holder, while still locked,
+when it lets go; an acquirer that locked a file since removed tries again,
+so two holders can never lock two different files of one name.
+
+Blocking file work: call these from a worker thread.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import socket
+from pathlib import Path
+
+import msgspec
+
+from greenroom.session.persistence.base import Holder, SessionLocked
+
+_holder_encoder = msgspec.json.Encoder()
+_holder_decoder = msgspec.json.Decoder(Holder)
+
+
+class SessionLock:
+    """A held lock on one session (see the module docstring)."""
+
+    __slots__ = ("_fd", "path")
+
+    def __init__(self, fd: int, path: Path) -> None:
+        self._fd = fd
+        self.path = path
+
+    @classmethod
+    def acquire(cls, path: Path, session_id: str) -> SessionLock:
+        """Hold `session_id` through `path`; raises `SessionLocked` naming the holder."""
+        while True:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = _read_holder(fd)
+                os.close(fd)
+                raise SessionLocked(session_id, holder, str(path)) from None
+            except BaseException:
+                os.close(fd)
+                raise
+            if _still_named(fd, path):
+                break
+            os.close(fd)  # its holder removed it between our open and our lock
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, _holder_encoder.encode(Holder(os.getpid(), socket.gethostname())), 0)
+        return cls(fd, path)
+
+    def release(self) -> None:
+        """Let the session go (idempotent): remove the file while still holding it, then unlock."""
+        if self._fd < 0:
+            return
+        try:
+            os.unlink(self.path)
+        except FileNotFoundError:
+            pass
+        finally:
+            os.close(self._fd)
+            self._fd = -1
+
+
+def _read_holder(fd: int) -> Holder | None:
+    try:
+        return _holder_decoder.decode(os.pread(fd, 4096, 0))
+    except (OSError, msgspec.DecodeError):
+        return None  # the holder has not written its name yet
+
+
+def _still_named(fd: int, path: Path) -> bool:
+    try:
+        named = os.stat(path)
+    except FileNotFoundError:
+        return False
+    held = os.fstat(fd)
+    return (held.st_dev, held.st_ino) == (named.st_dev, named.st_ino)
