@@ -17,6 +17,7 @@ the same nesting either way.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -25,7 +26,9 @@ import trio
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent
 from greenroom.session import SessionStore
-from greenroom.session.persistence import SessionLog
+from greenroom.session.persistence import PersistenceError, SessionLog
+
+logger = logging.getLogger("greenroom.agent")
 
 #: Releases what a session owns outside the agent (its background processes), by session id.
 #: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
@@ -110,6 +113,15 @@ class AgentLife:
         self.disposing = True
         self._scope.cancel(reason="disposed")
 
+    async def _close_log(self, session_id: str) -> None:
+        """The last sync, then let the session go; a failure is logged, never raised here."""
+        if self._log is None:
+            return
+        try:
+            await self._log.close()  # shields itself
+        except PersistenceError:
+            logger.exception("closing the log of session %r failed", session_id)
+
     async def wait_exited(self) -> None:
         """Wait until the life's task has returned (or raised). Checkpoints."""
         await self._exited.wait()
@@ -137,8 +149,7 @@ class AgentLife:
                 finally:
                     self._sessions.leave(session)
             finally:
-                if self._log is not None:
-                    await self._log.close()  # shields itself
+                await self._close_log(session.id)
         finally:
             self.disposing = True
             self._exited.set()

@@ -411,7 +411,8 @@ class SqliteLog:
         self._closed = True
         with trio.CancelScope(shield=True):
             try:
-                await self._commit(sync=self._persistence.sync != "os")
+                if self._error is None:  # after a lost lease nothing more is written
+                    await self._commit(sync=self._persistence.sync != "os")
                 if self._sync is not None and not self._sync.settled:
                     await self._sync.wait()
             finally:

@@ -1,0 +1,173 @@
+"""One live writer per session, across processes: real subprocesses, real files.
+
+A second process's create or resume of a live session is refused with
+`SessionLocked` naming the holder; once the holder is gone, by a clean exit
+or a SIGKILL, the session can be taken live again, and its log never holds
+a duplicate or a missing seq. Over ACP too. And the SQLite fence holds even
+when the lock is bypassed.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import TypeVar
+
+import msgspec
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.models import ScriptedModel
+from greenroom.protocol.events import (
+    COMPLETED,
+    USER,
+    MessageTrigger,
+    SessionEvent,
+    SessionHeader,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.session.persistence import (
+    JsonlPersistence,
+    LeaseLost,
+    Persistence,
+    SessionLocked,
+    SqlitePersistence,
+)
+from tests.acp_process import acp_process
+from tests.agents_helpers import assert_enclosed
+
+E = TypeVar("E", bound=SessionEvent)
+CHILD = Path(__file__).with_name("hold_child.py")
+LIMIT = 30
+
+
+def _store(backend: str, tmp_path: Path) -> Persistence:
+    if backend == "jsonl":
+        return JsonlPersistence(tmp_path / "sessions")
+    return SqlitePersistence(tmp_path / "sessions.sqlite")
+
+
+def _path(backend: str, tmp_path: Path) -> Path:
+    return tmp_path / ("sessions" if backend == "jsonl" else "sessions.sqlite")
+
+
+async def _holder(backend: str, tmp_path: Path) -> tuple[trio.Process, int]:
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), backend, str(_path(backend, tmp_path))],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    line = b""
+    while not line.endswith(b"\n"):
+        chunk = await process.stdout.receive_some()
+        assert chunk, "the holder died before it held the session"
+        line += chunk
+    word, pid = line.decode().split()
+    assert word == "held"
+    return process, int(pid)
+
+
+async def _refused(backend: str, tmp_path: Path, pid: int) -> None:
+    async with open_runtime(persistence=_store(backend, tmp_path)) as rt:
+        for attempt in (rt.agents.resume, rt.agents.create):
+            with pytest.raises(SessionLocked) as refused:
+                await attempt(agent_id="b", session_id="s")
+            assert refused.value.holder is not None
+            assert refused.value.holder.pid == pid
+            assert refused.value.holder.host == socket.gethostname()
+            assert f"live in pid {pid} on host" in str(refused.value)
+        assert rt.agents.list() == []
+
+
+async def _taken_over(backend: str, tmp_path: Path) -> None:
+    async with open_runtime(
+        model=ScriptedModel(delay=0), persistence=_store(backend, tmp_path)
+    ) as rt:
+        handle = await rt.agents.resume(agent_id="b", session_id="s")
+        handle.agent.send("from the parent")
+        await handle.agent.when_idle()
+        await handle.dispose()
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+async def test_a_second_process_is_refused_until_the_holder_is_gone(
+    backend: str, tmp_path: Path
+) -> None:
+    with trio.fail_after(LIMIT):
+        for ending in ("clean exit", "sigkill"):
+            process, pid = await _holder(backend, tmp_path)
+            await _refused(backend, tmp_path, pid)
+            if ending == "clean exit":
+                assert process.stdin is not None
+                await process.stdin.aclose()
+                assert await process.wait() == 0
+            else:
+                process.send_signal(signal.SIGKILL)
+                await process.wait()
+            await _taken_over(backend, tmp_path)
+    _, events = await _store(backend, tmp_path).load("s")
+    assert_enclosed(events)  # seqs 0, 1, 2, ... with none twice, none missing
+    senders = [e.content for e in events if isinstance(e, UserMessage)]
+    assert len(senders) == 4
+    assert senders[1] == senders[3] == "from the parent"
+
+
+@pytest.mark.real_clock
+async def test_a_second_greenroom_acp_cannot_load_a_live_session(tmp_path: Path) -> None:
+    work = str(tmp_path)
+    with trio.fail_after(LIMIT):
+        async with acp_process(tmp_path, "--model", "scripted:0") as first:
+            session = await first.new_session(work)
+            assert (await first.prompt(session, "hello"))["result"] == {"stopReason": "end_turn"}
+            async with acp_process(tmp_path, "--model", "scripted:0") as second:
+                load = {"sessionId": session, "cwd": work, "mcpServers": []}
+                refused = await second.call("session/load", load)
+                message = refused["error"]["message"]
+                assert f"live in pid {first.process.pid} on host" in message
+                assert await first.close() == 0
+                loaded = await second.call("session/load", load)
+                assert loaded["result"] == {}
+                answer = await second.prompt(session, "again")
+                assert answer["result"] == {"stopReason": "end_turn"}
+                assert await second.close() == 0
+    _, events = await JsonlPersistence(tmp_path / "sessions").load(session)
+    assert_enclosed(events)
+    assert [e.turn for e in events if isinstance(e, TurnEnd)] == [1, 2]
+
+
+async def test_the_sqlite_fence_holds_when_the_lock_is_bypassed(tmp_path: Path) -> None:
+    db = tmp_path / "sessions.sqlite"
+    first, second = SqlitePersistence(db), SqlitePersistence(db)
+    await (await first.create(SessionHeader(id="s", created_at=1))).close()
+    _, _, old = await first.open("s")
+    with pytest.raises(SessionLocked):
+        await second.open("s")
+    for lock in (tmp_path / "sessions.sqlite.locks").iterdir():
+        lock.unlink()  # someone removed the lock file: it no longer excludes anyone
+    _, _, new = await second.open("s")
+    old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
+    with pytest.raises(LeaseLost, match="session 's' was taken over"):
+        await old.write_ahead()
+    written = [
+        _at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))),
+        _at(1, TurnEnd(turn=1, reason=COMPLETED)),
+    ]
+    for event in written:
+        new.append(event)
+    await new.flush()
+    await new.close()
+    await old.close()  # nothing more is written; the lost lease was reported already
+    _, stored = await first.load("s")
+    assert stored == written
+
+
+def _at(seq: int, event: E) -> E:
+    return msgspec.structs.replace(event, seq=seq)
