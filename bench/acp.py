@@ -6,7 +6,9 @@ the official ACP Python SDK's client side (asyncio,
 
 * greenroom: ``python -m greenroom acp --model scripted:0``, a zero-delay
   echo model (one chunk per word; the prompt is one word, so one chunk),
-  with ``GREENROOM_HOME`` and the cwd in a fresh temporary directory;
+  with ``GREENROOM_HOME`` and the cwd in a fresh temporary directory, and
+  sessions persisted with the default sync policy (``turn``); again with
+  ``--sync always``, reported beside it;
 * SDK agent: ``python -m bench._acp_sdk_agent``, the least an agent can do
   with the official SDK's agent side: one ``agent_message_chunk`` back per
   prompt, then ``end_turn``; no model, no log, no persistence.
@@ -53,8 +55,10 @@ _SESSIONS = 10
 _WARMUP = 5  # prompts per session before measuring
 _PROMPT = "ping"
 
+_GREENROOM = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
 _AGENTS: dict[str, tuple[str, ...]] = {
-    "greenroom": (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0"),
+    "greenroom": _GREENROOM,
+    "greenroom always": (*_GREENROOM, "--sync", "always"),
     "sdk": (sys.executable, "-m", "bench._acp_sdk_agent"),
 }
 
@@ -229,10 +233,26 @@ def run(repeats: int, quick: bool) -> list[Row]:
             gc.collect()
             results[name].append(_run_one(name, n_latency, n_throughput))
 
-    ours, raw = results["greenroom"], results["sdk"]
+    ours, raw, always = results["greenroom"], results["sdk"], results["greenroom always"]
     baseline = "SDK agent (acp.run_agent)"
     each = n_throughput // _SESSIONS
     return [
+        compare(
+            SCENARIO,
+            f"prompt throughput, sync=always, {_SESSIONS} sessions x {each} sequential prompts",
+            "prompts/s",
+            [r.prompts_per_s for r in always],
+            baseline=baseline,
+            raw=[r.prompts_per_s for r in raw],
+        ),
+        compare(
+            SCENARIO,
+            f"prompt round trip p99, sync=always, one session (N={n_latency})",
+            "us",
+            [r.p99_us for r in always],
+            baseline=baseline,
+            raw=[r.p99_us for r in raw],
+        ),
         compare(
             SCENARIO,
             f"prompt throughput, {_SESSIONS} sessions x {each} sequential prompts in parallel",

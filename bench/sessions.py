@@ -1,15 +1,21 @@
-"""Sessions: durable append throughput and resume time of the persistence backends.
+"""Sessions: what durability costs, per backend and sync policy, and resume time.
 
-* durable append: T turns of 10 events each, one ``await persistence.append(id, turn)``
-  per turn (group commit: one fsync, or one transaction, per turn) after one
-  ``create``, for `JsonlPersistence` and `SqlitePersistence`, in events per
-  second, against a plain synchronous loop that encodes the same lines
-  (``Encoder.encode_lines``), ``os.write``s them to a file and ``os.fsync``s
-  once per turn; the ratio is ours / raw, so higher is better;
-* resume: ``load`` of a session of complete 10-event turns, by a fresh instance
-  each time (for SQLite, opening the database is timed too), against reading
-  the same JSONL file and ``Decoder(SessionEvent).decode_lines`` of its lines
-  after the header, in milliseconds.
+* durable append: T turns of 10 events each appended to a live `SessionLog`
+  and one ``flush`` per turn, for `JsonlPersistence` and `SqlitePersistence`,
+  in events per second: with ``sync="always"`` against a plain synchronous
+  loop that encodes the same lines (``Encoder.encode_lines``), ``os.write``s
+  them and ``os.fsync``s once per turn; with the default ``sync="turn"``
+  against the same loop without the fsync. Ratios are ours / raw (higher is
+  better);
+* group commit: 10 SQLite sessions flushing turns concurrently with
+  ``sync="always"``, against one session alone, in events per second;
+* the turn: a one-step text turn of an agent with JSONL persistence (default
+  policy) against the same turn without persistence;
+* resume: ``open`` (hold, load, repair) of a session of complete 10-event
+  turns, by a fresh instance each time (for SQLite, opening the database is
+  timed too), against reading the same JSONL file and
+  ``Decoder(SessionEvent).decode_lines`` of its lines after the header, in
+  milliseconds.
 
 Every file lives in a `tempfile.TemporaryDirectory` (so on the disk that
 holds it, with real fsyncs). The variants alternate inside each repeat, with a
@@ -23,12 +29,14 @@ import os
 import tempfile
 import time
 from collections.abc import Callable, Sequence
+from functools import partial
 from pathlib import Path
 
 import msgspec
 import trio
 
 from bench.report import Row, compare
+from greenroom.models import ScriptedModel
 from greenroom.protocol.events import (
     COMPLETED,
     USER,
@@ -44,7 +52,14 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.protocol.model import TextDelta
-from greenroom.session.persistence import JsonlPersistence, SqlitePersistence
+from greenroom.runtime import open_runtime
+from greenroom.session.persistence import (
+    JsonlPersistence,
+    Persistence,
+    SessionLog,
+    SqlitePersistence,
+    SyncPolicy,
+)
 
 SCENARIO = "sessions"
 SESSION_ID = "bench-session"
@@ -95,8 +110,8 @@ def _turns(count: int) -> list[Turn]:
 # -- (a) durable append -----------------------------------------------------------------------
 
 
-def _raw_append(root: Path, turns: Sequence[Turn]) -> float:
-    """Events per second: encode each turn's lines, ``os.write`` them, ``os.fsync`` per turn."""
+def _raw_append(root: Path, turns: Sequence[Turn], *, fsync: bool) -> float:
+    """Events per second: encode each turn's lines, ``os.write`` them (and ``os.fsync``)."""
     encoder = msgspec.json.Encoder()
     fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     try:
@@ -107,36 +122,72 @@ def _raw_append(root: Path, turns: Sequence[Turn]) -> float:
             data = encoder.encode_lines(events)
             if os.write(fd, data) != len(data):
                 raise RuntimeError("short write")
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         t1 = time.perf_counter()
     finally:
         os.close(fd)
     return len(turns) * EVENTS_PER_TURN / (t1 - t0)
 
 
-async def _jsonl_append(root: Path, turns: Sequence[Turn]) -> float:
-    """Events per second: one ``JsonlPersistence.append`` per turn."""
-    persistence = JsonlPersistence(root)
-    await persistence.create(_header())
+def _store(root: Path, backend: str, sync: SyncPolicy) -> Persistence:
+    if backend == "jsonl":
+        return JsonlPersistence(root / "sessions", sync=sync)
+    return SqlitePersistence(root / "sessions.db", sync=sync)
+
+
+async def _log_append(root: Path, backend: str, sync: SyncPolicy, turns: Sequence[Turn]) -> float:
+    """Events per second: a turn's events appended to the live log, then one ``flush``.
+
+    The log's close (the last fsync) is inside the timing.
+    """
+    persistence = _store(root, backend, sync)
+    log = await persistence.create(_header())
     t0 = time.perf_counter()
     for events in turns:
-        await persistence.append(SESSION_ID, events)
+        for event in events:
+            log.append(event)
+        await log.flush()
+    await log.close()
     t1 = time.perf_counter()
     return len(turns) * EVENTS_PER_TURN / (t1 - t0)
 
 
-async def _sqlite_append(root: Path, turns: Sequence[Turn]) -> float:
-    """Events per second: one ``SqlitePersistence.append`` (one transaction) per turn."""
-    persistence = SqlitePersistence(root / "sessions.db")
-    try:
-        await persistence.create(_header())
-        t0 = time.perf_counter()
+async def _concurrent_append(root: Path, sessions: int, turns: Sequence[Turn]) -> float:
+    """Events per second: `sessions` SQLite logs (``sync="always"``) flushing turns at once."""
+    persistence = SqlitePersistence(root / "sessions.db", sync="always")
+    logs = [
+        await persistence.create(msgspec.structs.replace(_header(), id=f"s{i}"))
+        for i in range(sessions)
+    ]
+
+    async def one(log: SessionLog) -> None:
         for events in turns:
-            await persistence.append(SESSION_ID, events)
+            for event in events:
+                log.append(event)
+            await log.flush()
+
+    t0 = time.perf_counter()
+    async with trio.open_nursery() as nursery:
+        for log in logs:
+            nursery.start_soon(one, log)
+    t1 = time.perf_counter()
+    for log in logs:
+        await log.close()
+    persistence.close()
+    return sessions * len(turns) * EVENTS_PER_TURN / (t1 - t0)
+
+
+async def _turn_cost(persistence: Persistence | None, m: int) -> float:
+    """Microseconds per one-step text turn of one agent, with or without persistence."""
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=persistence) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
         t1 = time.perf_counter()
-    finally:
-        persistence.close()
-    return len(turns) * EVENTS_PER_TURN / (t1 - t0)
+    return (t1 - t0) / m * 1e6
 
 
 def _in_tempdir(measure: Callable[[Path], float]) -> float:
@@ -162,37 +213,41 @@ def _raw_resume(jsonl: Path, n: int) -> float:
 
 
 async def _jsonl_resume(root: Path, n: int) -> float:
-    """Milliseconds for ``await JsonlPersistence(root).load(id)``."""
+    """Milliseconds for ``JsonlPersistence(root).open(id)`` (held, loaded, repaired), closed."""
     t0 = time.perf_counter()
-    header, events = await JsonlPersistence(root).load(SESSION_ID)
+    header, events, log = await JsonlPersistence(root).open(SESSION_ID)
     t1 = time.perf_counter()
+    await log.close()
     if header.id != SESSION_ID or len(events) != n:
-        raise RuntimeError(f"JSONL load: expected {n} events, got {len(events)}")
+        raise RuntimeError(f"JSONL open: expected {n} events, got {len(events)}")
     return (t1 - t0) * 1e3
 
 
 async def _sqlite_resume(db: Path, n: int) -> float:
-    """Milliseconds for ``await SqlitePersistence(db).load(id)``, opening the database included."""
+    """Milliseconds for ``SqlitePersistence(db).open(id)``, opening the database included."""
     t0 = time.perf_counter()
     persistence = SqlitePersistence(db)
     try:
-        header, events = await persistence.load(SESSION_ID)
+        header, events, log = await persistence.open(SESSION_ID)
         t1 = time.perf_counter()
+        await log.close()
     finally:
         persistence.close()
     if header.id != SESSION_ID or len(events) != n:
-        raise RuntimeError(f"SQLite load: expected {n} events, got {len(events)}")
+        raise RuntimeError(f"SQLite open: expected {n} events, got {len(events)}")
     return (t1 - t0) * 1e3
 
 
 async def _fill_sqlite(db: Path, turns: Sequence[Turn]) -> None:
-    """Store the session through ``append``, ``_FILL_BATCH`` events per transaction."""
-    persistence = SqlitePersistence(db)
+    """Store the session through a live log, ``_FILL_BATCH`` events per transaction."""
+    persistence = SqlitePersistence(db, sync="os")
     try:
-        await persistence.create(_header())
-        events = [event for turn in turns for event in turn]
-        for start in range(0, len(events), _FILL_BATCH):
-            await persistence.append(SESSION_ID, events[start : start + _FILL_BATCH])
+        log = await persistence.create(_header())
+        for number, event in enumerate(event for turn in turns for event in turn):
+            log.append(event)
+            if number % _FILL_BATCH == _FILL_BATCH - 1:
+                await log.write_ahead()
+        await log.close()
     finally:
         persistence.close()
 
@@ -212,16 +267,28 @@ def _fill_jsonl(root: Path, turns: Sequence[Turn]) -> Path:
 
 
 def run(repeats: int, quick: bool) -> list[Row]:
-    t = 200 if quick else 1_000  # turns appended, one append each
+    t = 200 if quick else 1_000  # turns appended, one flush each
     n = 20_000 if quick else 100_000  # events of the session to resume
+    m = 500 if quick else 2_000  # one-step turns through an agent
+    sessions = 10
 
     append_turns = _turns(t)
-    appends: dict[str, list[float]] = {"raw": [], "jsonl": [], "sqlite": []}
-    append_variants: dict[str, Callable[[Path], float]] = {
-        "raw": lambda root: _raw_append(root, append_turns),
-        "jsonl": lambda root: trio.run(_jsonl_append, root, append_turns),
-        "sqlite": lambda root: trio.run(_sqlite_append, root, append_turns),
+    group_turns = _turns(t // 5)
+    rates: dict[str, list[float]] = {}
+    variants: dict[str, Callable[[Path], float]] = {
+        "raw fsync": lambda root: _raw_append(root, append_turns, fsync=True),
+        "raw write": lambda root: _raw_append(root, append_turns, fsync=False),
+        "one session": lambda root: trio.run(_concurrent_append, root, 1, group_turns),
+        "ten sessions": lambda root: trio.run(_concurrent_append, root, sessions, group_turns),
     }
+    for backend in ("jsonl", "sqlite"):
+        for sync in ("always", "turn"):
+            variants[f"{backend} {sync}"] = partial(
+                lambda root, b, y: trio.run(_log_append, root, b, y, append_turns),
+                b=backend,
+                y=sync,
+            )
+    turn_costs: dict[str, list[float]] = {"off": [], "on": []}
 
     resume_turns = _turns(n // EVENTS_PER_TURN)
     resumes: dict[str, list[float]] = {"raw": [], "jsonl": [], "sqlite": []}
@@ -233,9 +300,15 @@ def run(repeats: int, quick: bool) -> list[Row]:
         trio.run(_fill_sqlite, db, resume_turns)
         del resume_turns
         for _ in range(repeats):
-            for name, variant in append_variants.items():
+            for name, variant in variants.items():
                 gc.collect()
-                appends[name].append(_in_tempdir(variant))
+                rates.setdefault(name, []).append(_in_tempdir(variant))
+            gc.collect()
+            turn_costs["off"].append(trio.run(_turn_cost, None, m))
+            gc.collect()
+            turn_costs["on"].append(
+                _in_tempdir(lambda root: trio.run(_turn_cost, JsonlPersistence(root), m))
+            )
             gc.collect()
             resumes["raw"].append(_raw_resume(jsonl, n))
             gc.collect()
@@ -243,42 +316,66 @@ def run(repeats: int, quick: bool) -> list[Row]:
             gc.collect()
             resumes["sqlite"].append(trio.run(_sqlite_resume, db, n))
 
-    raw_append = "os.write+fsync per turn"
-    raw_decode = "read + decode_lines"
+    rows = []
+    for backend in ("jsonl", "sqlite"):
+        name = "JSONL" if backend == "jsonl" else "SQLite"
+        rows.append(
+            compare(
+                SCENARIO,
+                f"durable append, {name}, sync=always, 1 flush/turn (T={t})",
+                "events/s",
+                rates[f"{backend} always"],
+                baseline="os.write+fsync per turn",
+                raw=rates["raw fsync"],
+                min_ratio=0.7,
+            )
+        )
+        rows.append(
+            compare(
+                SCENARIO,
+                f"append, {name}, sync=turn (default), 1 flush/turn (T={t})",
+                "events/s",
+                rates[f"{backend} turn"],
+                baseline="os.write per turn, no fsync",
+                raw=rates["raw write"],
+                min_ratio=0.7,
+            )
+        )
     return [
+        *rows,
         compare(
             SCENARIO,
-            f"durable append, JSONL, 1 append/turn (T={t})",
+            f"group commit, SQLite, sync=always, {sessions} sessions at once (T={t // 5} each)",
             "events/s",
-            appends["jsonl"],
-            baseline=raw_append,
-            raw=appends["raw"],
-            min_ratio=0.7,
+            rates["ten sessions"],
+            baseline="one session alone",
+            raw=rates["one session"],
+            min_ratio=4.0,
         ),
         compare(
             SCENARIO,
-            f"durable append, SQLite, 1 append/turn (T={t})",
-            "events/s",
-            appends["sqlite"],
-            baseline=raw_append,
-            raw=appends["raw"],
-            min_ratio=0.7,
+            f"one-step turn, JSONL persistence on, sync=turn (M={m})",
+            "us",
+            turn_costs["on"],
+            baseline="the same turn, persistence off",
+            raw=turn_costs["off"],
+            max_ratio=1.3,
         ),
         compare(
             SCENARIO,
-            f"resume, JSONL load (N={n})",
+            f"resume, JSONL open (N={n})",
             "ms",
             resumes["jsonl"],
-            baseline=raw_decode,
+            baseline="read + decode_lines",
             raw=resumes["raw"],
             max_ratio=2.0,
         ),
         compare(
             SCENARIO,
-            f"resume, SQLite open + load (N={n})",
+            f"resume, SQLite open (N={n}, the database opened too)",
             "ms",
             resumes["sqlite"],
-            baseline=raw_decode,
+            baseline="read + decode_lines",
             raw=resumes["raw"],
             max_ratio=2.0,
         ),

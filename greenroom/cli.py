@@ -11,7 +11,7 @@ from pathlib import Path
 import trio
 
 from greenroom.models import ModelAdapter, ScriptedModel
-from greenroom.session.persistence import JsonlPersistence, PersistenceError
+from greenroom.session.persistence import SYNC_POLICIES, JsonlPersistence, PersistenceError
 from greenroom.session.transcript import describe_header, transcript
 
 
@@ -110,6 +110,13 @@ def main(argv: list[str] | None = None) -> int:
         default="scripted",
         help="scripted (echo, 20 ms a word), scripted:SECONDS, openai:MODEL or anthropic:MODEL",
     )
+    acp.add_argument(
+        "--sync",
+        choices=SYNC_POLICIES,
+        default="turn",
+        help="when sessions are fsynced: turn (once per turn, off the agent's path; the"
+        " default), always (before a turn's end is reported) or os (never)",
+    )
     _add_state_dir(acp)
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
     _add_state_dir(sessions)
@@ -134,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
             except ValueError as exc:
                 parser.error(str(exc))
             state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
-            return run_stdio(model, state)
+            return run_stdio(model, state, args.sync)
         return _sessions(
             args.verb, args, usable_state_dir(args.state_dir or default_state_dir(), create=False)
         )

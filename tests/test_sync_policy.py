@@ -1,7 +1,7 @@
 """What each sync policy promises, observed through the fsyncs themselves.
 
-``os.fsync`` is wrapped to note, for each call, which file it synced and how
-long the file was then; a turn's end is "covered" once an fsync of the log
+``os.fsync`` and ``os.fdatasync`` are wrapped to note, for each call, which
+file they synced and how long the file was then; a turn's end is "covered" once an fsync of the log
 saw the file at least as long as it was when the end was reported.
 """
 
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -28,16 +29,18 @@ class Fsyncs:
         self.path = str(path)
         self.sizes: list[int] = []
         self._lock = threading.Lock()
-        real = os.fsync
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self._noting(getattr(os, name)))
 
-        def fsync(fd: int) -> None:
+    def _noting(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
             size = os.fstat(fd).st_size
             real(fd)
             if os.readlink(f"/proc/self/fd/{fd}") == self.path:
                 with self._lock:
                     self.sizes.append(size)
 
-        monkeypatch.setattr(os, "fsync", fsync)
+        return sync
 
     def covered(self) -> int:
         with self._lock:

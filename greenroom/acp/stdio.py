@@ -22,21 +22,20 @@ import trio
 from greenroom.acp.connection import serve_connection
 from greenroom.models.base import ModelAdapter
 from greenroom.runtime import open_runtime
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import JsonlPersistence, Persistence, SyncPolicy
 from greenroom.tools.bash.tools import bash_plugin
 
 
-def run_stdio(model: ModelAdapter, state_dir: Path) -> int:
+def run_stdio(model: ModelAdapter, state_dir: Path, sync: SyncPolicy = "turn") -> int:
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, model, state_dir, frames_fd)
+    trio.run(_serve, model, JsonlPersistence(state_dir / "sessions", sync=sync), frames_fd)
     return 0
 
 
-async def _serve(model: ModelAdapter, state_dir: Path, frames_fd: int) -> None:
-    persistence = JsonlPersistence(state_dir / "sessions")
+async def _serve(model: ModelAdapter, persistence: Persistence, frames_fd: int) -> None:
     stream = trio.StapledStream(
         trio.lowlevel.FdStream(frames_fd), trio.lowlevel.FdStream(os.dup(0))
     )

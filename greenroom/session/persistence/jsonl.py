@@ -204,7 +204,7 @@ def _fsync_batch(jobs: Sequence[_Fsync]) -> None:
         if fd not in done:
             covers = job.log.written  # written before this read: the fsync below covers it
             try:
-                os.fsync(fd)
+                os.fdatasync(fd)
                 done[fd] = (covers, None)
             except OSError as exc:
                 done[fd] = (covers, exc)
