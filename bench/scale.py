@@ -17,7 +17,15 @@
   ``when_idle``, ``ScriptedModel(delay=0)``), all A at once in one nursery,
   in turns per second from the first send to the last turn's end (the
   creates are not timed), against A echo tasks each doing T round trips over
-  its own two memory channels, all at once. Each in a fresh ``trio.run``.
+  its own two memory channels, all at once. Each in a fresh ``trio.run``;
+* nothing grows: traced bytes left per disposed session after S sessions
+  were each created, prompted once and disposed with JSONL persistence, and
+  per finished background task after B ``bash`` tasks (some writing past the
+  in-memory tail, so with spill files) ended and were read by their owner's
+  agent through ``bash_output`` (the tools alone, without the plugin's
+  completion notices, which are turns of the owner's conversation), with the
+  spill files left over counted,
+  each after a warm-up round, in a fresh ``trio.run``.
 
 The whole scenario runs ``min(repeats, 3)`` repeats: the 100,000-agent point
 alone takes about a minute per repeat.
@@ -29,14 +37,23 @@ import gc
 import json
 import subprocess
 import sys
+import tempfile
 import time
+import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import trio
 
 from bench.report import Row, compare
+from greenroom.actors.types import ToolInvocation
 from greenroom.models import ScriptedModel
 from greenroom.runtime import open_runtime
+from greenroom.session.persistence import JsonlPersistence
+from greenroom.tools.bash.tools import bash_tools
+
+T = TypeVar("T")
 
 SCENARIO = "scale"
 #: Seconds one curve point (one child interpreter) may take before it counts as a hang.
@@ -132,6 +149,83 @@ async def _raw_concurrent(agents: int, turns: int) -> float:
 # -- the scenario ---------------------------------------------------------------------------
 
 
+# -- nothing grows ------------------------------------------------------------------------------
+
+
+async def _growth_per_session(root: Path, sessions: int) -> float:
+    """Traced bytes left per session created, prompted once and disposed (JSONL)."""
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=JsonlPersistence(root)) as rt:
+
+        async def life(number: int) -> None:
+            handle = await rt.agents.create(agent_id="a", session_id=f"s{number}")
+            handle.agent.send("ping")
+            await handle.agent.when_idle()
+            await handle.dispose()
+
+        for number in range(50):  # warm-up: caches, interned strings, first allocations
+            await life(-number - 1)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for number in range(sessions):
+            await life(number)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+    return (after - before) / sessions
+
+
+async def _growth_per_task(root: Path, tasks: int) -> tuple[float, int]:
+    """Traced bytes left per background task finished and read by its owner; spill files left."""
+    async with open_runtime(model=ScriptedModel(delay=0), workdir=str(root)) as rt:
+        # The tools without the plugin's completion notices: a notice is a turn of the
+        # owner's conversation, which grows by design; the records must not.
+        for tool in bash_tools(rt.bash, rt.agents.by_session):
+            rt.tools.register(tool)
+        owner = (await rt.agents.create(agent_id="a", session_id="owner")).agent
+
+        async def call(name: str, arguments: dict[str, object]) -> str:
+            invocation = ToolInvocation("c", name, json.dumps(arguments), owner)
+            outcome = await rt.tools.execute(invocation)
+            if outcome.is_error:
+                raise RuntimeError(outcome.content)
+            return outcome.content
+
+        async def task(number: int) -> None:
+            big = number % 10 == 0  # past the 64,000-byte tail: a spill file
+            command = "head -c 70000 /dev/zero" if big else "echo done"
+            started = await call(
+                "bash", {"command": command, "description": "d", "run_in_background": True}
+            )
+            task_id = started.rsplit(" ", 1)[1]
+            await rt.bash.wait(task_id)
+            await call("bash_output", {"task_id": task_id})
+
+        for number in range(20):
+            await task(number)
+        gc.collect()
+        tracemalloc.start()
+        before = tracemalloc.get_traced_memory()[0]
+        for number in range(tasks):
+            await task(number)
+        gc.collect()
+        after = tracemalloc.get_traced_memory()[0]
+        tracemalloc.stop()
+        spills = _spill_files()
+    return (after - before) / tasks, spills
+
+
+def _spill_files() -> int:
+    """Spill files in the bash executors' spill directories now."""
+    directories = Path(tempfile.gettempdir()).glob("greenroom-bash-*")
+    return sum(1 for directory in directories for _ in directory.iterdir())
+
+
+def _in_tempdir(measure: Callable[[Path], T]) -> T:
+    with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp:
+        return measure(Path(tmp))
+
+
 def run(repeats: int, quick: bool) -> list[Row]:
     sizes = [1, 10, 100, 1_000, 10_000] + ([] if quick else [100_000])
     m = 300 if quick else 2_000  # turns timed at each point
@@ -141,6 +235,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
     points: dict[tuple[str, int], list[dict[str, float | None]]] = {}
     traced: dict[tuple[str, int], list[float]] = {}
     concurrent: dict[str, list[float]] = {"ours": [], "raw": []}
+    sessions, tasks = (500, 200) if quick else (5_000, 2_000)
+    per_session: list[float] = []
+    per_task: list[float] = []
+    spills: list[float] = []
     for repeat in range(repeats):
         for n in sizes:
             trace = n < _TRACE_ONCE or repeat == 0
@@ -153,6 +251,12 @@ def run(repeats: int, quick: bool) -> list[Row]:
         for variant, measure in (("raw", _raw_concurrent), ("ours", _ours_concurrent)):
             gc.collect()
             concurrent[variant].append(trio.run(measure, agents, turns))
+        gc.collect()
+        per_session.append(_in_tempdir(lambda root: trio.run(_growth_per_session, root, sessions)))
+        gc.collect()
+        grown, left = _in_tempdir(lambda root: trio.run(_growth_per_task, root, tasks))
+        per_task.append(grown)
+        spills.append(left)
 
     def series(variant: str, n: int, key: str) -> list[float]:
         values = [p[key] for p in points[(variant, n)]]
@@ -235,6 +339,33 @@ def run(repeats: int, quick: bool) -> list[Row]:
             concurrent["ours"],
             baseline=f"{agents} echo tasks x {turns} round trips",
             raw=concurrent["raw"],
+        )
+    )
+    rows.append(
+        compare(
+            SCENARIO,
+            f"traced growth per disposed session (JSONL, S={sessions})",
+            "B",
+            per_session,
+            max_value=64,
+        )
+    )
+    rows.append(
+        compare(
+            SCENARIO,
+            f"traced growth per finished and read bash task (B={tasks})",
+            "B",
+            per_task,
+            max_value=256,
+        )
+    )
+    rows.append(
+        compare(
+            SCENARIO,
+            f"spill files left after {tasks} finished and read bash tasks",
+            "files",
+            spills,
+            max_value=0,
         )
     )
     return rows
