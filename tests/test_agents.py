@@ -364,7 +364,8 @@ async def test_concurrent_dispose_callers_await_one_teardown(tmp_path: Path) -> 
     class GatedFlush(DelegatingLog):
         async def flush(self) -> None:
             flushes.append("s")
-            await gate.wait()
+            with trio.CancelScope(shield=True):  # a sink shields its waits: a cancel cannot cut it
+                await gate.wait()
             await self.inner.flush()
 
     persistence = Delegating(JsonlPersistence(tmp_path))

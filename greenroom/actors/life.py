@@ -8,7 +8,7 @@ says it with nesting::
         agent registered                       (unregistered third)
           the session's owned processes        (released second: killed, reaped)
             the life scope: the agent's loop   (stopped first; its closing turn/end
-                                                and flush run in cleanup_scope())
+                                                is appended and flushed, unstoppable)
 
 `AgentHandle.dispose` cancels the life scope and waits for the life's task to
 return; an owner closing cancels the same task from outside. Python unwinds

@@ -22,9 +22,8 @@ are appended and the flush runs shielded, and `run` unwinds.
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Generator, Iterator
+from collections.abc import Awaitable, Generator
 from typing import Final
 
 import trio
@@ -89,12 +88,11 @@ from greenroom.protocol.model import (
 )
 from greenroom.session import Session
 from greenroom.session.persistence import PersistenceError
-from greenroom.supervisor import cleanup_scope
 
 logger = logging.getLogger("greenroom.agent")
 
-#: The most an agent's closing flush may take once it is stopped, when no supervisor's
-#: grace bounds it sooner.
+#: The grace an agent's supervisor gives it to stop (its last flush, its owned processes);
+#: past it the supervisor records it ``killed`` and moves on.
 CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
@@ -527,23 +525,24 @@ class LoopAgent:
             ) from exc
 
     async def _flush(self, turn: int) -> None:
-        """Flush the session's sink shielded, within the closing grace; report a failure.
+        """End the turn through the session's sink; report a failure.
 
+        A cancel cannot cut it: a sink shields whatever it waits for (a
+        write in a worker thread can only be abandoned, never interrupted).
         A failure is an ``agent/error`` (and a log line); the sink keeps the
-        events, and the next flush (the next turn's, or the last one on the
-        way out) writes them. Without a sink it returns at once.
+        events, and the next flush (the next turn's, or the log's close at
+        the end of the life) writes them. Without a sink it returns at once.
         """
         if not self._session.persistent:
             return
-        with closing_scope():
-            try:
-                await self._session.flush()
-            except Exception as exc:
-                self._unflushed = True
-                logger.exception("flush of session %r failed", self._session.id)
-                self._hooks.emit(AGENT_ERROR, self, turn, 0, exc)
-            else:
-                self._unflushed = False
+        try:
+            await self._session.flush()
+        except Exception as exc:
+            self._unflushed = True
+            logger.exception("flush of session %r failed", self._session.id)
+            self._hooks.emit(AGENT_ERROR, self, turn, 0, exc)
+        else:
+            self._unflushed = False
 
     # -- status -----------------------------------------------------------------
 
@@ -581,14 +580,6 @@ class LoopAgent:
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
         return Prompt(content, source or USER, new_message_id())
-
-
-@contextlib.contextmanager
-def closing_scope() -> Iterator[trio.CancelScope]:
-    """`cleanup_scope`, cut off after `CLOSING_GRACE` at the latest (a nursery owner has none)."""
-    with cleanup_scope() as closing:
-        closing.deadline = min(closing.deadline, trio.current_time() + CLOSING_GRACE)
-        yield closing
 
 
 def cancelled_in(exc: BaseException) -> trio.Cancelled | None:

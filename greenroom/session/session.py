@@ -33,7 +33,8 @@ class SessionSink(Protocol):
     everything appended has reached the OS; `flush` ends a turn (durably, as
     the sink's policy says). Both raise what went wrong (a
     `PersistenceError`); events the sink could not write stay with it for
-    the next call.
+    the next call. Both shield what they wait for: a cancelled caller sees
+    its cancel only once the sink is consistent again.
     """
 
     def append(self, event: SessionEvent) -> None: ...
