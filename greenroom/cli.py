@@ -12,7 +12,7 @@ import trio
 
 from greenroom.models import ModelAdapter, ScriptedModel
 from greenroom.session.persistence import SYNC_POLICIES, JsonlPersistence, PersistenceError
-from greenroom.session.transcript import describe_header, transcript
+from greenroom.session.transcript import describe_stored, transcript
 
 
 def default_state_dir() -> Path:
@@ -154,10 +154,10 @@ def _sessions(verb: str, args: argparse.Namespace, state_dir: Path) -> int:
     store = JsonlPersistence(sessions_root(state_dir))
     try:
         if verb == "list":
-            headers = trio.run(store.list)
-            for header in headers:
-                print(describe_header(header))
-            if not headers:
+            stored = trio.run(store.list)
+            for session in stored:
+                print(describe_stored(session))
+            if not stored:
                 print(f"no sessions in {store.root}", file=sys.stderr)
         else:
             header, events = trio.run(store.load, args.session_id)

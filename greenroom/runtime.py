@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from functools import partial
 from typing import Any
@@ -18,6 +18,7 @@ import trio
 
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
+from greenroom.actors.types import Permissions
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
@@ -39,6 +40,7 @@ class Runtime:
     * ``tools``: the `ToolRegistry` every agent's tool calls go through;
     * ``hooks``: the listener table (``agent/*``, ``session/*``, ``tools/*``);
     * ``persistence``: where sessions are stored between processes, or None;
+    * ``models``: the model adapters by id (the first is the default);
     * ``bash``: the `BashExecutor` (background tasks outlive any plugin, not
       their session: an agent's dispose ends its session's tasks);
     * ``supervisor``: the agents' supervisor, the default owner of every agent;
@@ -50,6 +52,7 @@ class Runtime:
         "agents",
         "bash",
         "hooks",
+        "models",
         "persistence",
         "plugins",
         "sessions",
@@ -64,6 +67,7 @@ class Runtime:
         sessions: SessionStore,
         tools: ToolRegistry,
         hooks: Hooks,
+        models: Mapping[str, ModelAdapter],
         persistence: Persistence | None,
         bash: BashExecutor,
         supervisor: Supervisor,
@@ -73,6 +77,7 @@ class Runtime:
         self.sessions = sessions
         self.tools = tools
         self.hooks = hooks
+        self.models = models
         self.persistence = persistence
         self.bash = bash
         self.supervisor = supervisor
@@ -136,14 +141,20 @@ class _PluginTask:
 async def open_runtime(
     *,
     model: ModelAdapter | None = None,
+    models: Mapping[str, ModelAdapter] | None = None,
     persistence: Persistence | None = None,
+    permissions: Permissions | None = None,
     tools: Iterable[Tool[Any]] = (),
     workdir: str | None = None,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
 
-    ``model`` defaults to the echoing `ScriptedModel`. With ``persistence``,
+    ``model`` defaults to the echoing `ScriptedModel`; ``models`` gives several,
+    by id, the first the default, for a session to choose from (its ``model``
+    setting). ``permissions`` decides whether a tool that edits or executes may
+    run when the session's front end does not ask anyone (default: it may).
+    With ``persistence``,
     every session's events go to its sink over it (one durable append per
     turn) and `agents.resume` can load sessions back. The agents' supervisor
     stops its children in reverse start order, so agents are disposed in
@@ -155,7 +166,11 @@ async def open_runtime(
     """
     hooks = Hooks()
     sessions = SessionStore(hooks)
-    tool_registry = ToolRegistry(hooks)
+    tool_registry = ToolRegistry(hooks, permissions)
+    if models is None:
+        models = {"default": model if model is not None else ScriptedModel()}
+    elif model is not None or not models:
+        raise ValueError("give open_runtime either model= or a non-empty models=, not both")
     for tool in tools:
         tool_registry.register(tool)
     # The nesting is the teardown order: agents, then plugins, then bash tasks.
@@ -168,7 +183,7 @@ async def open_runtime(
             hooks=hooks,
             sessions=sessions,
             registry=AgentRegistry(hooks),
-            model=model if model is not None else ScriptedModel(),
+            models=models,
             tools=tool_registry,
             default_owner=supervisor,
             persistence=persistence,
@@ -179,6 +194,7 @@ async def open_runtime(
             sessions=sessions,
             tools=tool_registry,
             hooks=hooks,
+            models=models,
             persistence=persistence,
             bash=bash,
             supervisor=supervisor,

@@ -58,7 +58,7 @@ async def test_initialize_advertises_what_the_bridge_does(tmp_path: Path) -> Non
         assert answer["protocolVersion"] == 1
         caps = answer["agentCapabilities"]
         assert caps["loadSession"] is True
-        assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}}
+        assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}, "delete": {}}
         assert caps["_meta"] == {"claudeCode": {"promptQueueing": True}}
         assert answer["_meta"] == {"steering": {"supported": True}}
         assert (await b.peer.call("authenticate", {"methodId": "x"}))["result"] == {}
@@ -79,7 +79,11 @@ async def test_a_prompt_streams_its_updates_before_its_response(tmp_path: Path) 
             i for i, f in enumerate(b.peer.frames) if f.get("method") == "session/update"
         )
         assert last_update < b.peer.index_of(answer)
-        assert len({u["messageId"] for u in updates}) == 1
+        chunks = [u for u in updates if u["sessionUpdate"] == "agent_message_chunk"]
+        assert len({u["messageId"] for u in chunks}) == 1
+        assert [u["title"] for u in updates if u["sessionUpdate"] == "session_info_update"] == [
+            "hello brave world"
+        ]
         validate(b.peer, {request: "session/prompt"})
 
 
@@ -95,7 +99,7 @@ async def test_tool_calls_become_tool_call_updates(tmp_path: Path) -> None:
             u for u in b.peer.updates(session) if u["sessionUpdate"].startswith("tool_call")
         ]
         assert [(u["sessionUpdate"], u["status"]) for u in tool_updates] == [
-            ("tool_call", "in_progress"),
+            ("tool_call", "pending"),  # an unknown tool never runs: no in_progress
             ("tool_call_update", "failed"),
         ]
         assert tool_updates[0]["rawInput"] == {"x": 1}
@@ -294,11 +298,13 @@ async def test_load_replays_the_whole_conversation_before_responding(tmp_path: P
         live = b.peer.updates(session)
     async with bridge(tmp_path, ScriptedModel()) as b:
         listed = await b.peer.call("session/list", {})
-        assert listed["result"]["sessions"] == [{"sessionId": session, "cwd": "/tmp"}]
+        (info,) = listed["result"]["sessions"]
+        assert (info["sessionId"], info["cwd"], info["title"]) == (session, "/tmp", "q?")
+        assert info["updatedAt"].endswith("Z")
         answer = await b.peer.call(
             "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
-        assert answer["result"] == {}
+        assert answer["result"]["modes"]["currentModeId"] == "default"
         replayed = b.peer.updates(session)
         assert replayed[0] == {
             "sessionUpdate": "user_message_chunk",
@@ -325,7 +331,7 @@ async def test_resume_restores_without_replay_and_close_frees_the_session(tmp_pa
         answer = await b.peer.call(
             "session/resume", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
         )
-        assert answer["result"] == {}
+        assert answer["result"]["modes"]["currentModeId"] == "default"
         assert b.peer.updates(session) == []
         second = await b.peer.call(
             "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "two"}]}

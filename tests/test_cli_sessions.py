@@ -45,7 +45,7 @@ def test_sessions_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[st
     listed = capsys.readouterr().out.splitlines()
     assert len(listed) == 1
     assert listed[0].startswith("demo-1  created ")
-    assert listed[0].endswith("cwd /work")
+    assert listed[0].endswith("cwd /work  'what is in a.txt?'")  # titled by its first prompt
     assert main(["sessions", "--state-dir", str(tmp_path), "show", "demo-1"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[1:] == [

@@ -374,7 +374,7 @@ async def test_hostile_ids_stay_inside_the_store(
         return
     log = await store.create(header)
     assert (await store.load(hostile))[0] == header
-    assert [h.id for h in await store.list()] == [hostile]
+    assert [s.header.id for s in await store.list()] == [hostile]
     for path in tmp_path.rglob("*"):
         assert path.parent in (tmp_path, tmp_path / "sessions", tmp_path / "sessions.sqlite.locks")
     await log.close()

@@ -34,10 +34,11 @@ import trio
 
 import greenroom
 from greenroom.acp import frames
-from greenroom.acp.presenter import present
+from greenroom.acp.client import ClientRequests, session_client
+from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.actors.events import AGENT_TURN_END
 from greenroom.actors.life import AgentHandle
-from greenroom.actors.types import Agent
+from greenroom.actors.types import Agent, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -58,6 +59,7 @@ from greenroom.protocol.acp import (
     ListSessionsParams,
     ListSessionsResult,
     LoadSessionParams,
+    LoadSessionResult,
     NewSessionParams,
     NewSessionResult,
     Notification,
@@ -68,6 +70,9 @@ from greenroom.protocol.acp import (
     SessionInfo,
     SessionNotificationParams,
     SessionParams,
+    SetConfigOptionParams,
+    SetConfigOptionResult,
+    SetModeParams,
     SteeringResult,
     StopReason,
     TextBlock,
@@ -82,7 +87,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import PersistenceError, SessionNotFound
+from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
 
@@ -95,6 +100,8 @@ INITIALIZED: Final = InitializeResult(
     PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
 )
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+#: Sessions per page of ``session/list``.
+LIST_PAGE: Final = 50
 
 
 class RpcError(Exception):
@@ -146,6 +153,12 @@ class AcpConnection:
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
+        self.client_requests = ClientRequests(self.send)
+        self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
+        self.presenter = Presenter(
+            list(runtime.models),
+            {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
+        )
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
         runtime.hooks.on(AGENT_TURN_END, self._on_turn_end, scope=self.scope)
 
@@ -188,7 +201,10 @@ class AcpConnection:
                 logger.info("dropped notification %s: %s", frame.method, exc.message)
             except Exception:
                 logger.warning("notification %s failed", frame.method, exc_info=True)
-        # A Reply: greenroom sends no requests yet, so nothing waits for one.
+        else:  # a reply to a request greenroom sent
+            error = None if frame.error is msgspec.UNSET else bytes(frame.error).decode()
+            result = None if frame.result is msgspec.UNSET else frame.result
+            self.client_requests.reply(frame.id, result, error)
 
     def _notification(self, method: str, params: msgspec.Raw) -> None:
         if method == "session/cancel":
@@ -208,8 +224,17 @@ class AcpConnection:
         elif method == "_session/steering":
             self._steer(request_id, _decode(PromptParams, params))
         elif method == "initialize":
-            _decode(InitializeParams, params)
+            fs = _decode(InitializeParams, params).client_capabilities.fs
+            self._files = (fs.read_text_file, fs.write_text_file)
             self.respond(request_id, INITIALIZED)
+        elif method == "session/set_mode":
+            mode = _decode(SetModeParams, params)
+            self._configure(mode.session_id, "mode", mode.mode_id)
+            self.respond(request_id, Empty())
+        elif method == "session/set_config_option":
+            option = _decode(SetConfigOptionParams, params)
+            session = self._configure(option.session_id, option.config_id, option.value)
+            self.respond(request_id, SetConfigOptionResult(self.presenter.config_options(session)))
         elif method == "authenticate":
             self.respond(request_id, Empty())
         elif method == "session/new":
@@ -222,6 +247,8 @@ class AcpConnection:
             self._spawn(request_id, self._list, _decode(ListSessionsParams, params))
         elif method == "session/close":
             self._spawn(request_id, self._close, _decode(SessionParams, params))
+        elif method == "session/delete":
+            self._spawn(request_id, self._delete, _decode(SessionParams, params))
         else:
             raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
 
@@ -261,6 +288,14 @@ class AcpConnection:
         agent.steer(_text(params.prompt))
         self.respond(request_id, SteeringResult("injected" if running else "startedNewTurn"))
 
+    def _configure(self, session_id: str, key: str, value: str) -> Session:
+        agent = self._record(session_id).handle.agent
+        try:
+            agent.configure(key, value)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
+        return agent.session
+
     def _cancel(self, session_id: str) -> None:
         record = self.records.get(session_id)
         if record is None:
@@ -286,15 +321,25 @@ class AcpConnection:
 
     async def _new(self, params: NewSessionParams) -> NewSessionResult:
         _check_cwd(params.cwd, must_exist=True)
+        for directory in params.additional_directories:
+            _check_cwd(directory, must_exist=True, field="additionalDirectories")
         self._require_open()
         session_id = str(uuid.uuid4())
         handle = await self.runtime.agents.create(
-            agent_id=session_id, session_id=session_id, cwd=params.cwd, owner=self.owner
+            agent_id=session_id,
+            session_id=session_id,
+            cwd=params.cwd,
+            additional_directories=params.additional_directories,
+            owner=self.owner,
+            client=self._client(session_id),
         )
         await self._install(session_id, handle)
-        return NewSessionResult(session_id)
+        session = handle.agent.session
+        return NewSessionResult(
+            session_id, self.presenter.modes(session), self.presenter.config_options(session)
+        )
 
-    async def _load(self, params: LoadSessionParams, replay: bool) -> Empty:
+    async def _load(self, params: LoadSessionParams, replay: bool) -> LoadSessionResult:
         if self.persistence is None:
             raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
         session_id = params.session_id
@@ -310,13 +355,17 @@ class AcpConnection:
         try:
             try:
                 handle = await self.runtime.agents.resume(
-                    agent_id=session_id, session_id=session_id, owner=self.owner
+                    agent_id=session_id,
+                    session_id=session_id,
+                    owner=self.owner,
+                    client=self._client(session_id),
                 )
             except SessionNotFound as exc:
                 raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
             except PersistenceError as exc:
                 raise RpcError(INTERNAL_ERROR, str(exc)) from None
-            stored_cwd = handle.agent.session.header.cwd
+            session = handle.agent.session
+            stored_cwd = session.header.cwd
             if stored_cwd != params.cwd:
                 await handle.dispose()
                 raise RpcError(
@@ -325,23 +374,51 @@ class AcpConnection:
                 )
             await self._install(session_id, handle)
             if replay:
-                for event in handle.agent.session.events:
-                    self._present(session_id, event, replay=True)
-            return Empty()
+                for event in session.events:
+                    self._present(session, event, replay=True)
+            return LoadSessionResult(
+                self.presenter.modes(session), self.presenter.config_options(session)
+            )
         finally:
             self.loading.discard(session_id)
 
     async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
+        """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
         if self.persistence is None:
             return ListSessionsResult([])
-        headers = await self.persistence.list()
+        stored = [
+            s
+            for s in await self.persistence.list()
+            if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
+        ]
+        start = _offset(params.cursor)
+        page = stored[start : start + LIST_PAGE]
+        more = start + LIST_PAGE < len(stored)
         return ListSessionsResult(
             [
-                SessionInfo(header.id, header.cwd)
-                for header in headers
-                if header.cwd is not None and params.cwd in (None, header.cwd)
-            ]
+                SessionInfo(s.header.id, s.header.cwd, s.title, iso_time(s.updated_at))
+                for s in page
+                if s.header.cwd is not None
+            ],
+            str(start + LIST_PAGE) if more else None,
         )
+
+    async def _delete(self, params: SessionParams) -> Empty:
+        """Idempotent: a session open here is closed first; one live elsewhere is refused."""
+        if self.persistence is None:
+            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
+        try:
+            self.persistence.check_session_id(params.session_id)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        record = self.records.pop(params.session_id, None)
+        if record is not None:
+            await self._release(record)
+        try:
+            await self.persistence.delete(params.session_id)
+        except SessionLocked as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return Empty()
 
     async def _close(self, params: SessionParams) -> Empty:
         record = self.records.pop(params.session_id, None)
@@ -365,6 +442,10 @@ class AcpConnection:
             raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {session_id!r}")
         return record
 
+    def _client(self, session_id: str) -> SessionClient:
+        read, write = self._files
+        return session_client(self.client_requests, session_id, read=read, write=write)
+
     def _require_open(self) -> None:
         if self.closed:
             raise RpcError(INTERNAL_ERROR, "the connection is closing")
@@ -373,7 +454,7 @@ class AcpConnection:
         record = self.records.get(session.id)
         if record is None:
             return
-        self._present(session.id, event, replay=False)
+        self._present(session, event, replay=False)
         if isinstance(event, UserMessage):
             pending = record.pending.get(event.message_id)
             if pending is not None:
@@ -389,9 +470,9 @@ class AcpConnection:
                 del record.pending[message_id]
                 self._settle(pending, reason)
 
-    def _present(self, session_id: str, event: SessionEvent, *, replay: bool) -> None:
-        for update in present(session_id, event, replay=replay):
-            self.send(Notification("session/update", SessionNotificationParams(session_id, update)))
+    def _present(self, session: Session, event: SessionEvent, *, replay: bool) -> None:
+        for update in self.presenter.present(session, event, replay=replay):
+            self.send(Notification("session/update", SessionNotificationParams(session.id, update)))
 
     def _settle(self, pending: _Pending, reason: TurnEndReason) -> None:
         if isinstance(reason, Errored) and not pending.cancelled:
@@ -420,6 +501,7 @@ class AcpConnection:
         if self.closed:
             return
         self.closed = True
+        self.client_requests.close()  # a question open to the client is answered no more
         records = list(self.records.values())
         self.records.clear()
         try:
@@ -445,18 +527,26 @@ def _decode(kind: type[P], raw: msgspec.Raw) -> P:
         raise RpcError(INVALID_PARAMS, "invalid params: nested too deep to decode") from None
 
 
-def _check_cwd(cwd: str, *, must_exist: bool) -> None:
-    """A `cwd` param: absolute, no NUL, and (for a new session) an existing directory."""
+def _check_cwd(cwd: str, *, must_exist: bool, field: str = "cwd") -> None:
+    """A directory param: absolute, no NUL, and (for a new session) an existing directory."""
     if "\x00" in cwd:
-        raise RpcError(INVALID_PARAMS, f"invalid params: cwd holds a NUL byte: {cwd!r:.80}")
+        raise RpcError(INVALID_PARAMS, f"invalid params: {field} holds a NUL byte: {cwd!r:.80}")
     if not os.path.isabs(cwd):
         raise RpcError(
-            INVALID_PARAMS, f"invalid params: cwd must be an absolute path, got {cwd!r:.80}"
+            INVALID_PARAMS, f"invalid params: {field} must be an absolute path, got {cwd!r:.80}"
         )
     if must_exist and not os.path.isdir(cwd):
         raise RpcError(
-            INVALID_PARAMS, f"invalid params: cwd {cwd!r:.80} is not an existing directory"
+            INVALID_PARAMS, f"invalid params: {field} {cwd!r:.80} is not an existing directory"
         )
+
+
+def _offset(cursor: str | None) -> int:
+    if cursor is None:
+        return 0
+    if not cursor.isdigit():
+        raise RpcError(INVALID_PARAMS, f"invalid params: cursor {cursor!r:.40} is not ours")
+    return int(cursor)
 
 
 def _text(prompt: list[ContentBlock]) -> str:

@@ -9,7 +9,7 @@ the owner, which reports ready with the `AgentHandle`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import cast
 
 import trio
@@ -17,7 +17,7 @@ import trio
 from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, AgentOptions, ToolExecutor
+from greenroom.actors.types import Agent, AgentOptions, SessionClient, ToolExecutor
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.protocol.events import SessionEvent, SessionHeader
@@ -40,7 +40,7 @@ class AgentFactory:
     __slots__ = (
         "_default_owner",
         "_hooks",
-        "_model",
+        "_models",
         "_persistence",
         "_registry",
         "_release_owned",
@@ -54,7 +54,7 @@ class AgentFactory:
         hooks: Hooks,
         sessions: SessionStore,
         registry: AgentRegistry,
-        model: ModelAdapter,
+        models: Mapping[str, ModelAdapter],
         tools: ToolExecutor,
         default_owner: Owner,
         release_owned: ReleaseOwned,
@@ -63,7 +63,7 @@ class AgentFactory:
         self._hooks = hooks
         self._sessions = sessions
         self._registry = registry
-        self._model = model
+        self._models = models
         self._tools = tools
         self._default_owner = default_owner
         self._persistence = persistence
@@ -84,10 +84,17 @@ class AgentFactory:
         agent_id: str,
         session_id: str,
         cwd: str | None = None,
+        additional_directories: Sequence[str] = (),
         options: AgentOptions | None = None,
         owner: Owner | None = None,
+        client: SessionClient | None = None,
     ) -> AgentHandle:
         """Start an agent on a new session; returns its handle once it is live.
+
+        ``client`` is the front end that drives the session (whom its tools ask
+        permission, whose files they read); without one the runtime's defaults
+        apply. ``additional_directories`` widen where its file tools may reach,
+        beside ``cwd``.
 
         With persistence, the session's header is stored first and the session
         held by this process for the agent's life, so a session that is never
@@ -100,9 +107,9 @@ class AgentFactory:
         """
         self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
-            header = new_header(session_id, cwd=cwd)
+            header = new_header(session_id, cwd=cwd, additional_directories=additional_directories)
             log = None if self._persistence is None else await self._persistence.create(header)
-            return await self._start(agent_id, header, (), log, options, owner)
+            return await self._start(agent_id, header, (), log, options, owner, client)
 
     async def resume(
         self,
@@ -111,6 +118,7 @@ class AgentFactory:
         session_id: str,
         options: AgentOptions | None = None,
         owner: Owner | None = None,
+        client: SessionClient | None = None,
     ) -> AgentHandle:
         """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
@@ -127,7 +135,7 @@ class AgentFactory:
         self._check_session_id(session_id)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events, log = await self._persistence.open(session_id)
-            return await self._start(agent_id, header, events, log, options, owner)
+            return await self._start(agent_id, header, events, log, options, owner, client)
 
     def _check_session_id(self, session_id: str) -> None:
         """Refuse, before anything exists, an id the persistence could not store."""
@@ -143,10 +151,11 @@ class AgentFactory:
         log: SessionLog | None,
         options: AgentOptions | None,
         owner: Owner | None,
+        client: SessionClient | None,
     ) -> AgentHandle:
         """Start the life that owns `log` from here on; if it never runs, close `log`."""
         try:
-            return await self._start_life(agent_id, header, seed, log, options, owner)
+            return await self._start_life(agent_id, header, seed, log, options, owner, client)
         except BaseException:
             if log is not None:
                 await log.close()  # a no-op if the life ran and closed it
@@ -160,6 +169,7 @@ class AgentFactory:
         log: SessionLog | None,
         options: AgentOptions | None,
         owner: Owner | None,
+        client: SessionClient | None,
     ) -> AgentHandle:
         session = self._sessions.prepare(header, seed=seed, sink=log)
         life = AgentLife(
@@ -171,10 +181,11 @@ class AgentFactory:
                 agent_id,
                 session,
                 life=life,
-                model=self._model,
+                models=self._models,
                 tools=self._tools,
                 hooks=self._hooks,
                 options=options,
+                client=client,
             ),
         )
         owner = owner or self._default_owner

@@ -23,7 +23,8 @@ are appended and the flush runs shielded, and `run` unwinds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Generator
+from collections.abc import Awaitable, Generator, Mapping
+from functools import partial
 from typing import Final
 
 import trio
@@ -45,8 +46,10 @@ from greenroom.actors.events import (
 from greenroom.actors.inbox import Inbox, Prompt, new_message_id
 from greenroom.actors.life import AgentLife
 from greenroom.actors.types import (
+    MODES,
     AgentDisposed,
     AgentOptions,
+    SessionClient,
     ToolExecutor,
     ToolInvocation,
     ToolOutcome,
@@ -61,6 +64,8 @@ from greenroom.protocol.events import (
     Aborted,
     AssistantChunk,
     AssistantMessage,
+    ConfigSet,
+    ConfigTrigger,
     ContextMessage,
     Errored,
     InjectionTrigger,
@@ -73,6 +78,7 @@ from greenroom.protocol.events import (
     ToolCall,
     ToolError,
     ToolResult,
+    ToolStart,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -111,13 +117,14 @@ class LoopAgent:
 
     __slots__ = (
         "_cancel_reason",
+        "_client",
         "_held",
         "_hooks",
         "_id",
         "_idle_waiters",
         "_inbox",
         "_life",
-        "_model",
+        "_models",
         "_open_step",
         "_options",
         "_session",
@@ -133,16 +140,18 @@ class LoopAgent:
         session: Session,
         *,
         life: AgentLife,
-        model: ModelAdapter,
+        models: Mapping[str, ModelAdapter],
         tools: ToolExecutor,
         hooks: Hooks,
         options: AgentOptions | None = None,
+        client: SessionClient | None = None,
     ) -> None:
         self._id = agent_id
         self._session = session
         self._life = life
         self._options = options or AgentOptions()
-        self._model = model
+        self._models = models  # by id; the first is the default
+        self._client = client
         self._tools = tools
         self._hooks = hooks
         self._inbox = Inbox()
@@ -238,6 +247,38 @@ class LoopAgent:
         self._cancel_reason = reason = reason or DEFAULT_CANCEL_REASON
         if self._turn_scope is not None:
             self._turn_scope.cancel(reason=reason)
+
+    def configure(self, key: str, value: str) -> None:
+        """Change a setting of the session: ``mode`` (one of `MODES`) or ``model`` (an id
+        of the runtime's models). It is logged (``config/set``): into the turn the log
+        has open, else as a one-shot ``config`` turn of its own; a new model answers from
+        the next step on. Raises `ValueError` naming an unknown key or value.
+        """
+        if self.status == "disposed":
+            raise AgentDisposed(self._id)
+        known = MODES if key == "mode" else self._models if key == "model" else None
+        if known is None:
+            raise ValueError(f"agent {self._id!r}: unknown setting {key!r} (known: mode, model)")
+        if value not in known:
+            raise ValueError(
+                f"agent {self._id!r}: unknown {key} {value!r} (known: {', '.join(known)})"
+            )
+        if self._session.open_turn is not None:
+            self._session.append(ConfigSet(key=key, value=value))
+            return
+        turn = self._session.last_turn + 1
+        self._session.append(TurnStart(turn=turn, trigger=ConfigTrigger(USER)))
+        self._session.append(ConfigSet(key=key, value=value))
+        self._session.append(TurnEnd(turn=turn, reason=COMPLETED))
+        self._inbox.request_flush()
+
+    @property
+    def model(self) -> str:
+        """The id of the model that answers the next step."""
+        chosen = self._session.config.get("model")
+        if chosen is not None and chosen in self._models:
+            return chosen
+        return next(iter(self._models))
 
     def when_idle(self) -> Awaitable[None]:
         """Wait for quiescence; the wait is registered now, at the call.
@@ -438,7 +479,15 @@ class LoopAgent:
                 raise
             try:
                 outcome = await self._tools.execute(
-                    ToolInvocation(call.call_id, call.name, call.arguments, self, self._turn_scope)
+                    ToolInvocation(
+                        call.call_id,
+                        call.name,
+                        call.arguments,
+                        self,
+                        self._turn_scope,
+                        self._client,
+                        partial(self._log_start, turn, step, call.call_id),
+                    )
                 )
             except BaseException as exc:
                 cancel = cancelled_in(exc)
@@ -459,6 +508,7 @@ class LoopAgent:
             self._log_result(turn, step, call, outcome)
 
     def _log_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
+        view = self._tools.describe(call.name, call.arguments)
         self._session.append(
             ToolCall(
                 turn=turn,
@@ -466,8 +516,14 @@ class LoopAgent:
                 call_id=call.call_id,
                 name=call.name,
                 arguments=call.arguments,
+                kind=view.kind,
+                title=view.title,
+                locations=view.locations,
             )
         )
+
+    def _log_start(self, turn: int, step: int, call_id: str) -> None:
+        self._session.append(ToolStart(turn=turn, step=step, call_id=call_id))
 
     def _log_result(self, turn: int, step: int, call: ToolCallChunk, outcome: ToolOutcome) -> None:
         self._session.append(
@@ -478,13 +534,14 @@ class LoopAgent:
                 content=outcome.content,
                 is_error=outcome.is_error,
                 error=outcome.error,
+                diffs=outcome.diffs,
             )
         )
 
     async def _stream(self, request: ModelRequest, turn: int, step: int) -> _Reply:
         """Log and emit each chunk of the model's reply as it arrives."""
         reply = _Reply()
-        stream = self._model.stream(request)
+        stream = self._models[self.model].stream(request)
         try:
             async for chunk in stream:
                 if not reply.take(chunk):

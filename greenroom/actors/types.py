@@ -5,16 +5,32 @@ Nothing here depends on the loop: the loop is one implementation of `Agent`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Final, Protocol
 
 import msgspec
 import trio
 
-from greenroom.protocol.events import MessageSource, StatusName, ToolError
+from greenroom.protocol.events import (
+    FileDiff,
+    Location,
+    MessageSource,
+    PermissionDecision,
+    StatusName,
+    ToolError,
+    ToolKind,
+)
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import Session
+
+#: The permission modes of a session (its ``mode`` setting): id -> (name, what it does).
+MODES: Final = {
+    "default": ("Ask", "Ask before edits and commands"),
+    "accept-edits": ("Accept edits", "Edit without asking; ask before commands"),
+    "read-only": ("Read only", "Edits and commands are refused"),
+}
+DEFAULT_MODE: Final = "default"
 
 
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -62,7 +78,50 @@ class Agent(Protocol):
 
     def cancel(self, reason: str | None = None) -> None: ...
 
+    def configure(self, key: str, value: str) -> None: ...
+
     def when_idle(self) -> Awaitable[None]: ...
+
+
+class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
+    """A tool call that waits for permission: who asks, and what the call would do."""
+
+    session_id: str
+    call_id: str
+    tool: str
+    kind: ToolKind
+    title: str
+    arguments: str  # the call's JSON arguments, as the model wrote them
+
+
+class Permissions(Protocol):
+    """Decides whether a tool call that edits or executes may run.
+
+    A cancel of the turn cancels `decide` (it runs in the turn's scope): an
+    implementation that asks someone withdraws its question then.
+    """
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision: ...
+
+
+class EditorFiles(Protocol):
+    """The files of the editor a session runs in: unsaved buffers read, edits landed there."""
+
+    async def read_text(self, path: str, line: int | None, limit: int | None) -> str: ...
+
+    async def write_text(self, path: str, content: str) -> None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class SessionClient:
+    """What the front end driving a session offers its tools: whom to ask, and its files.
+
+    ``None`` for either means the runtime's default: its permission policy,
+    the local disk.
+    """
+
+    permissions: Permissions | None = None
+    files: EditorFiles | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +130,8 @@ class ToolInvocation:
 
     ``cancel_scope`` is the turn's scope: `Agent.cancel` cancels it, and with
     it whatever the tool is awaiting. ``agent`` is None for a call made
-    outside any agent.
+    outside any agent; ``client`` is its session's front end, if any;
+    ``on_start`` is called once the call is allowed, just before it runs.
     """
 
     call_id: str
@@ -79,19 +139,35 @@ class ToolInvocation:
     arguments: str
     agent: Agent | None
     cancel_scope: trio.CancelScope | None = None
+    client: SessionClient | None = None
+    on_start: Callable[[], None] | None = None
 
 
 class ToolOutcome(msgspec.Struct, frozen=True):
-    """What a tool call produced; an error is a result for the model, not an exception."""
+    """What a tool call produced; an error is a result for the model, not an exception.
+
+    ``diffs`` are the edits it made, for a reader to show.
+    """
 
     content: str
     is_error: bool = False
     error: ToolError | None = None
+    diffs: list[FileDiff] = []
+
+
+class ToolView(msgspec.Struct, frozen=True, gc=False):
+    """What a call does, for a reader: its kind, a short title, the places it touches."""
+
+    kind: ToolKind = "other"
+    title: str = ""
+    locations: list[Location] = []
 
 
 class ToolExecutor(Protocol):
-    """The tool seam the loop calls: the tools it may offer, and how to run one."""
+    """The tool seam the loop calls: the tools it may offer, what a call does, how to run one."""
 
     def schemas(self) -> list[ToolSchema]: ...
+
+    def describe(self, name: str, arguments: str) -> ToolView: ...
 
     async def execute(self, invocation: ToolInvocation) -> ToolOutcome: ...

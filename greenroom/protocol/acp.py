@@ -10,6 +10,8 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
+from greenroom.protocol.events import PermissionDecision, ToolKind
+
 PROTOCOL_VERSION: Final = 1
 
 PARSE_ERROR: Final = -32700
@@ -79,9 +81,20 @@ ContentBlock: TypeAlias = TextBlock | ResourceLinkBlock
 # -- requests --------------------------------------------------------------------------
 
 
+class FileSystemCapability(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    read_text_file: bool = False
+    write_text_file: bool = False
+
+
+class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """What the client offers the agent (the members greenroom uses; others are ignored)."""
+
+    fs: FileSystemCapability = FileSystemCapability()
+
+
 class InitializeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     protocol_version: int
-    client_capabilities: dict[str, Any] = {}
+    client_capabilities: ClientCapabilities = ClientCapabilities()
     client_info: dict[str, Any] | None = None
 
 
@@ -97,13 +110,24 @@ class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name)
     mcp_servers: list[Any] = []
 
 
+class SetModeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    mode_id: str
+
+
+class SetConfigOptionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    config_id: str
+    value: str
+
+
 class ListSessionsParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     cwd: str | None = None
     cursor: str | None = None
 
 
 class SessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
-    """The params of ``session/cancel`` and ``session/close``."""
+    """The params of ``session/cancel``, ``session/close`` and ``session/delete``."""
 
     session_id: str
 
@@ -138,6 +162,7 @@ class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
     list: Empty = Empty()
     resume: Empty = Empty()
     close: Empty = Empty()
+    delete: Empty = Empty()
 
 
 class AgentCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
@@ -163,18 +188,63 @@ class InitializeResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"supported": True}})
 
 
+class SessionMode(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    id: str
+    name: str
+    description: str
+
+
+class SessionModeState(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    current_mode_id: str
+    available_modes: list[SessionMode]
+
+
+class ConfigChoice(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    value: str
+    name: str
+
+
+class ConfigOption(
+    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="select", rename=wire_name
+):
+    """A setting the client may change with ``session/set_config_option``."""
+
+    id: str
+    name: str
+    category: str
+    current_value: str
+    options: list[ConfigChoice]
+
+
 class NewSessionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     session_id: str
+    modes: SessionModeState
+    config_options: list[ConfigOption]
+
+
+class LoadSessionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """What ``session/load`` and ``session/resume`` answer."""
+
+    modes: SessionModeState
+    config_options: list[ConfigOption]
+
+
+class SetConfigOptionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    config_options: list[ConfigOption]
 
 
 class SessionInfo(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
     session_id: str
     cwd: str
+    title: str | None = None
     updated_at: str | None = None
 
 
-class ListSessionsResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class ListSessionsResult(
+    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
+):
     sessions: list[SessionInfo]
+    next_cursor: str | None = None
 
 
 StopReason: TypeAlias = Literal[
@@ -220,14 +290,27 @@ class AgentThoughtChunk(_ContentChunk, frozen=True, gc=False, tag="agent_thought
     pass
 
 
-ToolKind: TypeAlias = Literal[
-    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"
-]
 ToolStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
 
 
 class ToolCallContent(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="content"):
     content: TextBlock
+
+
+class DiffContent(
+    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="diff", rename=wire_name
+):
+    path: str
+    new_text: str
+    old_text: str | None = None
+
+
+ToolContent: TypeAlias = ToolCallContent | DiffContent
+
+
+class ToolLocation(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    path: str
+    line: int | None = None
 
 
 class ToolCallStart(
@@ -243,6 +326,7 @@ class ToolCallStart(
     title: str
     kind: ToolKind
     status: ToolStatus
+    locations: list[ToolLocation] | None = None
     raw_input: Any = None
 
 
@@ -257,14 +341,132 @@ class ToolCallProgress(
 ):
     tool_call_id: str
     status: ToolStatus
-    content: list[ToolCallContent] | None = None
+    content: list[ToolContent] | None = None
+
+
+class CurrentModeUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="current_mode_update",
+    rename=wire_name,
+):
+    current_mode_id: str
+
+
+class ConfigOptionUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="config_option_update",
+    rename=wire_name,
+):
+    config_options: list[ConfigOption]
+
+
+class SessionInfoUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="session_info_update",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    title: str | None = None
+    updated_at: str | None = None
+
+
+class UsageUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="usage_update",
+    rename=wire_name,
+):
+    used: int
+    size: int
 
 
 SessionUpdate: TypeAlias = (
-    UserMessageChunk | AgentMessageChunk | AgentThoughtChunk | ToolCallStart | ToolCallProgress
+    UserMessageChunk
+    | AgentMessageChunk
+    | AgentThoughtChunk
+    | ToolCallStart
+    | ToolCallProgress
+    | CurrentModeUpdate
+    | ConfigOptionUpdate
+    | SessionInfoUpdate
+    | UsageUpdate
 )
 
 
 class SessionNotificationParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     session_id: str
     update: SessionUpdate
+
+
+# -- requests greenroom sends the client ------------------------------------------------------
+
+
+class OutgoingRequest(msgspec.Struct, frozen=True, gc=False):
+    id: str
+    method: str
+    params: Any
+    jsonrpc: str = "2.0"
+
+
+PermissionOptionKind: TypeAlias = Literal[
+    "allow_once", "allow_always", "reject_once", "reject_always"
+]
+
+
+class PermissionOption(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    option_id: str
+    name: str
+    kind: PermissionDecision
+
+
+class PermissionToolCall(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    tool_call_id: str
+    title: str
+    kind: ToolKind
+    status: ToolStatus
+    raw_input: Any = None
+
+
+class RequestPermissionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    tool_call: PermissionToolCall
+    options: list[PermissionOption]
+
+
+class PermissionOutcome(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    outcome: Literal["selected", "cancelled"]
+    option_id: str | None = None
+
+
+class RequestPermissionResult(msgspec.Struct, frozen=True, gc=False):
+    outcome: PermissionOutcome
+
+
+class ReadTextFileParams(
+    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
+):
+    session_id: str
+    path: str
+    line: int | None = None
+    limit: int | None = None
+
+
+class ReadTextFileResult(msgspec.Struct, frozen=True, gc=False):
+    content: str
+
+
+class WriteTextFileParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    path: str
+    content: str

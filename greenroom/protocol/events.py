@@ -46,7 +46,41 @@ class InjectionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", 
     source: MessageSource
 
 
-TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger
+class ConfigTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="config"):
+    """A one-shot turn that only records a setting changed while the agent was idle."""
+
+    source: MessageSource
+
+
+TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger | ConfigTrigger
+
+#: What a tool does, as ACP names it; a tool that edits, deletes, moves or executes asks
+#: permission before it runs.
+ToolKind: TypeAlias = Literal[
+    "read", "edit", "delete", "move", "search", "execute", "think", "fetch", "other"
+]
+
+
+#: An answer to a permission request, as ACP names its options.
+PermissionDecision: TypeAlias = Literal[
+    "allow_once", "allow_always", "reject_once", "reject_always"
+]
+
+
+class Location(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """A place a tool call works on: a path, and a 1-based line if it has one."""
+
+    path: str
+    line: int | None = None
+
+
+class FileDiff(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """An edit a tool made: the file's text before (None for a new file) and after."""
+
+    path: str
+    new_text: str
+    old_text: str | None = None
+
 
 # -- why a turn ended --------------------------------------------------------
 
@@ -149,11 +183,24 @@ class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
 
 
 class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
+    """A call the model made; `kind`, `title` and `locations` say, for a reader, what it does."""
+
     turn: int
     step: int
     call_id: str
     name: str
     arguments: str  # the raw JSON text the model produced
+    kind: ToolKind = "other"
+    title: str = ""
+    locations: list[Location] = []
+
+
+class ToolStart(Event, frozen=True, gc=False, tag="tool/start"):
+    """The call was allowed to run and is running now."""
+
+    turn: int
+    step: int
+    call_id: str
 
 
 class ToolError(msgspec.Struct, frozen=True, gc=False):
@@ -168,6 +215,21 @@ class ToolResult(Event, frozen=True, gc=False, tag="tool/result"):
     content: str
     is_error: bool = False
     error: ToolError | None = None
+    diffs: list[FileDiff] = []
+
+
+class ConfigSet(Event, frozen=True, gc=False, tag="config/set"):
+    """A setting of the session changed (``mode``, ``model``); the last one of a key holds."""
+
+    key: str
+    value: str
+
+
+class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
+    """An "always" answer to a permission request: `tool` may (or may not) run unasked."""
+
+    tool: str
+    allow: bool
 
 
 SessionEvent: TypeAlias = (
@@ -181,7 +243,10 @@ SessionEvent: TypeAlias = (
     | AssistantChunk
     | AssistantMessage
     | ToolCall
+    | ToolStart
     | ToolResult
+    | ConfigSet
+    | PermissionRule
 )
 
 StatusName: TypeAlias = Literal["idle", "running", "disposed"]
@@ -201,4 +266,5 @@ class SessionHeader(
     id: str
     created_at: int
     cwd: str | None = None
+    additional_directories: list[str] = []
     parent_session: str | None = None

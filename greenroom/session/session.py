@@ -10,8 +10,10 @@ from msgspec.structs import force_setattr
 
 from greenroom.protocol.events import (
     AssistantMessage,
+    ConfigSet,
     ContextMessage,
     MessageSource,
+    PermissionRule,
     SessionEvent,
     SessionHeader,
     SteeringMessage,
@@ -60,8 +62,12 @@ class Session:
         "_messages",
         "_open_turn",
         "_sink",
+        "config",
         "header",
         "on_append",
+        "permissions",
+        "title",
+        "title_seq",
     )
 
     def __init__(
@@ -74,6 +80,13 @@ class Session:
         self.header = header
         self._sink = sink
         self.on_append: Callable[[Session, SessionEvent], None] | None = None
+        #: The settings in force (``config/set``: the last one of each key), read off the log.
+        self.config: dict[str, str] = {}
+        #: The "always" permission answers by tool name (``permission/rule``), read off the log.
+        self.permissions: dict[str, bool] = {}
+        #: A name for the conversation, from its first prompt, and the seq of that prompt.
+        self.title: str | None = None
+        self.title_seq = -1
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
         self._last_turn = 0
@@ -153,6 +166,8 @@ class Session:
                 self._open_turn = None
             case UserMessage(content=content):
                 self._messages.append(UserTurn(content))
+                if self.title is None:
+                    self.title, self.title_seq = title_of(content), event.seq
             case AssistantMessage(content=content, tool_calls=calls) if content or calls:
                 self._messages.append(AssistantTurn(content, calls))
             case ToolResult(call_id=call_id, content=content, is_error=is_error):
@@ -161,7 +176,21 @@ class Session:
                 self._messages.append(UserTurn(_wrap("context", source, content)))
             case SteeringMessage(content=content, source=source):
                 self._messages.append(UserTurn(_wrap("steering", source, content)))
+            case ConfigSet(key=key, value=value):
+                self.config[key] = value
+            case PermissionRule(tool=tool, allow=allow):
+                self.permissions[tool] = allow
 
 
 def _wrap(tag: str, source: MessageSource, content: str) -> str:
     return f'<{tag} source="{source.__struct_config__.tag}">{content}</{tag}>'
+
+
+#: The longest title a session gets from its first prompt.
+TITLE_LENGTH = 60
+
+
+def title_of(prompt: str) -> str:
+    """A session's title: the first line of its first prompt, shortened to `TITLE_LENGTH`."""
+    line = prompt.strip().splitlines()[0] if prompt.strip() else ""
+    return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"

@@ -90,16 +90,27 @@ class SessionStore:
 
 
 def new_header(
-    session_id: str, *, cwd: str | None = None, parent_session: str | None = None
+    session_id: str,
+    *,
+    cwd: str | None = None,
+    additional_directories: Sequence[str] = (),
+    parent_session: str | None = None,
 ) -> SessionHeader:
-    """The header of a new session, created now. Rejects a bad id and a relative cwd."""
+    """The header of a new session, created now. Rejects a bad id and a relative directory."""
     check_session_id(session_id)
-    if cwd is not None and not os.path.isabs(cwd):
-        raise ValueError(f"session {session_id!r}: cwd must be an absolute path, got {cwd!r}")
+    for name, path in [
+        ("cwd", cwd),
+        *(("additional directory", d) for d in additional_directories),
+    ]:
+        if path is not None and not os.path.isabs(path):
+            raise ValueError(
+                f"session {session_id!r}: {name} must be an absolute path, got {path!r}"
+            )
     return SessionHeader(
         id=session_id,
         created_at=time.time_ns() // 1_000_000,
         cwd=cwd,
+        additional_directories=list(additional_directories),
         parent_session=parent_session,
     )
 

@@ -28,8 +28,15 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
+from greenroom.session.persistence import StoredSession
 
 PREVIEW = 300  # characters of a tool result shown
+
+
+def describe_stored(stored: StoredSession) -> str:
+    """One line of ``greenroom sessions list``: the header, then the title if it has one."""
+    line = describe_header(stored.header)
+    return f"{line}  {stored.title!r}" if stored.title else line
 
 
 def describe_header(header: SessionHeader) -> str:

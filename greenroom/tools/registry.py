@@ -1,10 +1,13 @@
 """`ToolRegistry`: the tools an agent may call, and the one way a call is executed.
 
-A tool declares its arguments as a msgspec Struct; the registry decodes and
-validates the model's JSON against it before the tool runs, so a tool only
-ever sees well-typed arguments. Every failure on the way (an unknown tool,
-bad JSON, a missing or mistyped field, a tool that raises) becomes an error
-result for the model, naming what was wrong; only a cancel propagates.
+A tool declares its arguments as a msgspec Struct and what it does (its
+`ToolKind`); the registry decodes and validates the model's JSON against the
+Struct, then, for a tool that edits, deletes, moves or executes, decides
+whether it may run (the session's mode, its remembered "always" answers,
+then whom its front end asks, or the runtime's policy), and only then runs
+it. Every failure on the way (an unknown tool, bad JSON, a missing or
+mistyped field, a refusal, a tool that raises) becomes an error result for
+the model, naming what was wrong; only a cancel propagates.
 """
 
 from __future__ import annotations
@@ -12,13 +15,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
+import trio
 
-from greenroom.actors.types import ToolInvocation, ToolOutcome
+from greenroom.actors.types import (
+    DEFAULT_MODE,
+    PermissionRequest,
+    Permissions,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
 from greenroom.hooks import Hooks, WaterfallHook
-from greenroom.protocol.events import ToolError
+from greenroom.protocol.events import PermissionDecision, PermissionRule, ToolError, ToolKind
 from greenroom.protocol.model import ToolSchema
 
 logger = logging.getLogger("greenroom.tools")
@@ -28,19 +39,36 @@ A = TypeVar("A", bound=msgspec.Struct)
 #: Every invocation passes through this before it runs (rewrite it, or raise to refuse it).
 TOOLS_EXECUTE: WaterfallHook[ToolInvocation, []] = WaterfallHook("tools/execute")
 
+#: The kinds of tool that change something outside the conversation: they ask first.
+ASKS_PERMISSION: Final = frozenset({"edit", "delete", "move", "execute"})
+
+
+class AllowAll:
+    """The runtime's default policy when no front end asks anyone: every call may run.
+
+    The session's mode still applies (``read-only`` refuses edits and commands).
+    """
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        await trio.lowlevel.checkpoint()
+        return "allow_once"
+
 
 @dataclass(frozen=True, slots=True)
 class Tool(Generic[A]):
     """A named, described tool whose arguments are the Struct ``args``.
 
     ``run(args, invocation)`` returns the text for the model, or a
-    `ToolOutcome` to mark an error itself.
+    `ToolOutcome` to mark an error itself. ``kind`` says what it does;
+    ``view(args)`` gives a reader its title and the places it touches.
     """
 
     name: str
     description: str
     args: type[A]
     run: Callable[[A, ToolInvocation], Awaitable[str | ToolOutcome]]
+    kind: ToolKind = "other"
+    view: Callable[[A], ToolView] | None = None
 
 
 class _Entry:
@@ -53,12 +81,17 @@ class _Entry:
 
 
 class ToolRegistry:
-    """Tools by name; `execute` never raises for a bad call, only for a cancel."""
+    """Tools by name; `execute` never raises for a bad call, only for a cancel.
 
-    __slots__ = ("_entries", "_hooks", "_schemas")
+    ``permissions`` is the policy for calls whose session has no front end
+    that asks (default `AllowAll`).
+    """
 
-    def __init__(self, hooks: Hooks) -> None:
+    __slots__ = ("_entries", "_hooks", "_permissions", "_schemas")
+
+    def __init__(self, hooks: Hooks, permissions: Permissions | None = None) -> None:
         self._hooks = hooks
+        self._permissions: Permissions = permissions or AllowAll()
         self._entries: dict[str, _Entry] = {}
         self._schemas: list[ToolSchema] = []
 
@@ -79,6 +112,20 @@ class ToolRegistry:
 
     def schemas(self) -> list[ToolSchema]:
         return self._schemas
+
+    def describe(self, name: str, arguments: str) -> ToolView:
+        """What a call of `name` with `arguments` does; a bad call is titled by its name."""
+        entry = self._entries.get(name)
+        if entry is None:
+            return ToolView(title=name)
+        view = entry.tool.view
+        if view is None:
+            return ToolView(kind=entry.tool.kind, title=name)
+        try:
+            shown = view(entry.decoder.decode(arguments.strip() or "{}"))
+        except (msgspec.DecodeError, ValueError, TypeError):
+            return ToolView(kind=entry.tool.kind, title=name)
+        return msgspec.structs.replace(shown, kind=entry.tool.kind)
 
     async def execute(self, invocation: ToolInvocation) -> ToolOutcome:
         try:
@@ -103,12 +150,65 @@ class ToolRegistry:
                 exc,
                 "invalid-arguments",
             )
+        refusal = await self._permit(invocation, entry)
+        if refusal is not None:
+            return refusal
+        if invocation.on_start is not None:
+            invocation.on_start()
         try:
             result = await entry.tool.run(args, invocation)
         except Exception as exc:
             logger.info("tool %r raised", invocation.name, exc_info=True)
             return _error(f"{invocation.name} failed: {type(exc).__name__}: {exc}", exc, "raised")
         return result if isinstance(result, ToolOutcome) else ToolOutcome(result)
+
+    async def _permit(self, invocation: ToolInvocation, entry: _Entry) -> ToolOutcome | None:
+        """None if the call may run; else the refusal, as a result for the model.
+
+        The session's mode first (``read-only`` refuses; ``accept-edits`` lets
+        edits through), then its remembered "always" answers, then whoever
+        the session's front end asks (or the runtime's policy). An "always"
+        answer is logged (``permission/rule``), so it outlives the process.
+        """
+        tool = entry.tool
+        if tool.kind not in ASKS_PERMISSION:
+            return None
+        session = invocation.agent.session if invocation.agent is not None else None
+        mode = session.config.get("mode", DEFAULT_MODE) if session is not None else DEFAULT_MODE
+        if mode == "read-only":
+            return _error(
+                f"refused: {tool.name} ({tool.kind}) cannot run, the session is read-only",
+                None,
+                "read-only",
+            )
+        if mode == "accept-edits" and tool.kind != "execute":
+            return None
+        remembered = session.permissions.get(tool.name) if session is not None else None
+        if remembered is not None:
+            return None if remembered else _refused(tool.name, "always")
+        client = invocation.client
+        permissions = (client.permissions if client is not None else None) or self._permissions
+        request = PermissionRequest(
+            session_id=session.id if session is not None else "",
+            call_id=invocation.call_id,
+            tool=tool.name,
+            kind=tool.kind,
+            title=self.describe(tool.name, invocation.arguments).title,
+            arguments=invocation.arguments,
+        )
+        try:
+            decision = await permissions.decide(request)
+        except Exception as exc:
+            return _error(
+                f"{tool.name} was not run: asking permission failed: {exc}", exc, "refused"
+            )
+        if decision.endswith("_always") and session is not None:
+            session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
+        return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+def _refused(tool: str, how: str) -> ToolOutcome:
+    return _error(f"the user refused to let {tool} run ({how})", None, "rejected")
 
 
 def _error(message: str, exc: BaseException | None, code: str) -> ToolOutcome:

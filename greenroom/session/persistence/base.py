@@ -86,6 +86,18 @@ SyncPolicy: TypeAlias = Literal["turn", "always", "os"]
 SYNC_POLICIES: Final = ("turn", "always", "os")
 
 
+class StoredSession(msgspec.Struct, frozen=True, gc=False):
+    """A stored session as a list shows it: its header, its title, when it last changed.
+
+    ``title`` comes from the first prompt (None before one); ``updated_at`` is
+    wall-clock seconds.
+    """
+
+    header: SessionHeader
+    title: str | None
+    updated_at: float
+
+
 class SessionLog(Protocol):
     """One live session's write path, and its hold: no other process may write it meanwhile.
 
@@ -121,7 +133,9 @@ class Persistence(Protocol):
       hold dies with its holder's process.
     * `load` reads a session, repaired in memory, and writes nothing (so it
       is safe on a session live elsewhere).
-    * `list` returns every stored header.
+    * `list` returns every stored session, most recently changed first.
+    * `delete` removes a stored session (a missing one is no error); one
+      live anywhere is refused with `SessionLocked`.
     """
 
     def check_session_id(self, session_id: str) -> None: ...
@@ -134,7 +148,9 @@ class Persistence(Protocol):
 
     async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]: ...
 
-    async def list(self) -> list[SessionHeader]: ...
+    async def list(self) -> list[StoredSession]: ...
+
+    async def delete(self, session_id: str) -> None: ...
 
 
 def repair(events: Sequence[SessionEvent]) -> list[SessionEvent]:

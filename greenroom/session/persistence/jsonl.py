@@ -28,7 +28,13 @@ from typing import Final, TypeAlias
 import msgspec
 import trio
 
-from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, TurnEnd
+from greenroom.protocol.events import (
+    SESSION_VERSION,
+    SessionEvent,
+    SessionHeader,
+    TurnEnd,
+    UserMessage,
+)
 from greenroom.session.persistence.base import (
     SYNC_POLICIES,
     CorruptLog,
@@ -36,12 +42,14 @@ from greenroom.session.persistence.base import (
     PersistenceError,
     SessionExists,
     SessionNotFound,
+    StoredSession,
     SyncPolicy,
     UnsupportedVersion,
     repair,
 )
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
+from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
@@ -56,7 +64,7 @@ LOCK_SUFFIX: Final = ".lock"
 TURN_SYNC_DELAY: Final = 0.002
 
 Events: TypeAlias = list[SessionEvent]
-Headers: TypeAlias = list[SessionHeader]
+Stored: TypeAlias = list[StoredSession]
 
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(SessionEvent)
@@ -124,8 +132,12 @@ class JsonlPersistence:
         header, events, _, _ = await trio.to_thread.run_sync(_read_log, path, session_id)
         return header, events + repair(events)
 
-    async def list(self) -> Headers:
+    async def list(self) -> Stored:
         return await trio.to_thread.run_sync(self._list_sync)
+
+    async def delete(self, session_id: str) -> None:
+        path = self.path(session_id)
+        await trio.to_thread.run_sync(self._delete_sync, path, session_id)
 
     # -- in a worker thread ------------------------------------------------------
 
@@ -178,15 +190,30 @@ class JsonlPersistence:
             lock.release()
             raise
 
-    def _list_sync(self) -> Headers:
-        headers = []
-        for path in sorted(self.root.glob("*" + SUFFIX)):
+    def _list_sync(self) -> Stored:
+        stored: Stored = []
+        for path in self.root.glob("*" + SUFFIX):
             try:
                 with open(path, "rb") as file:
-                    headers.append(_decode_header(path, file.readline().rstrip(b"\n")))
+                    header = _decode_header(path, file.readline().rstrip(b"\n"))
+                    head = file.read(_TITLE_SCAN)
+                    updated = os.fstat(file.fileno()).st_mtime
             except (OSError, PersistenceError) as exc:
                 logger.warning("skipping %s: %s", path, exc)
-        return headers
+                continue
+            stored.append(StoredSession(header, _first_title(head), updated))
+        stored.sort(key=lambda s: (-s.updated_at, s.header.id))
+        return stored
+
+    def _delete_sync(self, path: Path, session_id: str) -> None:
+        if not path.exists():
+            return
+        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), session_id)
+        try:
+            path.unlink(missing_ok=True)
+            _fsync_directory(self.root)
+        finally:
+            lock.release()
 
 
 class _Fsync(Job):
@@ -369,6 +396,22 @@ def _read_log(path: Path, session_id: str) -> tuple[SessionHeader, Events, int, 
         return header, events, end, len(data)
     events, keep = _longest_prefix(path, data, first + 1, end)
     return header, events, keep, len(data)
+
+
+#: How far into a log `list` looks for the first prompt (its title).
+_TITLE_SCAN: Final = 64 * 1024
+_user_message = msgspec.json.Decoder(UserMessage)
+
+
+def _first_title(head: bytes) -> str | None:
+    """The title of the first ``user/message`` among the whole lines of `head`."""
+    for line in head.split(b"\n")[:-1]:
+        if b'"type":"user/message"' in line:
+            try:
+                return title_of(_user_message.decode(line).content)
+            except msgspec.DecodeError:
+                return None
+    return None
 
 
 def _decode_header(path: Path, raw: bytes) -> SessionHeader:

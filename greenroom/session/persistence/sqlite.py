@@ -30,7 +30,7 @@ from typing import Final, TypeAlias, TypeVar
 import msgspec
 import trio
 
-from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader
+from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
 from greenroom.session.persistence.base import (
     SYNC_POLICIES,
     CorruptLog,
@@ -40,12 +40,14 @@ from greenroom.session.persistence.base import (
     SeqMismatch,
     SessionExists,
     SessionNotFound,
+    StoredSession,
     SyncPolicy,
     UnsupportedVersion,
     repair,
 )
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
+from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
@@ -58,7 +60,9 @@ CREATE TABLE sessions (
     id TEXT PRIMARY KEY,
     header BLOB NOT NULL,
     epoch INTEGER NOT NULL DEFAULT 0,
-    next_seq INTEGER NOT NULL DEFAULT 0
+    next_seq INTEGER NOT NULL DEFAULT 0,
+    title TEXT,
+    updated_at REAL NOT NULL DEFAULT 0
 );
 CREATE TABLE batches (
     session_id TEXT NOT NULL,
@@ -73,6 +77,8 @@ PRAGMA user_version = 1;
 _MIGRATE_FROM_0 = """
 ALTER TABLE sessions ADD COLUMN epoch INTEGER NOT NULL DEFAULT 0;
 ALTER TABLE sessions ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0;
+ALTER TABLE sessions ADD COLUMN title TEXT;
+ALTER TABLE sessions ADD COLUMN updated_at REAL NOT NULL DEFAULT 0;
 UPDATE sessions SET next_seq = (
     SELECT COALESCE(MAX(next_seq), 0) FROM batches WHERE batches.session_id = sessions.id
 );
@@ -80,7 +86,7 @@ PRAGMA user_version = 1;
 """
 
 Events: TypeAlias = list[SessionEvent]
-Headers: TypeAlias = list[SessionHeader]
+Stored: TypeAlias = list[StoredSession]
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
@@ -178,11 +184,21 @@ class SqlitePersistence:
         header, events = await self._run(lambda: self._read(session_id))
         return header, events + repair(events)
 
-    async def list(self) -> Headers:
+    async def list(self) -> Stored:
         rows = await self._run(
-            lambda: self._db.execute("SELECT header FROM sessions ORDER BY id").fetchall()
+            lambda: self._db.execute(
+                "SELECT header, title, updated_at FROM sessions ORDER BY updated_at DESC, id"
+            ).fetchall()
         )
-        return [_header_decoder.decode(row[0]) for row in rows]
+        return [StoredSession(_header_decoder.decode(h), t, u) for h, t, u in rows]
+
+    async def delete(self, session_id: str) -> None:
+        check_session_id(session_id)
+        lock = await self._lock(session_id)
+        try:
+            await self._run(lambda: self._delete(session_id))
+        finally:
+            lock.release()
 
     # -- the Trio side ---------------------------------------------------------------
 
@@ -264,9 +280,18 @@ class SqlitePersistence:
     def _append(self, job: _Append) -> None:
         events = job.events
         first, after = events[0].seq, events[-1].seq + 1
+        prompt = next((e for e in events if isinstance(e, UserMessage)), None)
         updated = self._db.execute(
-            "UPDATE sessions SET next_seq = ? WHERE id = ? AND epoch = ? AND next_seq = ?",
-            (after, job.session_id, job.epoch, first),
+            "UPDATE sessions SET next_seq = ?, updated_at = ?,"
+            " title = COALESCE(title, ?) WHERE id = ? AND epoch = ? AND next_seq = ?",
+            (
+                after,
+                events[-1].time,
+                None if prompt is None else title_of(prompt.content),
+                job.session_id,
+                job.epoch,
+                first,
+            ),
         ).rowcount
         if not updated:
             row = self._db.execute(
@@ -301,11 +326,18 @@ class SqlitePersistence:
         try:
             with self._transaction():
                 self._db.execute(
-                    "INSERT INTO sessions (id, header, epoch, next_seq) VALUES (?, ?, 1, 0)",
-                    (header.id, _encoder.encode(header)),
+                    "INSERT INTO sessions (id, header, epoch, next_seq, updated_at)"
+                    " VALUES (?, ?, 1, 0, ?)",
+                    (header.id, _encoder.encode(header), header.created_at / 1000),
                 )
         except sqlite3.IntegrityError:
             raise SessionExists(f"session {header.id!r} is stored already in {self.path}") from None
+
+    def _delete(self, session_id: str) -> None:
+        self._db.execute("PRAGMA synchronous=FULL")
+        with self._transaction():
+            self._db.execute("DELETE FROM batches WHERE session_id = ?", (session_id,))
+            self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
     def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
         self._db.execute("PRAGMA synchronous=FULL")

@@ -1,0 +1,190 @@
+"""Requests greenroom sends the ACP client, and what a session's tools get from them.
+
+`ClientRequests` numbers each request (``gr-1``, ``gr-2``, ...: never an id
+the client uses), writes it through the connection's one writer, and waits
+for the client's reply. A caller cancelled while it waits withdraws its
+request with ``$/cancel_request``; a reply that comes later is dropped. At
+teardown every waiting request fails at once.
+
+`AcpPermissions` asks ``session/request_permission`` with the four options
+of the spec; `AcpFiles` reads and writes through ``fs/read_text_file`` and
+``fs/write_text_file``, so unsaved buffers are read and edits land in the
+editor.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import msgspec
+import trio
+
+from greenroom.actors.types import PermissionRequest, SessionClient
+from greenroom.protocol.acp import (
+    CancelRequestParams,
+    Notification,
+    OutgoingRequest,
+    PermissionOption,
+    PermissionToolCall,
+    ReadTextFileParams,
+    ReadTextFileResult,
+    RequestId,
+    RequestPermissionParams,
+    RequestPermissionResult,
+    WriteTextFileParams,
+)
+from greenroom.protocol.events import PermissionDecision
+
+T = TypeVar("T")
+
+OPTIONS: Final = [
+    PermissionOption("allow_once", "Allow once", "allow_once"),
+    PermissionOption("allow_always", "Always allow", "allow_always"),
+    PermissionOption("reject_once", "Reject", "reject_once"),
+    PermissionOption("reject_always", "Always reject", "reject_always"),
+]
+
+_decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
+
+
+class ClientError(Exception):
+    """The client answered a request with an error, or the connection ended first."""
+
+
+class _Waiting:
+    __slots__ = ("done", "error", "result")
+
+    def __init__(self) -> None:
+        self.done = trio.Event()
+        self.result: msgspec.Raw | None = None
+        self.error: str | None = None
+
+
+class ClientRequests:
+    """The requests in flight from greenroom to the client (see the module docstring).
+
+    ``send`` queues a frame on the connection's writer (it never blocks).
+    """
+
+    __slots__ = ("_closed", "_ids", "_send", "_waiting")
+
+    def __init__(self, send: Callable[[msgspec.Struct], None]) -> None:
+        self._send = send
+        self._ids = itertools.count(1)
+        self._waiting: dict[str, _Waiting] = {}
+        self._closed = False
+
+    async def call(self, method: str, params: msgspec.Struct, result: type[T]) -> T:
+        """Send `method` and wait for its reply, decoded as `result`; raises `ClientError`."""
+        if self._closed:
+            raise ClientError(f"{method}: the connection is closing")
+        request_id = f"gr-{next(self._ids)}"
+        waiting = self._waiting[request_id] = _Waiting()
+        self._send(OutgoingRequest(request_id, method, params))
+        try:
+            await waiting.done.wait()
+        except trio.Cancelled:
+            if not waiting.done.is_set():
+                self._send(Notification("$/cancel_request", CancelRequestParams(request_id)))
+            raise
+        finally:
+            self._waiting.pop(request_id, None)
+        if waiting.error is not None:
+            raise ClientError(f"{method}: {waiting.error}")
+        assert waiting.result is not None
+        decoder = _decoders.get(result)
+        if decoder is None:
+            decoder = _decoders[result] = msgspec.json.Decoder(result)
+        try:
+            decoded: T = decoder.decode(waiting.result)
+        except msgspec.DecodeError as exc:
+            raise ClientError(f"{method}: the client's answer does not fit: {exc}") from None
+        return decoded
+
+    def reply(self, request_id: RequestId, result: msgspec.Raw | None, error: str | None) -> None:
+        """A reply from the client; one to nothing waiting (withdrawn, unknown) is dropped."""
+        waiting = self._waiting.get(request_id) if isinstance(request_id, str) else None
+        if waiting is None or waiting.done.is_set():
+            return
+        waiting.result, waiting.error = result, error
+        waiting.done.set()
+
+    def close(self) -> None:
+        """Fail every request still waiting, and refuse new ones."""
+        self._closed = True
+        for waiting in self._waiting.values():
+            if not waiting.done.is_set():
+                waiting.error = "the connection closed before the client answered"
+                waiting.done.set()
+
+
+class AcpPermissions:
+    """A session's permission requests, asked of the client (``session/request_permission``)."""
+
+    __slots__ = ("_requests",)
+
+    def __init__(self, requests: ClientRequests) -> None:
+        self._requests = requests
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        asked = RequestPermissionParams(
+            request.session_id,
+            PermissionToolCall(
+                request.call_id,
+                request.title or request.tool,
+                request.kind,
+                "pending",
+                _arguments(request.arguments),
+            ),
+            OPTIONS,
+        )
+        answer = await self._requests.call(
+            "session/request_permission", asked, RequestPermissionResult
+        )
+        chosen = answer.outcome.option_id
+        if answer.outcome.outcome == "selected" and chosen in _DECISIONS:
+            return _DECISIONS[chosen]
+        return "reject_once"  # the client cancelled the question, or named no option of ours
+
+
+_DECISIONS: Final[dict[str, PermissionDecision]] = {o.option_id: o.kind for o in OPTIONS}
+
+
+class AcpFiles:
+    """A session's files as the editor has them (``fs/read_text_file``, ``fs/write_text_file``)."""
+
+    __slots__ = ("_requests", "_session_id")
+
+    def __init__(self, requests: ClientRequests, session_id: str) -> None:
+        self._requests = requests
+        self._session_id = session_id
+
+    async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
+        params = ReadTextFileParams(self._session_id, path, line, limit)
+        answer = await self._requests.call("fs/read_text_file", params, ReadTextFileResult)
+        return answer.content
+
+    async def write_text(self, path: str, content: str) -> None:
+        params = WriteTextFileParams(self._session_id, path, content)
+        await self._requests.call("fs/write_text_file", params, msgspec.Raw)
+
+
+def session_client(
+    requests: ClientRequests, session_id: str, *, read: bool, write: bool
+) -> SessionClient:
+    """What a session's tools get from this client: permission always, files if offered.
+
+    Files go through the editor only when it offers both reading and writing
+    (an edit reads before it writes; half of it on disk would split them).
+    """
+    files = AcpFiles(requests, session_id) if read and write else None
+    return SessionClient(permissions=AcpPermissions(requests), files=files)
+
+
+def _arguments(arguments: str) -> object:
+    try:
+        return msgspec.json.decode(arguments) if arguments.strip() else {}
+    except msgspec.DecodeError:
+        return arguments
