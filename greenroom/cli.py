@@ -107,8 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
         "--model",
-        default="scripted",
-        help="scripted (echo, 20 ms a word), scripted:SECONDS, openai:MODEL or anthropic:MODEL",
+        action="append",
+        help="scripted (echo, 20 ms a word; the default), scripted:SECONDS, openai:MODEL or"
+        " anthropic:MODEL; give it more than once to offer the editor a choice (the first"
+        " is the default)",
     )
     acp.add_argument(
         "--sync",
@@ -136,12 +138,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "acp":
             from greenroom.acp.stdio import run_stdio
 
+            specs = args.model or ["scripted"]
             try:
-                model = model_from_spec(args.model, os.environ)
+                models = {spec: model_from_spec(spec, os.environ) for spec in specs}
             except ValueError as exc:
                 parser.error(str(exc))
             state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
-            return run_stdio(model, state, args.sync)
+            return run_stdio(models, JsonlPersistence(sessions_root(state), sync=args.sync))
         return _sessions(
             args.verb, args, usable_state_dir(args.state_dir or default_state_dir(), create=False)
         )

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -17,25 +18,53 @@ from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import JsonlPersistence, Persistence
 from greenroom.tools.bash.tools import bash_plugin
 
+Answer = Callable[[dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+async def allow_once(request: dict[str, Any]) -> dict[str, Any]:
+    """The default answer to greenroom's requests: every permission granted once."""
+    if request["method"] == "session/request_permission":
+        return {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+    raise AssertionError(f"the peer was not told how to answer {request['method']}")
+
 
 class Peer:
-    """The client side: writes frames, collects every frame the bridge writes, in order."""
+    """The client side: writes frames, collects every frame the bridge writes, in order.
+
+    A request from greenroom (``session/request_permission``, ``fs/*``) is answered by
+    ``answer`` (replace it to answer otherwise), each in a task of its own.
+    """
 
     def __init__(self, stream: trio.abc.Stream) -> None:
         self.stream = stream
         self.frames: list[dict[str, Any]] = []
+        self.answer: Answer = allow_once
         self._next_id = 0
         self._arrived = trio.Event()
 
     async def read_loop(self) -> None:
-        buffer = b""
-        while chunk := await self.stream.receive_some():
-            buffer += chunk
-            *lines, buffer = buffer.split(b"\n")
-            for line in lines:
-                self.frames.append(json.loads(line))
-            self._arrived.set()
-            self._arrived = trio.Event()
+        async with trio.open_nursery() as answers:
+            buffer = b""
+            while chunk := await self.stream.receive_some():
+                buffer += chunk
+                *lines, buffer = buffer.split(b"\n")
+                for line in lines:
+                    frame = json.loads(line)
+                    self.frames.append(frame)
+                    if "method" in frame and "id" in frame:
+                        answers.start_soon(self._answer, frame)
+                self._arrived.set()
+                self._arrived = trio.Event()
+            answers.cancel_scope.cancel()
+
+    async def _answer(self, request: dict[str, Any]) -> None:
+        try:
+            reply: dict[str, Any] = {"result": await self.answer(request)}
+        except Exception as exc:
+            reply = {"error": {"code": -32603, "message": str(exc)}}
+        frame = {"jsonrpc": "2.0", "id": request["id"], **reply}
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+            await self.send_raw(json.dumps(frame).encode() + b"\n")
 
     async def send_raw(self, data: bytes) -> None:
         await self.stream.send_all(data)

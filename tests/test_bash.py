@@ -46,11 +46,14 @@ class _Header:
 
 class _Session:
     def __init__(self, session_id: str) -> None:
+        self.id = session_id
         self.header = _Header(session_id)
+        self.config: dict[str, str] = {}  # the default mode: the runtime's policy decides
+        self.permissions: dict[str, bool] = {}
 
 
 class FakeAgent:
-    """Only what the bash tools read of a caller: its session token."""
+    """Only what the bash tools read of a caller: its session token (and its settings)."""
 
     def __init__(self, session_id: str) -> None:
         self.session = _Session(session_id)

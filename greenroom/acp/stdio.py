@@ -15,32 +15,37 @@ import logging
 import os
 import signal
 import sys
-from pathlib import Path
+from collections.abc import Mapping
 
 import trio
 
 from greenroom.acp.connection import serve_connection
 from greenroom.models.base import ModelAdapter
 from greenroom.runtime import open_runtime
-from greenroom.session.persistence import JsonlPersistence, Persistence, SyncPolicy
+from greenroom.session.persistence import Persistence
 from greenroom.tools.bash.tools import bash_plugin
+from greenroom.tools.files import files_plugin
 
 
-def run_stdio(model: ModelAdapter, state_dir: Path, sync: SyncPolicy = "turn") -> int:
+def run_stdio(models: Mapping[str, ModelAdapter], persistence: Persistence) -> int:
+    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, model, JsonlPersistence(state_dir / "sessions", sync=sync), frames_fd)
+    trio.run(_serve, models, persistence, frames_fd)
     return 0
 
 
-async def _serve(model: ModelAdapter, persistence: Persistence, frames_fd: int) -> None:
+async def _serve(
+    models: Mapping[str, ModelAdapter], persistence: Persistence, frames_fd: int
+) -> None:
     stream = trio.StapledStream(
         trio.lowlevel.FdStream(frames_fd), trio.lowlevel.FdStream(os.dup(0))
     )
-    async with open_runtime(model=model, persistence=persistence, name="acp") as runtime:
+    async with open_runtime(models=models, persistence=persistence, name="acp") as runtime:
         await runtime.plug("tool-bash", bash_plugin)
+        await runtime.plug("tool-files", files_plugin)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 

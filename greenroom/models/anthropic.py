@@ -13,7 +13,12 @@ import msgspec
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
-from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
+from greenroom.models.http import (
+    DEFAULT_BACKOFF,
+    DEFAULT_CONTEXT_WINDOW,
+    HttpModel,
+    check_base_url,
+)
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -50,6 +55,7 @@ class AnthropicModel(HttpModel):
         max_tokens: int = 8192,
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
         super().__init__(
             check_base_url(base_url) + "/v1/messages",
@@ -61,6 +67,7 @@ class AnthropicModel(HttpModel):
             model,
             attempts,
             backoff,
+            context_window,
         )
         self._max_tokens = max_tokens
 

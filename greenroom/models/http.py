@@ -3,8 +3,7 @@
 The adapters use httpx, which runs natively under Trio (through anyio's Trio
 backend): no asyncio bridge and no thread left reading. An official vendor
 SDK would pull in asyncio-only pieces, so greenroom speaks the two wire
-formats itself; httpx is the only dependency, in the ``openai`` and
-``anthropic`` extras.
+formats itself; httpx is their only dependency (a core one).
 """
 
 from __future__ import annotations
@@ -75,15 +74,27 @@ async def sse_events(response: httpx.Response) -> AsyncGenerator[SseEvent, None]
         yield SseEvent(event, "\n".join(data))
 
 
+#: Tokens a model is taken to hold when its adapter is not told (for ACP's ``usage_update``).
+DEFAULT_CONTEXT_WINDOW: Final = 128_000
+
+
 class HttpModel:
     """What both adapters share: one endpoint, the headers that carry the key, retries.
 
     A subclass builds the wire body (`body`) and reads the events (`_stream`).
+    ``context_window`` is the tokens the model holds, as the adapter was told.
     """
 
     def __init__(
-        self, url: str, headers: dict[str, str], model: str, attempts: int, backoff: Backoff
+        self,
+        url: str,
+        headers: dict[str, str],
+        model: str,
+        attempts: int,
+        backoff: Backoff,
+        context_window: int,
     ) -> None:
+        self.context_window = context_window
         self._url = url
         self._headers = headers
         self._model = model

@@ -11,7 +11,12 @@ from typing import Any
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
-from greenroom.models.http import DEFAULT_BACKOFF, HttpModel, check_base_url
+from greenroom.models.http import (
+    DEFAULT_BACKOFF,
+    DEFAULT_CONTEXT_WINDOW,
+    HttpModel,
+    check_base_url,
+)
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -45,6 +50,7 @@ class OpenAIChatModel(HttpModel):
         *,
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
+        context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
         super().__init__(
             check_base_url(base_url) + "/chat/completions",
@@ -52,6 +58,7 @@ class OpenAIChatModel(HttpModel):
             model,
             attempts,
             backoff,
+            context_window,
         )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:

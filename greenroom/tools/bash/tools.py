@@ -21,7 +21,7 @@ from typing import Any
 import msgspec
 import trio
 
-from greenroom.actors.types import Agent, AgentDisposed, ToolInvocation, ToolOutcome
+from greenroom.actors.types import Agent, AgentDisposed, ToolInvocation, ToolOutcome, ToolView
 from greenroom.protocol.events import PluginSource, ToolError
 from greenroom.tools.bash.seam import (
     BashExecRequest,
@@ -207,14 +207,24 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
             "Set run_in_background to start it as a task and read it with bash_output.",
             BashArgs,
             bash,
+            kind="execute",
+            view=lambda a: ToolView(title=a.command),
         ),
         Tool(
             "bash_output",
             "Read the new output of a background bash task, and its status.",
             TaskArgs,
             bash_output,
+            kind="read",
+            view=lambda a: ToolView(title=f"output of {a.task_id}"),
         ),
-        Tool("bash_kill", "Stop a background bash task.", TaskArgs, bash_kill),
+        Tool(
+            "bash_kill",
+            "Stop a background bash task.",
+            TaskArgs,
+            bash_kill,
+            view=lambda a: ToolView(title=f"stop {a.task_id}"),
+        ),
     ]
 
 
