@@ -79,10 +79,17 @@ async def _drain(stream: trio.abc.ReceiveStream) -> AsyncIterator[bytes]:
 
 @asynccontextmanager
 async def acp_process(
-    home: Path, *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+    home: Path,
+    *args: str,
+    cwd: Path | None = None,
+    env: dict[str, str] | None = None,
+    greenroom: Sequence[str] = (sys.executable, "-m", "greenroom"),
 ) -> AsyncIterator[AcpProcess]:
-    """Run ``greenroom acp ARGS`` with ``GREENROOM_HOME=home``; killed if still running after."""
-    command: Sequence[str] = (sys.executable, "-m", "greenroom", "acp", *args)
+    """Run ``greenroom acp ARGS`` with ``GREENROOM_HOME=home``; killed if still running after.
+
+    ``greenroom`` is the command that runs greenroom (default: this interpreter's).
+    """
+    command: Sequence[str] = (*greenroom, "acp", *args)
     environ = {**os.environ, "GREENROOM_HOME": str(home), **(env or {})}
     process = await trio.lowlevel.open_process(
         command,

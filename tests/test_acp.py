@@ -452,3 +452,51 @@ async def test_the_reader_survives_anything(
         for frame in b.peer.frames:
             assert frame["jsonrpc"] == "2.0"
             assert ("result" in frame) != ("error" in frame) or "method" in frame
+
+
+async def test_list_filters_by_cwd_pages_with_a_cursor_and_delete_is_idempotent(
+    tmp_path: Path,
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        sessions = [await b.peer.new_session() for _ in range(3)]
+        elsewhere = await b.peer.new_session(str(other))
+        for session in sessions:
+            prompt = {"sessionId": session, "prompt": [{"type": "text", "text": f"I am {session}"}]}
+            await b.peer.call("session/prompt", prompt)
+        mine = await b.peer.call("session/list", {"cwd": "/tmp"})
+        listed = [s["sessionId"] for s in mine["result"]["sessions"]]
+        assert listed == sessions[::-1]  # the most recently changed first
+        assert elsewhere not in listed
+        assert all(s["title"] == f"I am {s['sessionId']}" for s in mine["result"]["sessions"])
+        deleted = await b.peer.call("session/delete", {"sessionId": sessions[0]})
+        assert deleted["result"] == {}
+        assert b.runtime.agents.get(sessions[0]) is None  # the live one was closed first
+        again = await b.peer.call("session/delete", {"sessionId": sessions[0]})
+        assert again["result"] == {}
+        left = await b.peer.call("session/list", {})
+        assert sorted(s["sessionId"] for s in left["result"]["sessions"]) == sorted(
+            [*sessions[1:], elsewhere]
+        )
+        load = {"sessionId": sessions[0], "cwd": "/tmp", "mcpServers": []}
+        assert (await b.peer.call("session/load", load))["error"]["code"] == -32002
+        validate(b.peer)
+
+
+async def test_a_long_list_pages(tmp_path: Path) -> None:
+    from greenroom.acp.connection import LIST_PAGE
+
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        for _ in range(LIST_PAGE + 3):
+            await b.peer.new_session()
+        first = (await b.peer.call("session/list", {}))["result"]
+        assert len(first["sessions"]) == LIST_PAGE
+        rest = (await b.peer.call("session/list", {"cursor": first["nextCursor"]}))["result"]
+        assert len(rest["sessions"]) == 3
+        assert "nextCursor" not in rest
+        assert not {s["sessionId"] for s in first["sessions"]} & {
+            s["sessionId"] for s in rest["sessions"]
+        }
+        bad = await b.peer.call("session/list", {"cursor": "x"})
+        assert bad["error"]["code"] == -32602

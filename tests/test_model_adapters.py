@@ -36,96 +36,22 @@ from greenroom.protocol.model import (
 from greenroom.tools import Tool
 from tests.agents_helpers import new_agent, turn_ends
 from tests.sse_server import Cut, Hold, Pause, Reply, sse, sse_server
+from tests.wire import (
+    ant_block,
+    ant_delta,
+    ant_end,
+    ant_start,
+    ant_stop_block,
+    oai,
+    oai_call,
+    oai_usage,
+)
 
 pytestmark = pytest.mark.real_clock
 
 LIMIT = 10
 KEY = "sk-test-SECRET-1234"
 FAST = Backoff(initial=0.01, maximum=0.05, jitter=0)
-
-# -- recorded-style streams ------------------------------------------------------------------
-
-
-def oai(delta: dict[str, Any] | None = None, finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-AbC123",
-        "object": "chat.completion.chunk",
-        "created": 1733000000,
-        "model": "gpt-4o-mini-2024-07-18",
-        "system_fingerprint": "fp_0aa8d3e20b",
-        "choices": [{"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}],
-        "usage": None,
-    }
-
-
-def oai_usage(prompt: int, completion: int) -> dict[str, Any]:
-    chunk = oai()
-    chunk["choices"] = []
-    chunk["usage"] = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    return chunk
-
-
-def oai_call(
-    index: int, arguments: str, call_id: str | None = None, name: str | None = None
-) -> dict[str, Any]:
-    fragment: dict[str, Any] = {"index": index, "function": {"arguments": arguments}}
-    if call_id is not None:
-        fragment.update(id=call_id, type="function")
-        fragment["function"]["name"] = name
-    return oai({"tool_calls": [fragment]})
-
-
-def ant_start(input_tokens: int = 25) -> tuple[str, dict[str, Any]]:
-    return (
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": "msg_01XYZ",
-                "type": "message",
-                "role": "assistant",
-                "model": "claude-sonnet-4-5",
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": {"input_tokens": input_tokens, "output_tokens": 1},
-            },
-        },
-    )
-
-
-def ant_block(index: int, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return (
-        "content_block_start",
-        {"type": "content_block_start", "index": index, "content_block": block},
-    )
-
-
-def ant_delta(index: int, delta: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    return ("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta})
-
-
-def ant_stop_block(index: int) -> tuple[str, dict[str, Any]]:
-    return ("content_block_stop", {"type": "content_block_stop", "index": index})
-
-
-def ant_end(reason: str, output_tokens: int = 15) -> list[tuple[str, dict[str, Any]]]:
-    return [
-        (
-            "message_delta",
-            {
-                "type": "message_delta",
-                "delta": {"stop_reason": reason, "stop_sequence": None},
-                "usage": {"output_tokens": output_tokens},
-            },
-        ),
-        ("message_stop", {"type": "message_stop"}),
-    ]
-
 
 PING = ("ping", {"type": "ping"})
 

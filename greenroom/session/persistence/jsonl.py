@@ -23,7 +23,7 @@ import time
 from collections.abc import Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeAlias
+from typing import BinaryIO, Final, TypeAlias
 
 import msgspec
 import trio
@@ -197,7 +197,7 @@ class JsonlPersistence:
                 with open(path, "rb") as file:
                     header = _decode_header(path, file.readline().rstrip(b"\n"))
                     head = file.read(_TITLE_SCAN)
-                    updated = os.fstat(file.fileno()).st_mtime
+                    updated = _last_time(file) or header.created_at / 1000
             except (OSError, PersistenceError) as exc:
                 logger.warning("skipping %s: %s", path, exc)
                 continue
@@ -401,6 +401,26 @@ def _read_log(path: Path, session_id: str) -> tuple[SessionHeader, Events, int, 
 #: How far into a log `list` looks for the first prompt (its title).
 _TITLE_SCAN: Final = 64 * 1024
 _user_message = msgspec.json.Decoder(UserMessage)
+
+
+class _Timed(msgspec.Struct):
+    time: float = 0.0
+
+
+_timed = msgspec.json.Decoder(_Timed)
+
+
+def _last_time(file: BinaryIO) -> float:
+    """The ``time`` of the last whole line of `file` (0 if it holds none but the header)."""
+    size = os.fstat(file.fileno()).st_size
+    file.seek(max(0, size - _TITLE_SCAN))
+    lines = file.read().split(b"\n")[:-1]  # the last piece is torn, or empty
+    for line in reversed(lines):
+        try:
+            return _timed.decode(line).time
+        except msgspec.DecodeError:
+            continue
+    return 0.0
 
 
 def _first_title(head: bytes) -> str | None:
