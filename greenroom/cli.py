@@ -61,6 +61,11 @@ def sessions_root(state_dir: Path) -> Path:
     return state_dir / "sessions"
 
 
+def demo_state_dir() -> Path:
+    """Where ``greenroom demo`` keeps its state unless told: its own corner of the state dir."""
+    return default_state_dir() / "demo"
+
+
 class StateDirError(Exception):
     """The state directory cannot be used; the message names it and the problem."""
 
@@ -102,7 +107,10 @@ def main(argv: list[str] | None = None) -> int:
     demo = commands.add_parser("demo", help="tell the greenroom story on embedded defaults")
     demo.add_argument("--plain", action="store_true", help="plain lines instead of a live view")
     demo.add_argument(
-        "--state-dir", type=Path, default=None, help="keep the sessions here (default: a temp dir)"
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="keep the sessions here (default: $GREENROOM_HOME/demo, emptied at each run)",
     )
     acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
@@ -133,8 +141,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "demo":
             from greenroom.demo import run_demo
 
-            state = args.state_dir and usable_state_dir(args.state_dir, create=True)
-            return run_demo(plain=args.plain, state_dir=state)
+            fresh = args.state_dir is None
+            state = usable_state_dir(args.state_dir or demo_state_dir(), create=True)
+            return run_demo(plain=args.plain, state_dir=state, fresh=fresh)
         if args.command == "acp":
             from greenroom.acp.stdio import run_stdio
 
@@ -162,6 +171,13 @@ def _sessions(verb: str, args: argparse.Namespace, state_dir: Path) -> int:
                 print(describe_stored(session))
             if not stored:
                 print(f"no sessions in {store.root}", file=sys.stderr)
+                demo = sessions_root(demo_state_dir())
+                if demo.is_dir() and state_dir != demo_state_dir():
+                    print(
+                        f"greenroom demo keeps its sessions in {demo}:"
+                        f" greenroom sessions list --state-dir {demo.parent}",
+                        file=sys.stderr,
+                    )
         else:
             header, events = trio.run(store.load, args.session_id)
             for line in transcript(header, events):

@@ -16,14 +16,13 @@ status, inbox depths and current turn, and a scrolling event feed);
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
-import tempfile
 from collections import deque
-from collections.abc import AsyncIterator, Callable
-from contextlib import suppress
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import TextIO
 
@@ -302,33 +301,70 @@ async def run_story(
         await runtime.plug("tool-bash", bash_plugin)
         narrator = Narrator(out, live)
         _listen(runtime, narrator)
-        async with trio.open_nursery() as nursery:
-            if live:
+        with alternate_screen(out, live):
+            async with trio.open_nursery() as nursery:
+                if live:
 
-                async def redraw() -> None:
-                    while True:
-                        out.write("\x1b[H\x1b[2J" + live_view(runtime, narrator) + "\n")
-                        out.flush()
-                        await trio.sleep(0.1)
+                    async def redraw() -> None:
+                        while True:
+                            out.write(frame(live_view(runtime, narrator)))
+                            out.flush()
+                            await trio.sleep(0.1)
 
-                nursery.start_soon(redraw)
-            await story(runtime, narrator, pace, store)
-            nursery.cancel_scope.cancel()
-        if live:
-            out.write("\x1b[H\x1b[2J" + live_view(runtime, narrator) + "\n")
+                    nursery.start_soon(redraw)
+                await story(runtime, narrator, pace, store)
+                nursery.cancel_scope.cancel()
+        if live:  # the last frame stays on the main screen, above the summary
+            out.write("\n".join(fit(live_view(runtime, narrator))) + "\n")
     print("\n" + narrator.table(), file=out, flush=True)
     return narrator.summary
 
 
-def run_demo(*, plain: bool, state_dir: Path | None) -> int:
-    live = not plain and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
-    scratch = None
-    if state_dir is None:
-        scratch = state_dir = Path(tempfile.mkdtemp(prefix="greenroom-demo-"))
+#: The terminal the live view fits: the classic 80 x 24.
+WIDTH, HEIGHT = 80, 24
+
+
+def fit(view: str) -> list[str]:
+    """`view`'s lines clipped to `WIDTH`; past `HEIGHT` lines, the oldest feed lines go first."""
+    lines = [line[:WIDTH] for line in view.splitlines()]
+    if len(lines) > HEIGHT - 1:
+        feed = lines.index(next(line for line in lines if line.startswith("events ")))
+        keep = HEIGHT - 1 - (feed + 1)
+        lines = lines[: feed + 1] + lines[len(lines) - max(keep, 0) :]
+    return lines[: HEIGHT - 1]
+
+
+def frame(view: str) -> str:
+    """One redraw: home, each line then clear to its end, then clear below."""
+    return "\x1b[H" + "".join(line + "\x1b[K\n" for line in fit(view)) + "\x1b[J"
+
+
+@contextlib.contextmanager
+def alternate_screen(out: TextIO, live: bool) -> Iterator[None]:
+    """Draw on the terminal's alternate screen, cursor hidden; give the screen back on any exit
+    (a Ctrl-C included)."""
+    if not live:
+        yield
+        return
+    out.write("\x1b[?1049h\x1b[?25l")
+    out.flush()
     try:
-        summary = trio.run(lambda: run_story(state_dir, live=live))
+        yield
     finally:
-        if scratch is not None:
-            with suppress(OSError):
-                shutil.rmtree(scratch)
+        out.write("\x1b[?25h\x1b[?1049l")
+        out.flush()
+
+
+def run_demo(*, plain: bool, state_dir: Path, fresh: bool) -> int:
+    """Run the story with its state in `state_dir` (emptied first if `fresh`: it is the demo's
+    own), then say where its sessions are."""
+    live = not plain and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
+    if fresh:
+        for part in ("sessions", "work"):
+            shutil.rmtree(state_dir / part, ignore_errors=True)
+    summary = trio.run(lambda: run_story(state_dir, live=live))
+    print(
+        f"\nthe demo's sessions are in {state_dir / 'sessions'}:"
+        f" greenroom sessions list --state-dir {state_dir}"
+    )
     return 0 if all(ok for _, _, ok in summary) else 1

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import trio
 
-from greenroom.demo import run_story
+from greenroom.cli import main
+from greenroom.demo import alternate_screen, run_story
 
 pytestmark = pytest.mark.real_clock  # real bash processes
 
@@ -34,3 +35,41 @@ async def test_the_plain_demo_tells_every_beat_and_all_check_out(tmp_path: Path)
     assert "task bash-1 belongs to another session" in text
     assert "read back from disk: last event is turn/end disposed" in text
     assert text.rstrip().splitlines()[-1].startswith("a resume continues the turn numbering")
+
+
+async def test_the_live_view_fits_80x24_on_the_alternate_screen_and_gives_it_back(
+    tmp_path: Path,
+) -> None:
+    out = io.StringIO()
+    with trio.fail_after(60):
+        await run_story(tmp_path, out=out, live=True, pace=0.15)
+    text = out.getvalue()
+    assert text.startswith("\x1b[?1049h\x1b[?25l")
+    drawn, _, after = text.partition("\x1b[?25h\x1b[?1049l")
+    assert after  # the screen came back before the last frame and the summary
+    frames = drawn.split("\x1b[H")[1:]
+    assert len(frames) > 5
+    for shown in frames:
+        lines = shown.removesuffix("\x1b[J").split("\x1b[K\n")[:-1]
+        assert len(lines) <= 23
+        assert all(len(line) <= 80 for line in lines)
+    assert "\x1b[2J" not in text  # redraws overwrite in place, nothing pushed to scrollback
+
+
+def test_the_screen_comes_back_on_an_interrupt() -> None:
+    out = io.StringIO()
+    with pytest.raises(KeyboardInterrupt), alternate_screen(out, True):
+        raise KeyboardInterrupt
+    assert out.getvalue() == "\x1b[?1049h\x1b[?25l\x1b[?25h\x1b[?1049l"
+
+
+def test_sessions_list_says_where_the_demos_sessions_are(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("GREENROOM_HOME", str(tmp_path))
+    (tmp_path / "sessions").mkdir()
+    (tmp_path / "demo" / "sessions").mkdir(parents=True)
+    assert main(["sessions", "list"]) == 0
+    err = capsys.readouterr().err
+    assert f"greenroom demo keeps its sessions in {tmp_path / 'demo' / 'sessions'}" in err
+    assert f"greenroom sessions list --state-dir {tmp_path / 'demo'}" in err
