@@ -21,6 +21,12 @@ few warm-up prompts on each, then measured for:
 * throughput: prompts per second with the 10 sessions in parallel
   (``asyncio.gather``), each session sending its prompts one after another.
 
+Then, greenroom alone, with a client that grants every permission at once:
+the p50 round trip of a prompt that makes one ``bash`` call (the echo model
+runs ``bash: true``) already allowed always, against the same session's
+prompt with no tool; and what asking permission adds to that call (a fresh
+session, asked every time), against one client round trip (``authenticate``).
+
 Every prompt must answer ``end_turn`` and every prompt's one chunk must reach
 the client's ``session_update`` (counted per session), or the run fails. The
 agents alternate which one goes first from one repeat to the next.
@@ -36,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -78,7 +85,7 @@ class _Counter:
             and update.content.text == _PROMPT
         ):
             self.chunks[session_id] = self.chunks.get(session_id, 0) + 1
-        else:
+        elif not isinstance(update, schema.SessionInfoUpdate):  # a title: greenroom names sessions
             self.other.append((session_id, update))
         self.changed.set()
 
@@ -197,6 +204,79 @@ async def _drive(name: str, n_latency: int, n_throughput: int, tmp: Path, stderr
     )
 
 
+class _Approver:
+    """The client of the tool scenario: grants every permission it is asked, at once."""
+
+    def __init__(self) -> None:
+        self.asked = 0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        pass
+
+    async def request_permission(self, **kwargs: Any) -> schema.RequestPermissionResponse:
+        self.asked += 1
+        option = "allow_always" if self.asked == 1 else "allow_once"
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id=option)
+        )
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+
+async def _timed(n: int, call: Callable[[], Awaitable[object]]) -> float:
+    """Median microseconds of `n` sequential calls."""
+    samples = []
+    for _ in range(n):
+        t0 = time.perf_counter_ns()
+        await call()
+        samples.append(time.perf_counter_ns() - t0)
+    return statistics.median(samples) / 1e3
+
+
+async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
+    """Round trips of greenroom: no tool, an approved-always bash call, one that asks."""
+    home, work = tmp / "home", tmp / "work"
+    work.mkdir()
+    client = _Approver()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, client),
+        *_GREENROOM,
+        env={"GREENROOM_HOME": str(home)},
+        cwd=work,
+        transport_kwargs={"stderr": stderr},
+    ) as (conn, process):
+        await conn.initialize(protocol_version=1)
+        approved = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        asking = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+
+        async def prompt(session: str, words: str) -> None:
+            answer = await conn.prompt(session_id=session, prompt=[acp.text_block(words)])
+            if answer.stop_reason != "end_turn":
+                raise RuntimeError(f"{words!r}: stop reason {answer.stop_reason!r}")
+
+        await prompt(approved, "bash: true")  # asked once: allowed always from here on
+        asked_before = client.asked
+        figures = {
+            "no tool": await _timed(n, lambda: prompt(approved, _PROMPT)),
+            "approved": await _timed(n, lambda: prompt(approved, "bash: true")),
+            "asking": await _timed(n, lambda: prompt(asking, "bash: true")),
+            "client round trip": await _timed(n, lambda: conn.authenticate(method_id="none")),
+        }
+        if client.asked - asked_before != n:
+            raise RuntimeError(f"asked {client.asked - asked_before} times, expected {n}")
+    await process.wait()
+    return figures
+
+
+def _run_tools(n: int) -> dict[str, float]:
+    with (
+        tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        return asyncio.run(asyncio.wait_for(_tools(n, Path(tmp), stderr.fileno()), _TIMEOUT))
+
+
 def _run_one(name: str, n_latency: int, n_throughput: int) -> _Result:
     """Spawn, drive and reap one agent in a fresh asyncio loop and temporary directory."""
     log = _SdkLog()
@@ -226,17 +306,38 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_latency = 60 if quick else 300  # sequential prompts on one session
     n_throughput = 200 if quick else 1000  # prompts over the 10 parallel sessions
 
+    n_tools = 30 if quick else 150
     results: dict[str, list[_Result]] = {name: [] for name in _AGENTS}
+    tools: list[dict[str, float]] = []
     names = list(_AGENTS)
     for repeat in range(repeats):
         for name in names if repeat % 2 == 0 else reversed(names):
             gc.collect()
             results[name].append(_run_one(name, n_latency, n_throughput))
+        gc.collect()
+        tools.append(_run_tools(n_tools))
 
     ours, raw, always = results["greenroom"], results["sdk"], results["greenroom always"]
     baseline = "SDK agent (acp.run_agent)"
     each = n_throughput // _SESSIONS
     return [
+        compare(
+            SCENARIO,
+            f"prompt round trip p50, one auto-approved bash call (N={n_tools})",
+            "us",
+            [t["approved"] for t in tools],
+            baseline="the same prompt, no tool",
+            raw=[t["no tool"] for t in tools],
+        ),
+        compare(
+            SCENARIO,
+            f"what asking permission adds to a bash call, p50 (N={n_tools})",
+            "us",
+            [t["asking"] - t["approved"] for t in tools],
+            baseline="one client round trip (authenticate)",
+            raw=[t["client round trip"] for t in tools],
+            max_ratio=1.0,
+        ),
         compare(
             SCENARIO,
             f"prompt throughput, sync=always, {_SESSIONS} sessions x {each} sequential prompts",

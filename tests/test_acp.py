@@ -500,3 +500,18 @@ async def test_a_long_list_pages(tmp_path: Path) -> None:
         }
         bad = await b.peer.call("session/list", {"cursor": "x"})
         assert bad["error"]["code"] == -32602
+
+
+@pytest.mark.real_clock
+async def test_the_echo_model_runs_a_bash_prompt_after_asking(tmp_path: Path) -> None:
+    with trio.fail_after(20):
+        async with bridge(tmp_path, ScriptedModel(delay=0), bash=True) as b:
+            session = await b.peer.new_session(str(tmp_path))
+            prompt = [{"type": "text", "text": "bash: echo hi there"}]
+            answer = await b.peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+            assert answer["result"] == {"stopReason": "end_turn"}
+            (asked,) = [f for f in b.peer.frames if f.get("method") == "session/request_permission"]
+            assert asked["params"]["toolCall"]["title"] == "echo hi there"
+            assert asked["params"]["toolCall"]["kind"] == "execute"
+            assert texts(b.peer.updates(session)) == "hi there\n[exit code: 0]"
+            validate(b.peer)

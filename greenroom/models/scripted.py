@@ -1,8 +1,11 @@
 """`ScriptedModel`: a deterministic model for tests, demos and benchmarks.
 
 Each model call plays the next script (a list of actions); when the scripts
-run out it echoes the last user message back word by word. Delays are
-`trio.sleep`s, so under a `MockClock` they cost no real time.
+run out it echoes the last user message back word by word. Echoing, a prompt
+``bash: COMMAND`` becomes a call of the ``bash`` tool (when it is offered),
+and the call's result is echoed back: a way to try tool calls, and the
+permission they ask, without a model API. Delays are `trio.sleep`s, so under
+a `MockClock` they cost no real time.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from greenroom.protocol.model import (
     StreamChunk,
     TextDelta,
     ToolCallChunk,
+    ToolTurn,
     UserTurn,
 )
 
@@ -74,6 +78,10 @@ class End(msgspec.Struct, frozen=True):
 KEPT_REQUESTS: Final = 64
 
 Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
+
+
+#: An echoed prompt that starts with this runs the rest as a ``bash`` command.
+BASH_PROMPT: Final = "bash: "
 
 
 class ScriptedModel:
@@ -127,9 +135,24 @@ class ScriptedModel:
         yield Finish("tool-calls" if called else "stop")
 
     async def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        prompt = next(
-            (m.content for m in reversed(request.messages) if isinstance(m, UserTurn)), ""
-        )
+        last = request.messages[-1] if request.messages else None
+        if (
+            isinstance(last, UserTurn)
+            and last.content.startswith(BASH_PROMPT)
+            and any(tool.name == "bash" for tool in request.tools)
+        ):
+            self._calls += 1
+            command = last.content.removeprefix(BASH_PROMPT)
+            arguments = json.dumps({"command": command, "description": "asked by the prompt"})
+            yield ToolCallChunk(f"echo-{self._calls}", "bash", arguments)
+            yield Finish("tool-calls")
+            return
+        if isinstance(last, ToolTurn):
+            prompt = last.content
+        else:
+            prompt = next(
+                (m.content for m in reversed(request.messages) if isinstance(m, UserTurn)), ""
+            )
         words = prompt.split(" ")
         for index, word in enumerate(words):
             if self._delay:
