@@ -23,7 +23,7 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Final, TypeAlias, TypeVar
 
@@ -45,6 +45,7 @@ from greenroom.session.persistence.base import (
     UnsupportedVersion,
     repair,
 )
+from greenroom.session.persistence.batch import Append, BatchLog, Call, Sync, run_call
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
@@ -94,41 +95,7 @@ _event_decoder = msgspec.json.Decoder(SessionEvent)
 _header_decoder = msgspec.json.Decoder(SessionHeader)
 
 
-class _Call(Job):
-    """A piece of database work run alone, in order: ``call()``, its value in ``value``."""
-
-    __slots__ = ("call", "value")
-
-    def __init__(self, call: Callable[[], object]) -> None:
-        super().__init__()
-        self.call = call
-        self.value: object = None
-
-
-class _Append(Job):
-    """One log's drain: its events, at its epoch; ``sync`` wants the commit fsynced."""
-
-    __slots__ = ("epoch", "events", "session_id", "sync")
-
-    def __init__(self, session_id: str, epoch: int, events: Events, *, sync: bool) -> None:
-        super().__init__()
-        self.session_id = session_id
-        self.epoch = epoch
-        self.events = events
-        self.sync = sync
-
-
-Appends: TypeAlias = list[_Append]
-
-
-class _SyncWal(Job):
-    """An fsync of the write-ahead log: every commit before it, up to seq ``covers``, durable."""
-
-    __slots__ = ("covers",)
-
-    def __init__(self, covers: int) -> None:
-        super().__init__()
-        self.covers = covers
+Appends: TypeAlias = list[Append]
 
 
 class SqlitePersistence:
@@ -149,7 +116,15 @@ class SqlitePersistence:
         self._migrate()
         self._wal_fd = -1
         self._locks = Path(self.path + ".locks")
-        self._writer: Writer[Job] = Writer(self._batch)
+        self.writer: Writer[Job] = Writer(self._batch)
+
+    @property
+    def where(self) -> str:
+        return self.path
+
+    def turn_sync(self, covers: int) -> Sync:
+        """Commits go out ``synchronous=NORMAL``: after a turn, an fsync of the WAL file."""
+        return Sync(covers)
 
     def close(self) -> None:
         self._db.close()
@@ -159,7 +134,7 @@ class SqlitePersistence:
     def check_session_id(self, session_id: str) -> None:
         check_session_id(session_id)
 
-    async def create(self, header: SessionHeader) -> SqliteLog:
+    async def create(self, header: SessionHeader) -> BatchLog:
         check_session_id(header.id)
         lock = await self._lock(header.id)
         try:
@@ -167,9 +142,9 @@ class SqlitePersistence:
         except BaseException:
             lock.release()
             raise
-        return SqliteLog(self, header.id, lock, epoch=1, next_seq=0)
+        return BatchLog(self, header.id, _releaser(lock), epoch=1, next_seq=0)
 
-    async def open(self, session_id: str) -> tuple[SessionHeader, Events, SqliteLog]:
+    async def open(self, session_id: str) -> tuple[SessionHeader, Events, BatchLog]:
         check_session_id(session_id)
         lock = await self._lock(session_id)
         try:
@@ -177,7 +152,8 @@ class SqlitePersistence:
         except BaseException:
             lock.release()
             raise
-        return header, events, SqliteLog(self, session_id, lock, epoch=epoch, next_seq=len(events))
+        log = BatchLog(self, session_id, _releaser(lock), epoch=epoch, next_seq=len(events))
+        return header, events, log
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
         check_session_id(session_id)
@@ -212,14 +188,7 @@ class SqlitePersistence:
         return await trio.to_thread.run_sync(acquire)
 
     async def _run(self, call: Callable[[], T]) -> T:
-        """Run `call` on the writer, in order with every append; its value, or its error."""
-        job = _Call(call)
-        self._writer.submit(job)
-        with trio.CancelScope(shield=True):  # the database work finishes either way
-            await job.wait()
-        if job.error is not None:
-            raise job.error
-        return job.value  # type: ignore[return-value]
+        return await run_call(self.writer, call)
 
     # -- in the writer's thread ------------------------------------------------------
 
@@ -241,21 +210,21 @@ class SqlitePersistence:
         """Runs of appends share one transaction; every other job runs alone, in order."""
         run: Appends = []
         for job in jobs:
-            if isinstance(job, _Append):
+            if isinstance(job, Append):
                 run.append(job)
                 continue
             self._commit(run)
             run = []
             try:
-                if isinstance(job, _SyncWal):
+                if isinstance(job, Sync):
                     self._fsync_wal()
-                elif isinstance(job, _Call):
+                elif isinstance(job, Call):
                     job.value = job.call()
             except Exception as exc:
                 job.error = exc
         self._commit(run)
 
-    def _commit(self, appends: Sequence[_Append]) -> None:
+    def _commit(self, appends: Sequence[Append]) -> None:
         if not appends:
             return
         wanted = "FULL" if any(job.sync for job in appends) else self._quiet_sync()
@@ -277,7 +246,7 @@ class SqlitePersistence:
     def _quiet_sync(self) -> str:
         return "OFF" if self.sync == "os" else "NORMAL"
 
-    def _append(self, job: _Append) -> None:
+    def _append(self, job: Append) -> None:
         events = job.events
         first, after = events[0].seq, events[-1].seq + 1
         prompt = next((e for e in events if isinstance(e, UserMessage)), None)
@@ -319,7 +288,7 @@ class SqlitePersistence:
                 self._wal_fd = os.open(self.path + "-wal", os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 return  # nothing was written through the WAL yet
-        os.fsync(self._wal_fd)
+        os.fdatasync(self._wal_fd)
 
     def _create(self, header: SessionHeader) -> None:
         self._db.execute("PRAGMA synchronous=FULL")
@@ -348,7 +317,7 @@ class SqlitePersistence:
             ).fetchone()[0]
             closers = repair(events)
             if closers:
-                self._append(_Append(session_id, epoch, closers, sync=True))
+                self._append(Append(session_id, epoch, closers, sync=True))
                 logger.info("closed interrupted turn of session %r in %s", session_id, self.path)
         return header, events + closers, epoch
 
@@ -382,121 +351,6 @@ class SqlitePersistence:
         self._db.execute("COMMIT")
 
 
-class SqliteLog:
-    """One live SQLite session: its lock, its epoch, and what waits to be written.
-
-    See `SessionLog` for the contract. Every write is an append job on the
-    writer (`write_ahead` and `flush` wait for it to commit); one drain is in
-    flight at a time, and what is appended meanwhile waits for the next.
-    """
-
-    __slots__ = (
-        "_closed",
-        "_epoch",
-        "_error",
-        "_in_flight",
-        "_lock",
-        "_pending",
-        "_persistence",
-        "_sync",
-        "_synced",
-        "session_id",
-        "written",
-    )
-
-    def __init__(
-        self,
-        persistence: SqlitePersistence,
-        session_id: str,
-        lock: SessionLock,
-        *,
-        epoch: int,
-        next_seq: int,
-    ) -> None:
-        self._persistence = persistence
-        self.session_id = session_id
-        self._lock = lock
-        self._epoch = epoch
-        self._pending: Events = []
-        self._in_flight: _Append | None = None
-        self.written = next_seq  # the seq after the last event committed
-        self._synced = next_seq  # ... and after the last one an fsync covered
-        self._sync: _SyncWal | None = None
-        self._error: LeaseLost | None = None
-        self._closed = False
-
-    def append(self, event: SessionEvent) -> None:
-        self._pending.append(event)
-
-    async def write_ahead(self) -> None:
-        await self._commit(sync=self._persistence.sync == "always")
-
-    async def flush(self) -> None:
-        policy = self._persistence.sync
-        await self._commit(sync=policy == "always")
-        if policy == "turn" and self._synced < self.written:
-            self._sync_wal()
-
-    async def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with trio.CancelScope(shield=True):
-            try:
-                if self._error is None:  # after a lost lease nothing more is written
-                    await self._commit(sync=self._persistence.sync != "os")
-                if self._sync is not None and not self._sync.settled:
-                    await self._sync.wait()
-            finally:
-                self._lock.release()
-                if self._pending:
-                    logger.error(
-                        "session %r: %d events never reached %s",
-                        self.session_id,
-                        len(self._pending),
-                        self._persistence.path,
-                    )
-
-    async def _commit(self, *, sync: bool) -> None:
-        """Commit everything appended so far (waits for a drain already in flight first)."""
-        if self._error is not None:
-            raise self._error
-        while self._in_flight is not None:
-            with trio.CancelScope(shield=True):
-                await self._in_flight.wait()
-        if not self._pending:
-            return
-        job = self._in_flight = _Append(self.session_id, self._epoch, self._pending, sync=sync)
-        self._pending = []
-        self._persistence._writer.submit(job)
-        with trio.CancelScope(shield=True):  # the commit lands either way; the buffer follows it
-            await job.wait()
-        self._in_flight = None
-        if job.error is None:
-            self.written = job.events[-1].seq + 1
-            if sync:
-                self._synced = self.written
-            return
-        self._pending[:0] = job.events
-        if isinstance(job.error, LeaseLost):
-            self._error = job.error
-        raise job.error
-
-    def _sync_wal(self) -> None:
-        """An fsync of the WAL, covering every commit so far, off the agent's path."""
-        job = self._sync = _SyncWal(self.written)
-        job.on_settled = self._wal_synced
-        self._persistence._writer.submit(job)
-
-    def _wal_synced(self, job: Job) -> None:
-        assert isinstance(job, _SyncWal)
-        if job.error is None:
-            self._synced = max(self._synced, job.covers)
-        else:
-            path = self._persistence.path
-            logger.error("%s: fsync of the write-ahead log failed: %s", path, job.error)
-
-
 def _decode_header(path: str, session_id: str, raw: bytes) -> SessionHeader:
     try:
         header = _header_decoder.decode(raw)
@@ -510,3 +364,11 @@ def _decode_header(path: str, session_id: str, raw: bytes) -> SessionHeader:
             f" (this greenroom reads version {SESSION_VERSION})"
         )
     return header
+
+
+def _releaser(lock: SessionLock) -> Callable[[], Awaitable[None]]:
+    async def release() -> None:
+        lock.release()
+        await trio.lowlevel.checkpoint()
+
+    return release

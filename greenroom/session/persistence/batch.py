@@ -1,0 +1,213 @@
+"""What the database backends share: their writer's jobs, and `BatchLog`, a live session
+whose every write is an append job committed by the writer (SQLite, PostgreSQL).
+
+A backend's writer runs each batch of jobs on one connection: the `Append`s of a batch in
+one transaction (each under its own savepoint, so one fenced append cannot undo another),
+every other job alone, in order. One drain of a log is in flight at a time; what is
+appended meanwhile waits for the next.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol, TypeAlias, TypeVar
+
+import trio
+
+from greenroom.protocol.events import SessionEvent
+from greenroom.session.persistence.base import LeaseLost, SyncPolicy
+from greenroom.session.persistence.writer import Job, Writer
+
+logger = logging.getLogger("greenroom.persistence")
+
+Events: TypeAlias = list[SessionEvent]
+T = TypeVar("T")
+
+
+class Call(Job):
+    """A piece of database work run alone, in order: ``call()``, its value in ``value``."""
+
+    __slots__ = ("call", "value")
+
+    def __init__(self, call: Callable[[], object]) -> None:
+        super().__init__()
+        self.call = call
+        self.value: object = None
+
+
+class Append(Job):
+    """One log's drain: its events, at its epoch; ``sync`` wants the commit durable."""
+
+    __slots__ = ("epoch", "events", "session_id", "sync")
+
+    def __init__(self, session_id: str, epoch: int, events: Events, *, sync: bool) -> None:
+        super().__init__()
+        self.session_id = session_id
+        self.epoch = epoch
+        self.events = events
+        self.sync = sync
+
+
+class Sync(Job):
+    """Makes every commit before it durable, up to seq ``covers`` of the log that asked."""
+
+    __slots__ = ("covers",)
+
+    def __init__(self, covers: int) -> None:
+        super().__init__()
+        self.covers = covers
+
+
+async def run_call(writer: Writer[Job], call: Callable[[], T]) -> T:
+    """Run `call` on `writer`, in order with every append; its value, or its error.
+
+    The wait is shielded: the database work finishes either way.
+    """
+    job = Call(call)
+    writer.submit(job)
+    with trio.CancelScope(shield=True):
+        await job.wait()
+    if job.error is not None:
+        raise job.error
+    return job.value  # type: ignore[return-value]
+
+
+class Database(Protocol):
+    """What a `BatchLog` needs of its backend."""
+
+    @property
+    def writer(self) -> Writer[Job]: ...
+
+    @property
+    def sync(self) -> SyncPolicy: ...
+
+    @property
+    def where(self) -> str:
+        """The store, for messages (a path, a database name)."""
+        ...
+
+    def turn_sync(self, covers: int) -> Sync | None:
+        """A job that makes the turn's commits durable off the agent's path, or None when
+        the database does that by itself."""
+        ...
+
+
+class BatchLog:
+    """One live session of a database backend (see `SessionLog` for the contract).
+
+    `write_ahead` and `flush` wait for their append to commit; under
+    ``sync="turn"`` the turn's commit is made durable after it, off the
+    agent's path (`Database.turn_sync`); `close` commits durably, then lets
+    the session go (`release`).
+    """
+
+    __slots__ = (
+        "_closed",
+        "_database",
+        "_epoch",
+        "_error",
+        "_in_flight",
+        "_pending",
+        "_release",
+        "_sync",
+        "_synced",
+        "session_id",
+        "written",
+    )
+
+    def __init__(
+        self,
+        database: Database,
+        session_id: str,
+        release: Callable[[], Awaitable[None]],
+        *,
+        epoch: int,
+        next_seq: int,
+    ) -> None:
+        self._database = database
+        self.session_id = session_id
+        self._release = release
+        self._epoch = epoch
+        self._pending: Events = []
+        self._in_flight: Append | None = None
+        self.written = next_seq  # the seq after the last event committed
+        self._synced = next_seq  # ... and after the last one made durable
+        self._sync: Sync | None = None
+        self._error: LeaseLost | None = None
+        self._closed = False
+
+    def append(self, event: SessionEvent) -> None:
+        self._pending.append(event)
+
+    def lost(self, error: LeaseLost) -> None:
+        """Another holder took the session over: write nothing more (a heartbeat found it)."""
+        self._error = error
+
+    async def write_ahead(self) -> None:
+        await self._commit(sync=self._database.sync == "always")
+
+    async def flush(self) -> None:
+        policy = self._database.sync
+        await self._commit(sync=policy == "always")
+        if policy == "turn" and self._synced < self.written:
+            job = self._database.turn_sync(self.written)
+            if job is not None:
+                self._sync = job
+                job.on_settled = self._turn_synced
+                self._database.writer.submit(job)
+
+    async def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with trio.CancelScope(shield=True):
+            try:
+                if self._error is None:  # after a lost lease nothing more is written
+                    await self._commit(sync=self._database.sync != "os")
+                if self._sync is not None and not self._sync.settled:
+                    await self._sync.wait()
+            finally:
+                await self._release()
+                if self._pending:
+                    logger.error(
+                        "session %r: %d events never reached %s",
+                        self.session_id,
+                        len(self._pending),
+                        self._database.where,
+                    )
+
+    async def _commit(self, *, sync: bool) -> None:
+        """Commit everything appended so far (waits for a drain already in flight first)."""
+        if self._error is not None:
+            raise self._error
+        while self._in_flight is not None:
+            with trio.CancelScope(shield=True):
+                await self._in_flight.wait()
+        if not self._pending:
+            return
+        job = self._in_flight = Append(self.session_id, self._epoch, self._pending, sync=sync)
+        self._pending = []
+        self._database.writer.submit(job)
+        with trio.CancelScope(shield=True):  # the commit lands either way; the buffer follows it
+            await job.wait()
+        self._in_flight = None
+        if job.error is None:
+            self.written = job.events[-1].seq + 1
+            if sync:
+                self._synced = self.written
+            return
+        self._pending[:0] = job.events
+        if isinstance(job.error, LeaseLost):
+            self._error = job.error
+        raise job.error
+
+    def _turn_synced(self, job: Job) -> None:
+        assert isinstance(job, Sync)
+        if job.error is None:
+            self._synced = max(self._synced, job.covers)
+        else:
+            where = self._database.where
+            logger.error(
+                "%s: making the turn of %r durable failed: %s", where, self.session_id, job.error
+            )
