@@ -13,16 +13,19 @@ owned it, and fails the test.
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import hypothesis
+import psycopg
 import pytest
 import trio
 import trio.testing
 
 from greenroom.session.persistence.writer import writers_busy
+from tests.pg_server import PgServer
 
 #: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
 VIRTUAL_DEADLINE = 3600.0
@@ -143,6 +146,28 @@ def _checked_run(
     if check.leaked:
         pytest.fail(f"tasks outlived the test that spawned them: {check.leaked}")
     return result
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PgServer]:
+    """The suite's throwaway PostgreSQL server, started on first use (see tests/pg_server.py)."""
+    server = PgServer().start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+_schemas = itertools.count(1)
+
+
+@pytest.fixture
+def postgres_dsn(pg_server: PgServer) -> str:
+    """A DSN whose tables live in a schema of this test's own."""
+    schema = f"test_{next(_schemas)}"
+    with psycopg.connect(pg_server.dsn, autocommit=True) as db:
+        db.execute(f"CREATE SCHEMA {schema}")
+    return f"{pg_server.dsn}&options=-csearch_path%3D{schema}"
 
 
 @pytest.hookimpl(trylast=True)

@@ -8,6 +8,7 @@ going away under a live node.
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import shutil
@@ -52,9 +53,7 @@ class PgServer:
             self._run(_binary("initdb"), "-D", str(self.data), "-A", "trust", "-U", USER)
         options = f"-k {self.root} -c listen_addresses='' -c fsync=on"
         log = str(self.root / "server.log")  # the server must not hold our pipes open
-        self._run(
-            _binary("pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start"
-        )
+        self._run(_binary("pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
         return self
 
     def stop(self) -> None:
@@ -65,8 +64,6 @@ class PgServer:
         self.start()
 
     def remove(self) -> None:
-        try:
+        with contextlib.suppress(subprocess.CalledProcessError):  # not running
             self.stop()
-        except subprocess.CalledProcessError:
-            pass  # not running
         shutil.rmtree(self.root, ignore_errors=True)

@@ -46,11 +46,13 @@ from greenroom.session.persistence import (
     JsonlPersistence,
     NotASessionLog,
     Persistence,
+    SessionExists,
     SessionNotFound,
     SqlitePersistence,
     UnsupportedVersion,
     encode_session_id,
 )
+from greenroom.session.persistence.postgres import PostgresPersistence
 from greenroom.tools import Tool
 from tests.agents_helpers import assert_enclosed, kinds, new_agent, turn_ends
 from tests.persistence_helpers import Delegating, DelegatingLog, GatedOpen
@@ -58,12 +60,15 @@ from tests.persistence_helpers import Delegating, DelegatingLog, GatedOpen
 Backend = Callable[[], Persistence]
 
 
-@pytest.fixture(params=["jsonl", "sqlite"])
+@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    """A factory of persistence over one store: a second call reopens the same files."""
+    """A factory of persistence over one store: a second call reopens the same store."""
     if request.param == "jsonl":
         return lambda: JsonlPersistence(tmp_path / "sessions")
-    return lambda: SqlitePersistence(tmp_path / "sessions.sqlite")
+    if request.param == "sqlite":
+        return lambda: SqlitePersistence(tmp_path / "sessions.sqlite")
+    dsn = request.getfixturevalue("postgres_dsn")
+    return lambda: PostgresPersistence(dsn)
 
 
 HUNG = [[Say("partial"), Hang()]]
@@ -372,6 +377,12 @@ async def test_hostile_ids_stay_inside_the_store(
             await store.load(hostile)
         assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
         return
+    if isinstance(store, PostgresPersistence) and "\x00" in hostile:
+        # PostgreSQL's text cannot hold it: refused clearly, before anything is stored.
+        with pytest.raises(ValueError, match="cannot hold a NUL character"):
+            await store.create(header)
+        assert await store.list() == []
+        return
     log = await store.create(header)
     assert (await store.load(hostile))[0] == header
     assert [s.header.id for s in await store.list()] == [hostile]
@@ -431,3 +442,18 @@ async def test_an_async_stream_of_slow_turns_survives_a_dispose_mid_wait(
     _, stored = await backend().load("s")
     assert turn_ends(stored) == [(1, DISPOSED)]
     assert kinds(stored).count("assistant/chunk") == 1
+
+
+async def test_creating_a_stored_session_is_refused_and_stores_nothing(backend: Backend) -> None:
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=backend()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd="/work")
+        handle.agent.send("hello")
+        await handle.agent.when_idle()
+        await handle.dispose()
+        with pytest.raises(SessionExists, match="session 's' is stored already"):
+            await rt.agents.create(agent_id="b", session_id="s")
+        assert rt.agents.list() == []
+        assert rt.sessions.list() == []
+    header, stored = await backend().load("s")
+    assert header.cwd == "/work"
+    assert turn_ends(stored) == [(1, COMPLETED)]

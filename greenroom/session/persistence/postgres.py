@@ -1,0 +1,542 @@
+"""`PostgresPersistence`: sessions in PostgreSQL, with one live writer per session across nodes.
+
+psycopg 3 has no Trio support, so every statement runs off the Trio thread: appends and
+reads on the persistence's `Writer` (one batch at a time on one connection; the appends of
+a batch in one transaction, each under its own savepoint: group commit), the leases on a
+connection of their own, kept by a heartbeat thread.
+
+**Leases.** Taking a session live (create, resume) takes its lease: its row names the
+holder (node, pid), an `epoch` (the fencing token, bumped at every take-over) and an
+expiry, `lease_ttl` seconds ahead, which the heartbeat renews every third of it. The
+holder also holds a session-level advisory lock keyed by (session, epoch) on its lease
+connection, which PostgreSQL releases the moment that connection ends. Another node may
+take the lease over when the row's expiry has passed (a holder paused by SIGSTOP, a long
+GC, a partition) or when it can take that advisory lock itself (the holder's process or
+connection is gone): so a SIGKILLed holder is taken over at once, a paused one after
+`lease_ttl`. Every append checks, in its own transaction, that the epoch is still its
+own and that its first seq is the stored next seq, and writes nothing otherwise: a paused
+holder that wakes after a take-over gets `LeaseLost` and writes nothing.
+
+**Durability.** A commit is ``synchronous_commit=on`` when it must be durable (``sync=
+"always"``, a close) and ``off`` otherwise: under ``"turn"`` PostgreSQL's WAL writer makes
+it durable within ``wal_writer_delay`` (200 ms by default), off the agent's path.
+
+The schema creates itself on open, versioned in ``greenroom_schema``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import socket
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any, Final, TypeAlias, TypeVar
+
+import msgspec
+import psycopg
+
+from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
+from greenroom.session.persistence.base import (
+    SYNC_POLICIES,
+    CorruptLog,
+    Holder,
+    LeaseLost,
+    NotASessionLog,
+    PersistenceError,
+    SeqMismatch,
+    SessionExists,
+    SessionLocked,
+    SessionNotFound,
+    StoredSession,
+    SyncPolicy,
+    UnsupportedVersion,
+    repair,
+)
+from greenroom.session.persistence.batch import Append, BatchLog, Call, run_call
+from greenroom.session.persistence.writer import Job, Writer
+from greenroom.session.session import title_of
+from greenroom.session.store import check_session_id
+
+logger = logging.getLogger("greenroom.persistence")
+
+SCHEMA_VERSION: Final = 1
+#: Seconds a lease lasts unless renewed (a paused holder is taken over after this).
+LEASE_TTL: Final = 10.0
+#: A key every node's migration takes, so that two nodes never create the schema at once.
+_MIGRATION_LOCK: Final = 0x67726565_6E726F6F  # "greenroo"
+
+_SCHEMA = """
+CREATE TABLE greenroom_sessions (
+    id text PRIMARY KEY,
+    header bytea NOT NULL,
+    epoch bigint NOT NULL DEFAULT 0,
+    next_seq bigint NOT NULL DEFAULT 0,
+    title text,
+    updated_at double precision NOT NULL DEFAULT 0,
+    holder_node text,
+    holder_pid integer,
+    lease_until timestamptz
+);
+CREATE TABLE greenroom_batches (
+    session_id text NOT NULL,
+    first_seq bigint NOT NULL,
+    next_seq bigint NOT NULL,
+    lines bytea NOT NULL,
+    PRIMARY KEY (session_id, first_seq)
+);
+"""
+
+Events: TypeAlias = list[SessionEvent]
+Stored: TypeAlias = list[StoredSession]
+Appends: TypeAlias = list[Append]
+T = TypeVar("T")
+
+_encoder = msgspec.json.Encoder()
+_event_decoder = msgspec.json.Decoder(SessionEvent)
+_header_decoder = msgspec.json.Decoder(SessionHeader)
+
+
+def lock_key(session_id: str, epoch: int) -> int:
+    """The advisory lock (a signed 64-bit key) of one holding of one session."""
+    digest = hashlib.sha256(f"{session_id}\x00{epoch}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
+
+
+class PostgresPersistence:
+    """Session logs in the PostgreSQL database at `dsn` (see the module docstring).
+
+    ``node`` names this process's machine in the leases it takes (default: the host
+    name). Raises `PersistenceError` naming the server when it cannot be reached.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        *,
+        sync: SyncPolicy = "turn",
+        node: str | None = None,
+        lease_ttl: float = LEASE_TTL,
+    ) -> None:
+        if sync not in SYNC_POLICIES:
+            raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
+        self.dsn = dsn
+        self.sync: SyncPolicy = sync
+        self.node = node or socket.gethostname()
+        self.lease_ttl = lease_ttl
+        self.where = _describe(dsn)
+        self.writer: Writer[Job] = Writer(self._batch)
+        self._db = self._connect()
+        self._migrate()
+        self._leases = _Leases(self)
+
+    def close(self) -> None:
+        self._leases.stop()
+        self._db.close()
+
+    def turn_sync(self, covers: int) -> None:
+        """Commits go out ``synchronous_commit=off``: the WAL writer makes them durable."""
+        return None
+
+    def check_session_id(self, session_id: str) -> None:
+        check_session_id(session_id)
+        if "\x00" in session_id:
+            raise ValueError("a PostgreSQL session id cannot hold a NUL character")
+
+    async def create(self, header: SessionHeader) -> BatchLog:
+        self.check_session_id(header.id)
+        await self._run(lambda: self._create(header))
+        return self._live(header.id, 1, 0)
+
+    async def open(self, session_id: str) -> tuple[SessionHeader, Events, BatchLog]:
+        self.check_session_id(session_id)
+        header, events, epoch = await self._run(lambda: self._open(session_id))
+        return header, events, self._live(session_id, epoch, len(events))
+
+    async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
+        self.check_session_id(session_id)
+        header, events = await self._run(lambda: self._read(self._db, session_id))
+        return header, events + repair(events)
+
+    async def list(self) -> Stored:
+        return await self._run(self._list)
+
+    async def delete(self, session_id: str) -> None:
+        self.check_session_id(session_id)
+        await self._run(lambda: self._delete(session_id))
+
+    # -- the Trio side ---------------------------------------------------------------
+
+    async def _run(self, call: Callable[[], T]) -> T:
+        return await run_call(self.writer, call)
+
+    def _live(self, session_id: str, epoch: int, next_seq: int) -> BatchLog:
+        async def release() -> None:
+            await self._run(lambda: self._leases.release(session_id, epoch))
+
+        log = BatchLog(self, session_id, release, epoch=epoch, next_seq=next_seq)
+        self._leases.watch(session_id, epoch, log)
+        return log
+
+    # -- in the writer's thread ----------------------------------------------------
+
+    def _connect(self) -> psycopg.Connection[Any]:
+        try:
+            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+        except psycopg.Error as exc:
+            raise PersistenceError(f"cannot reach PostgreSQL at {self.where}: {exc}") from None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The writer's connection; a new one if the server dropped it."""
+        if self._db.closed or self._db.broken:
+            self._db = self._connect()
+        return self._db
+
+    def _migrate(self) -> None:
+        with self._db.transaction():
+            self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            self._db.execute("CREATE TABLE IF NOT EXISTS greenroom_schema (version integer)")
+            row = self._db.execute("SELECT version FROM greenroom_schema").fetchone()
+            if row is None:
+                self._db.execute(_SCHEMA)
+                self._db.execute("INSERT INTO greenroom_schema VALUES (%s)", (SCHEMA_VERSION,))
+            elif row[0] != SCHEMA_VERSION:
+                raise UnsupportedVersion(
+                    f"{self.where}: schema version {row[0]} (this greenroom reads {SCHEMA_VERSION})"
+                )
+
+    def _batch(self, jobs: Sequence[Job]) -> None:
+        """Runs of appends share one transaction; every other job runs alone, in order."""
+        run: Appends = []
+        for job in jobs:
+            if isinstance(job, Append):
+                run.append(job)
+                continue
+            self._commit(run)
+            run = []
+            try:
+                if isinstance(job, Call):
+                    job.value = job.call()
+            except psycopg.Error as exc:
+                job.error = PersistenceError(f"{self.where}: {exc}")
+            except Exception as exc:
+                job.error = exc
+        self._commit(run)
+
+    def _commit(self, appends: Sequence[Append]) -> None:
+        if not appends:
+            return
+        durable = any(job.sync for job in appends) or self.sync == "always"
+        try:
+            db = self._connection()
+            with db.transaction():
+                if not durable:
+                    db.execute("SET LOCAL synchronous_commit = off")
+                for job in appends:
+                    try:
+                        with db.transaction():  # a savepoint: a fenced append undoes only itself
+                            self._append(db, job)
+                    except PersistenceError as exc:
+                        job.error = exc
+        except psycopg.Error as exc:
+            for job in appends:
+                job.error = job.error or PersistenceError(f"{self.where}: {exc}")
+        except PersistenceError as exc:  # the server cannot be reached
+            for job in appends:
+                job.error = job.error or exc
+
+    def _append(self, db: psycopg.Connection[Any], job: Append) -> None:
+        events = job.events
+        first, after = events[0].seq, events[-1].seq + 1
+        prompt = next((e for e in events if isinstance(e, UserMessage)), None)
+        updated = db.execute(
+            "UPDATE greenroom_sessions SET next_seq = %s, updated_at = %s,"
+            " title = COALESCE(title, %s) WHERE id = %s AND epoch = %s AND next_seq = %s",
+            (
+                after,
+                events[-1].time,
+                None if prompt is None else title_of(prompt.content),
+                job.session_id,
+                job.epoch,
+                first,
+            ),
+        ).rowcount
+        if not updated:
+            row = db.execute(
+                "SELECT epoch, next_seq FROM greenroom_sessions WHERE id = %s", (job.session_id,)
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(f"no stored session {job.session_id!r} in {self.where}")
+            if row[0] != job.epoch:
+                raise LeaseLost(
+                    f"session {job.session_id!r} was taken over by another node (epoch"
+                    f" {row[0]}, this life held {job.epoch}); nothing written to {self.where}"
+                )
+            if row[1] == after:
+                return  # a retry of a commit that had landed: written already
+            raise SeqMismatch(
+                f"session {job.session_id!r}: append starts at seq {first},"
+                f" but {self.where} holds {row[1]} events"
+            )
+        db.execute(
+            "INSERT INTO greenroom_batches (session_id, first_seq, next_seq, lines)"
+            " VALUES (%s, %s, %s, %s)",
+            (job.session_id, first, after, _encoder.encode_lines(events)),
+        )
+
+    def _create(self, header: SessionHeader) -> None:
+        """Store the header and take the lease in one transaction (the lock before it commits)."""
+        db = self._connection()
+        key = lock_key(header.id, 1)
+        try:
+            with db.transaction():  # committed with the lock held: no row without its holder
+                self._insert(db, header)
+                self._leases.lock(key)
+        except BaseException:
+            self._leases.unlock(key)
+            raise
+
+    def _insert(self, db: psycopg.Connection[Any], header: SessionHeader) -> None:
+        inserted = db.execute(
+            "INSERT INTO greenroom_sessions (id, header, epoch, updated_at, holder_node,"
+            " holder_pid, lease_until) VALUES (%s, %s, 1, %s, %s, %s,"
+            " now() + make_interval(secs => %s)) ON CONFLICT (id) DO NOTHING",
+            (
+                header.id,
+                _encoder.encode(header),
+                header.created_at / 1000,
+                self.node,
+                os.getpid(),
+                self.lease_ttl,
+            ),
+        ).rowcount
+        if not inserted:
+            raise SessionExists(f"session {header.id!r} is stored already in {self.where}")
+
+    def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
+        db = self._connection()
+        with db.transaction():
+            row = db.execute(
+                "SELECT epoch, holder_node, holder_pid, lease_until > now()"
+                " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
+            epoch, node, pid, live = row
+            if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
+                raise SessionLocked(session_id, Holder(pid, node), self.where)
+            epoch += 1
+            key = lock_key(session_id, epoch)
+            self._leases.lock(key)
+            try:
+                db.execute(
+                    "UPDATE greenroom_sessions SET epoch = %s, holder_node = %s, holder_pid = %s,"
+                    " lease_until = now() + make_interval(secs => %s) WHERE id = %s",
+                    (epoch, self.node, os.getpid(), self.lease_ttl, session_id),
+                )
+                header, events = self._read(db, session_id)
+                closers = repair(events)
+                if closers:
+                    self._append(db, Append(session_id, epoch, closers, sync=True))
+                    logger.info("closed interrupted turn of %r in %s", session_id, self.where)
+            except BaseException:
+                self._leases.unlock(key)
+                raise
+        return header, events + closers, epoch
+
+    def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
+        row = db.execute(
+            "SELECT header FROM greenroom_sessions WHERE id = %s", (session_id,)
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
+        header = _decode_header(self.where, session_id, row[0])
+        rows = db.execute(
+            "SELECT lines FROM greenroom_batches WHERE session_id = %s ORDER BY first_seq",
+            (session_id,),
+        ).fetchall()
+        try:  # one decode call for the whole log
+            events: Events = _event_decoder.decode_lines(b"".join(r[0] for r in rows))
+        except msgspec.DecodeError as exc:
+            raise CorruptLog(
+                f"{self.where}: an event of session {session_id!r} does not decode: {exc}"
+            ) from None
+        for index, event in enumerate(events):
+            if event.seq != index:
+                raise CorruptLog(f"{self.where}: session {session_id!r} has a gap at seq {index}")
+        return header, events
+
+    def _list(self) -> Stored:
+        rows = (
+            self._connection()
+            .execute(
+                "SELECT header, title, updated_at FROM greenroom_sessions"
+                " ORDER BY updated_at DESC, id"
+            )
+            .fetchall()
+        )
+        return [StoredSession(_header_decoder.decode(h), t, u) for h, t, u in rows]
+
+    def _delete(self, session_id: str) -> None:
+        db = self._connection()
+        with db.transaction():
+            row = db.execute(
+                "SELECT epoch, holder_node, holder_pid, lease_until > now()"
+                " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
+                (session_id,),
+            ).fetchone()
+            if row is None:
+                return
+            epoch, node, pid, live = row
+            if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
+                raise SessionLocked(session_id, Holder(pid, node), self.where)
+            db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
+            db.execute("DELETE FROM greenroom_sessions WHERE id = %s", (session_id,))
+
+
+class _Leases:
+    """The leases this persistence holds: their advisory locks and their heartbeat.
+
+    One connection of its own (autocommit), used by whoever holds `_lock`: the
+    writer's thread (lock, probe, release) and the heartbeat thread, which wakes every
+    third of the lease's ttl while any lease is held, renews them all in one statement,
+    and tells a log whose lease another node took that it lost it.
+    """
+
+    def __init__(self, persistence: PostgresPersistence) -> None:
+        self._persistence = persistence
+        self._lock = threading.Lock()
+        self._db = persistence._connect()
+        self._held: dict[tuple[str, int], BatchLog | None] = {}
+        self._keys: set[int] = set()
+        self._wake = threading.Event()
+        self._stopped = False
+        self._thread: threading.Thread | None = None
+
+    def _connection(self) -> psycopg.Connection[Any]:
+        """The lease connection; a new one, with our locks taken again, if it was dropped."""
+        if self._db.closed or self._db.broken:
+            self._db = self._persistence._connect()
+            for key in self._keys:
+                self._db.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+        return self._db
+
+    def lock(self, key: int) -> None:
+        with self._lock:
+            taken = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            if not taken.fetchone()[0]:  # type: ignore[index]
+                raise PersistenceError("a lease's advisory lock is held elsewhere; try again")
+            self._keys.add(key)
+
+    def unlock(self, key: int) -> None:
+        """Drop the advisory lock `key` if this persistence holds it."""
+        with self._lock:
+            if key not in self._keys:
+                return
+            self._keys.discard(key)
+            if not self._db.closed and not self._db.broken:
+                self._db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+    def holder_gone(self, key: int) -> bool:
+        """True if nobody holds the advisory lock `key` (its holder's connection ended)."""
+        with self._lock:
+            if key in self._keys:
+                return False  # we hold it ourselves
+            db = self._connection()
+            taken = db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+            if taken is not None and taken[0]:
+                db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                return True
+            return False
+
+    def watch(self, session_id: str, epoch: int, log: BatchLog) -> None:
+        with self._lock:
+            self._held[(session_id, epoch)] = log
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(
+                    target=self._beat, name="greenroom lease heartbeat", daemon=True
+                )
+                self._thread.start()
+
+    def release(self, session_id: str, epoch: int) -> None:
+        """Give the lease back (if it is still ours) and drop its advisory lock."""
+        with self._lock:
+            self._held.pop((session_id, epoch), None)
+        self._persistence._connection().execute(
+            "UPDATE greenroom_sessions SET holder_node = NULL, holder_pid = NULL,"
+            " lease_until = NULL WHERE id = %s AND epoch = %s",
+            (session_id, epoch),
+        )
+        self.unlock(lock_key(session_id, epoch))
+
+    def stop(self) -> None:
+        self._stopped = True
+        self._wake.set()
+        with self._lock:
+            self._db.close()
+
+    def _beat(self) -> None:
+        period = self._persistence.lease_ttl / 3
+        while not self._stopped:
+            self._wake.wait(period)
+            with self._lock:
+                held = dict(self._held)
+                if not held:
+                    self._thread = None
+                    return
+                try:
+                    self._renew(held)
+                except (psycopg.Error, PersistenceError) as exc:
+                    logger.warning("renewing leases in %s failed: %s", self._persistence.where, exc)
+
+    def _renew(self, held: dict[tuple[str, int], BatchLog | None]) -> None:
+        ids = [session_id for session_id, _ in held]
+        epochs = [epoch for _, epoch in held]
+        renewed = (
+            self._connection()
+            .execute(
+                "UPDATE greenroom_sessions AS s SET lease_until = now() + make_interval(secs => %s)"
+                " FROM unnest(%s::text[], %s::bigint[]) AS h(id, epoch)"
+                " WHERE s.id = h.id AND s.epoch = h.epoch RETURNING s.id, s.epoch",
+                (self._persistence.lease_ttl, ids, epochs),
+            )
+            .fetchall()
+        )
+        kept = {(row[0], row[1]) for row in renewed}
+        for (session_id, epoch), log in held.items():
+            if (session_id, epoch) not in kept and log is not None:
+                self._held.pop((session_id, epoch), None)
+                # A plain attribute the log reads at its next write: no need to wake Trio.
+                log.lost(
+                    LeaseLost(
+                        f"session {session_id!r}: another node took the lease over; this"
+                        " life writes nothing more"
+                    )
+                )
+
+
+def _describe(dsn: str) -> str:
+    """The server, for messages: the DSN without a password."""
+    try:
+        info = psycopg.conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "PostgreSQL (an unreadable DSN)"
+    host = info.get("host") or "localhost"
+    return f"PostgreSQL database {info.get('dbname', '?')!r} at {host}"
+
+
+def _decode_header(where: str, session_id: str, raw: bytes) -> SessionHeader:
+    try:
+        header = _header_decoder.decode(raw)
+    except msgspec.DecodeError as exc:
+        raise NotASessionLog(
+            f"{where}: the header of {session_id!r} does not decode: {exc}"
+        ) from None
+    if header.version != SESSION_VERSION:
+        raise UnsupportedVersion(
+            f"{where}: session {session_id!r} has log version {header.version}"
+            f" (this greenroom reads version {SESSION_VERSION})"
+        )
+    return header
