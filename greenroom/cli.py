@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
+import sqlite3
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -11,7 +13,14 @@ from pathlib import Path
 import trio
 
 from greenroom.models import ModelAdapter, ScriptedModel
-from greenroom.session.persistence import SYNC_POLICIES, JsonlPersistence, PersistenceError
+from greenroom.session.persistence import (
+    SYNC_POLICIES,
+    JsonlPersistence,
+    Persistence,
+    PersistenceError,
+    SqlitePersistence,
+    SyncPolicy,
+)
 from greenroom.session.transcript import describe_stored, transcript
 
 
@@ -70,23 +79,72 @@ class StateDirError(Exception):
     """The state directory cannot be used; the message names it and the problem."""
 
 
-def usable_state_dir(path: Path, *, create: bool) -> Path:
+def usable_state_dir(path: Path, *, create: bool, named: str = "--state-dir") -> Path:
     """`path` as a directory greenroom can keep state in, made if `create` and missing.
 
-    Raises `StateDirError` naming the path and what is wrong with it.
+    Raises `StateDirError` naming the path (after `named`, the option that gave it) and
+    what is wrong with it.
     """
     if not path.exists():
         if not create:
-            raise StateDirError(f"--state-dir {path}: no such directory")
+            raise StateDirError(f"{named} {path}: no such directory")
         try:
             path.mkdir(mode=0o700, parents=True)
         except OSError as exc:
-            raise StateDirError(f"--state-dir {path}: cannot create it: {exc.strerror}") from None
+            raise StateDirError(f"{named} {path}: cannot create it: {exc.strerror}") from None
     if not path.is_dir():
-        raise StateDirError(f"--state-dir {path}: not a directory")
+        raise StateDirError(f"{named} {path}: not a directory")
     if not os.access(path, os.R_OK | os.W_OK | os.X_OK if create else os.R_OK | os.X_OK):
-        raise StateDirError(f"--state-dir {path}: not {'writable' if create else 'readable'}")
+        raise StateDirError(f"{named} {path}: not {'writable' if create else 'readable'}")
     return path
+
+
+class StoreError(Exception):
+    """The store URL cannot be used; the message names it and the problem."""
+
+
+def store_from_url(url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = 10.0) -> Persistence:
+    """The persistence `url` names: ``jsonl:DIR``, ``sqlite:PATH`` or ``postgresql://...``.
+
+    Raises `StoreError` naming the URL for one greenroom cannot use or reach.
+    """
+    kind, _, rest = url.partition(":")
+    try:
+        if kind == "jsonl" and rest:
+            root = usable_state_dir(Path(rest).expanduser(), create=True, named="--store jsonl:")
+            return JsonlPersistence(root, sync=sync)
+        if kind == "sqlite" and rest:
+            path = Path(rest).expanduser()
+            usable_state_dir(path.parent, create=True, named=f"--store {url}: its folder")
+            return SqlitePersistence(path, sync=sync)
+        if kind in ("postgresql", "postgres") and rest.startswith("//"):
+            from greenroom.session.persistence.postgres import PostgresPersistence
+
+            return PostgresPersistence(url, sync=sync, lease_ttl=lease_ttl)
+    except StateDirError as exc:
+        raise StoreError(str(exc)) from None
+    except (PersistenceError, OSError, sqlite3.Error) as exc:
+        raise StoreError(f"--store {_safe(url)}: {exc}") from None
+    raise StoreError(
+        f"--store {_safe(url)}: not a store URL (jsonl:DIR, sqlite:PATH or postgresql://...)"
+    )
+
+
+def _safe(url: str) -> str:
+    """`url` with any password it carries (``user:PASSWORD@`` or ``password=``) starred."""
+    return _PASSWORD.sub(lambda m: f"{m[1] or m[2]}***", url)
+
+
+_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*(?=@)|([?&]password=)[^&]*")
+
+
+def _add_store(parser: argparse.ArgumentParser, default: str) -> None:
+    parser.add_argument(
+        "--store",
+        default=os.environ.get("GREENROOM_STORE"),
+        help="where sessions live: jsonl:DIR, sqlite:PATH or postgresql://... (default:"
+        f" $GREENROOM_STORE, else {default})",
+    )
 
 
 def _add_state_dir(parser: argparse.ArgumentParser, *, nested: bool = False) -> None:
@@ -112,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep the sessions here (default: $GREENROOM_HOME/demo, emptied at each run)",
     )
+    _add_store(demo, "jsonl under the state dir")
     acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
         "--model",
@@ -127,9 +186,18 @@ def main(argv: list[str] | None = None) -> int:
         help="when sessions are fsynced: turn (once per turn, off the agent's path; the"
         " default), always (before a turn's end is reported) or os (never)",
     )
+    acp.add_argument(
+        "--lease-ttl",
+        type=float,
+        default=10.0,
+        help="PostgreSQL: seconds a paused node keeps its sessions before another may take"
+        " them over (default 10)",
+    )
     _add_state_dir(acp)
+    _add_store(acp, "jsonl:STATE-DIR/sessions")
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
     _add_state_dir(sessions)
+    _add_store(sessions, "jsonl:STATE-DIR/sessions")
     verbs = sessions.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="one line per stored session")
     _add_state_dir(listing, nested=True)
@@ -143,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
 
             fresh = args.state_dir is None
             state = usable_state_dir(args.state_dir or demo_state_dir(), create=True)
-            return run_demo(plain=args.plain, state_dir=state, fresh=fresh)
+            store = store_from_url(args.store) if args.store else None
+            return run_demo(plain=args.plain, state_dir=state, fresh=fresh, store=store)
         if args.command == "acp":
             from greenroom.acp.stdio import run_stdio
 
@@ -152,27 +221,34 @@ def main(argv: list[str] | None = None) -> int:
                 models = {spec: model_from_spec(spec, os.environ) for spec in specs}
             except ValueError as exc:
                 parser.error(str(exc))
-            state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
-            return run_stdio(models, JsonlPersistence(sessions_root(state), sync=args.sync))
-        return _sessions(
-            args.verb, args, usable_state_dir(args.state_dir or default_state_dir(), create=False)
-        )
-    except StateDirError as exc:
+            if args.store:
+                store = store_from_url(args.store, sync=args.sync, lease_ttl=args.lease_ttl)
+            else:
+                state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
+                store = JsonlPersistence(sessions_root(state), sync=args.sync)
+            return run_stdio(models, store)
+        if args.store:
+            return _sessions(args.verb, args, store_from_url(args.store), None)
+        state = usable_state_dir(args.state_dir or default_state_dir(), create=False)
+        return _sessions(args.verb, args, JsonlPersistence(sessions_root(state)), state)
+    except (StateDirError, StoreError) as exc:
         print(f"greenroom {args.command}: {exc}", file=sys.stderr)
         return 2
 
 
-def _sessions(verb: str, args: argparse.Namespace, state_dir: Path) -> int:
-    store = JsonlPersistence(sessions_root(state_dir))
+def _sessions(
+    verb: str, args: argparse.Namespace, store: Persistence, state_dir: Path | None
+) -> int:
     try:
         if verb == "list":
             stored = trio.run(store.list)
             for session in stored:
                 print(describe_stored(session))
             if not stored:
-                print(f"no sessions in {store.root}", file=sys.stderr)
+                where = store.root if isinstance(store, JsonlPersistence) else _safe(args.store)
+                print(f"no sessions in {where}", file=sys.stderr)
                 demo = sessions_root(demo_state_dir())
-                if demo.is_dir() and state_dir != demo_state_dir():
+                if state_dir is not None and demo.is_dir() and state_dir != demo_state_dir():
                     print(
                         f"greenroom demo keeps its sessions in {demo}:"
                         f" greenroom sessions list --state-dir {demo.parent}",

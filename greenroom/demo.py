@@ -50,7 +50,7 @@ from greenroom.protocol.model import (
 )
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import JsonlPersistence, Persistence
 from greenroom.session.transcript import describe_reason
 from greenroom.tools.bash.tools import bash_plugin
 
@@ -162,13 +162,15 @@ def _turns(session: Session) -> dict[int, list[SessionEvent]]:
     return turns
 
 
-async def story(runtime: Runtime, narrator: Narrator, pace: float, store: JsonlPersistence) -> None:
+async def story(
+    runtime: Runtime, narrator: Narrator, pace: float, store: Persistence, work: Path
+) -> None:
     """The demo's body: each beat runs, then checks what the log shows."""
     say = narrator.say
     agents = runtime.agents
     watch = Watch(runtime)
     handles = {
-        name: await agents.create(agent_id=name, session_id=name, cwd=str(store.root.parent))
+        name: await agents.create(agent_id=name, session_id=name, cwd=str(work))
         for name in ("planner", "builder", "reviewer")
     }
     planner, builder, reviewer = (handles[n].agent for n in ("planner", "builder", "reviewer"))
@@ -289,10 +291,16 @@ def _listen(runtime: Runtime, narrator: Narrator) -> None:
 
 
 async def run_story(
-    state_dir: Path, *, out: TextIO = sys.stdout, live: bool = False, pace: float = 1.0
+    state_dir: Path,
+    *,
+    out: TextIO = sys.stdout,
+    live: bool = False,
+    pace: float = 1.0,
+    store: Persistence | None = None,
 ) -> list[tuple[str, str, bool]]:
-    """Tell the story with state in `state_dir`; returns the summary rows (what, result, ok)."""
-    store = JsonlPersistence(state_dir / "sessions")
+    """Tell the story with state in `state_dir` (sessions in `store`, default JSONL under
+    it); returns the summary rows (what, result, ok)."""
+    store = store or JsonlPersistence(state_dir / "sessions")
     work = state_dir / "work"
     work.mkdir(parents=True, exist_ok=True)
     async with open_runtime(
@@ -312,7 +320,7 @@ async def run_story(
                             await trio.sleep(0.1)
 
                     nursery.start_soon(redraw)
-                await story(runtime, narrator, pace, store)
+                await story(runtime, narrator, pace, store, work)
                 nursery.cancel_scope.cancel()
         if live:  # the last frame stays on the main screen, above the summary
             out.write("\n".join(fit(live_view(runtime, narrator))) + "\n")
@@ -355,16 +363,18 @@ def alternate_screen(out: TextIO, live: bool) -> Iterator[None]:
         out.flush()
 
 
-def run_demo(*, plain: bool, state_dir: Path, fresh: bool) -> int:
+def run_demo(*, plain: bool, state_dir: Path, fresh: bool, store: Persistence | None) -> int:
     """Run the story with its state in `state_dir` (emptied first if `fresh`: it is the demo's
-    own), then say where its sessions are."""
+    own) and its sessions in `store` (default JSONL under `state_dir`), then say where they
+    are."""
     live = not plain and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
     if fresh:
         for part in ("sessions", "work"):
             shutil.rmtree(state_dir / part, ignore_errors=True)
-    summary = trio.run(lambda: run_story(state_dir, live=live))
-    print(
-        f"\nthe demo's sessions are in {state_dir / 'sessions'}:"
-        f" greenroom sessions list --state-dir {state_dir}"
-    )
+    summary = trio.run(lambda: run_story(state_dir, live=live, store=store))
+    if store is None:
+        print(
+            f"\nthe demo's sessions are in {state_dir / 'sessions'}:"
+            f" greenroom sessions list --state-dir {state_dir}"
+        )
     return 0 if all(ok for _, _, ok in summary) else 1

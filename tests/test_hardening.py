@@ -157,6 +157,38 @@ def test_an_unusable_state_dir_is_one_line_and_exit_2(
     assert str(argv[argv.index("--state-dir") + 1]) in err
 
 
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["sessions", "--store", "mysql://u:hunter2@h/db", "list"], "not a store URL"),
+        (["sessions", "--store", "jsonl:", "list"], "not a store URL"),
+        (["acp", "--store", "sqlite:{file}/below.db"], "its folder {file}: not a directory"),
+        (["demo", "--plain", "--store", "jsonl:{file}"], "not a directory"),
+        (
+            ["sessions", "--store", "postgresql://u:hunter2@/db?host={missing}", "list"],
+            "cannot reach PostgreSQL database 'db' at {missing}",
+        ),
+        (
+            ["acp", "--store", "postgresql:///db?host={missing}&password=hunter2"],
+            "cannot reach PostgreSQL",
+        ),
+    ],
+)
+def test_an_unusable_store_is_one_line_naming_it_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    missing = tmp_path / "missing"
+    argv = [a.format(file=file, missing=missing) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert problem.format(file=file, missing=missing) in err
+    assert "--store" in err
+    assert "hunter2" not in err
+
+
 def test_sessions_list_takes_the_state_dir_after_the_verb(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -185,7 +185,8 @@ class PostgresPersistence:
         try:
             return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
-            raise PersistenceError(f"cannot reach PostgreSQL at {self.where}: {exc}") from None
+            why = " ".join(str(exc).split())  # libpq's message spans lines
+            raise PersistenceError(f"cannot reach {self.where}: {why}") from None
 
     def _connection(self) -> psycopg.Connection[Any]:
         """The writer's connection; a new one if the server dropped it."""

@@ -1,0 +1,198 @@
+"""Sessions on PostgreSQL across nodes, against the suite's real server: no mocks.
+
+Two ``greenroom acp --store postgresql://...`` processes play two nodes. A node that
+dies loses its sessions at once; a node that is merely paused loses them after its lease
+ran out, and when it wakes it writes nothing into them. The server going away under a
+live node fails writes as typed errors and loses nothing.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from pathlib import Path
+
+import msgspec
+import psycopg
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.cli import main
+from greenroom.models import ScriptedModel
+from greenroom.protocol.events import (
+    COMPLETED,
+    USER,
+    Errored,
+    MessageTrigger,
+    SessionEvent,
+    SessionHeader,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.session.persistence import LeaseLost, SessionLocked
+from greenroom.session.persistence.postgres import PostgresPersistence
+from tests.acp_process import acp_process
+from tests.agents_helpers import assert_enclosed, turn_ends
+from tests.pg_server import PgServer
+
+pytestmark = pytest.mark.real_clock
+
+LIMIT = 60
+TTL = 2.0
+
+
+async def _stored(dsn: str, session: str) -> list[SessionEvent]:
+    store = PostgresPersistence(dsn)
+    try:
+        _, events = await store.load(session)
+    finally:
+        store.close()
+    return list(events)
+
+
+async def test_a_second_node_is_refused_then_takes_over_at_once_when_the_first_dies(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    store = ("--store", postgres_dsn, "--lease-ttl", "30", "--model", "scripted:0")
+    load = {"cwd": str(tmp_path), "mcpServers": []}
+    with trio.fail_after(LIMIT):
+        async with acp_process(tmp_path / "a", *store) as node_a:
+            session = await node_a.new_session(str(tmp_path))
+            assert (await node_a.prompt(session, "from a"))["result"]["stopReason"] == "end_turn"
+            async with acp_process(tmp_path / "b", *store) as node_b:
+                refused = await node_b.call("session/load", {"sessionId": session, **load})
+                assert f"live in pid {node_a.process.pid} on host" in refused["error"]["message"]
+                killed = time.monotonic()
+                node_a.process.send_signal(signal.SIGKILL)
+                await node_a.process.wait()
+                loaded = await node_b.call("session/load", {"sessionId": session, **load})
+                takeover = time.monotonic() - killed
+                assert "result" in loaded, loaded
+                assert takeover < 5  # the dead node's lease is taken at once, not after 30 s
+                reply = await node_b.prompt(session, "from b")
+                assert reply["result"]["stopReason"] == "end_turn"
+                assert await node_b.close() == 0
+    events = await _stored(postgres_dsn, session)
+    assert_enclosed(events)
+    assert [e.content for e in events if isinstance(e, UserMessage)] == ["from a", "from b"]
+    assert [t for t, _ in turn_ends(events)] == [1, 2]
+
+
+async def test_a_paused_node_loses_its_lease_and_writes_nothing_when_it_wakes(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    store = ("--store", postgres_dsn, "--lease-ttl", str(TTL), "--model", "scripted:0")
+    load = {"cwd": str(tmp_path), "mcpServers": []}
+    with trio.fail_after(LIMIT):
+        async with (
+            acp_process(tmp_path / "a", *store) as node_a,
+            acp_process(tmp_path / "b", *store) as node_b,
+        ):
+            session = await node_a.new_session(str(tmp_path))
+            assert (await node_a.prompt(session, "a one"))["result"]["stopReason"] == "end_turn"
+            node_a.process.send_signal(signal.SIGSTOP)
+            try:
+                await trio.sleep(TTL * 1.5)
+                loaded = await node_b.call("session/load", {"sessionId": session, **load})
+                assert "result" in loaded, loaded
+                assert (await node_b.prompt(session, "b one"))["result"]["stopReason"] == "end_turn"
+            finally:
+                node_a.process.send_signal(signal.SIGCONT)
+            late = await node_a.prompt(session, "a two, too late")
+            assert late["error"]["code"] == -32603
+            assert "taken over" in late["error"]["message"]
+            assert (await node_b.prompt(session, "b two"))["result"]["stopReason"] == "end_turn"
+            assert await node_b.close() == 0
+    events = await _stored(postgres_dsn, session)
+    assert_enclosed(events)
+    assert [e.content for e in events if isinstance(e, UserMessage)] == ["a one", "b one", "b two"]
+
+
+async def test_the_epoch_fences_a_holder_whose_lease_ran_out_unseen(postgres_dsn: str) -> None:
+    first, second = PostgresPersistence(postgres_dsn), PostgresPersistence(postgres_dsn)
+    try:
+        with trio.fail_after(LIMIT):
+            await (await first.create(SessionHeader(id="s", created_at=1))).close()
+            _, _, old = await first.open("s")
+            with pytest.raises(SessionLocked):
+                await second.open("s")
+            with psycopg.connect(postgres_dsn, autocommit=True) as db:  # a pause past the ttl
+                db.execute("UPDATE greenroom_sessions SET lease_until = now() - interval '1 s'")
+            _, _, new = await second.open("s")
+            old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
+            with pytest.raises(LeaseLost, match="session 's' was taken over"):
+                await old.write_ahead()
+            written = [
+                _at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))),
+                _at(1, TurnEnd(turn=1, reason=COMPLETED)),
+            ]
+            for event in written:
+                new.append(event)
+            await new.flush()
+            await new.close()
+            await old.close()
+    finally:
+        first.close()
+        second.close()
+    assert await _stored(postgres_dsn, "s") == written
+
+
+async def test_the_server_going_away_fails_writes_and_loses_nothing(
+    tmp_path: Path, pg_server: PgServer, postgres_dsn: str
+) -> None:
+    store = PostgresPersistence(postgres_dsn)
+    errors: list[str] = []
+    try:
+        with trio.fail_after(LIMIT):
+            async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+                agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+                agent.send("before")
+                await agent.when_idle()
+                await trio.to_thread.run_sync(pg_server.stop)
+                try:
+                    agent.send("while it is gone")
+                    await agent.when_idle()
+                finally:
+                    await trio.to_thread.run_sync(pg_server.start)
+                ends = turn_ends(agent.session.events)
+                assert isinstance(ends[-1][1], Errored)
+                errors.append(ends[-1][1].message)
+                agent.send("after")
+                await agent.when_idle()
+                live = list(agent.session.events)
+    finally:
+        store.close()
+    assert "could not be written" in errors[0]
+    stored = await _stored(postgres_dsn, "s")
+    assert stored == live  # what failed was kept and written once the server was back
+    assert_enclosed(stored)
+    assert [e.content for e in stored if isinstance(e, UserMessage)] == [
+        "before",
+        "while it is gone",
+        "after",
+    ]
+    assert len([e for e in stored if isinstance(e, TurnEnd)]) == 3
+
+
+def _at(seq: int, event: SessionEvent) -> SessionEvent:
+    return msgspec.structs.replace(event, seq=seq)
+
+
+def test_sessions_list_reads_a_postgres_store(
+    tmp_path: Path, postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def one() -> None:
+        store = PostgresPersistence(postgres_dsn)
+        try:
+            async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+                handle = await rt.agents.create(agent_id="a", session_id="pg-1", cwd="/tmp")
+                handle.agent.send("hello postgres")
+                await handle.agent.when_idle()
+        finally:
+            store.close()
+
+    trio.run(one)
+    assert main(["sessions", "--store", postgres_dsn, "list"]) == 0
+    assert "pg-1" in capsys.readouterr().out
