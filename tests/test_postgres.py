@@ -102,7 +102,7 @@ async def test_a_paused_node_loses_its_lease_and_writes_nothing_when_it_wakes(
                 node_a.process.send_signal(signal.SIGCONT)
             late = await node_a.prompt(session, "a two, too late")
             assert late["error"]["code"] == -32603
-            assert "taken over" in late["error"]["message"]
+            assert "was taken over by another node" in late["error"]["message"]
             assert (await node_b.prompt(session, "b two"))["result"]["stopReason"] == "end_turn"
             assert await node_b.close() == 0
     events = await _stored(postgres_dsn, session)

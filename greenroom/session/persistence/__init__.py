@@ -1,4 +1,8 @@
-"""Session persistence: the seam and its logs, JSONL (the default) and SQLite backends."""
+"""Session persistence: the seam and its logs, JSONL (the default) and SQLite backends.
+
+The PostgreSQL backend is `greenroom.session.persistence.postgres.PostgresPersistence`,
+imported from there: psycopg takes longer to import than the rest of greenroom does.
+"""
 
 from greenroom.session.persistence.base import (
     SYNC_POLICIES,

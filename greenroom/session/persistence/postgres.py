@@ -512,8 +512,8 @@ class _Leases:
                 # A plain attribute the log reads at its next write: no need to wake Trio.
                 log.lost(
                     LeaseLost(
-                        f"session {session_id!r}: another node took the lease over; this"
-                        " life writes nothing more"
+                        f"session {session_id!r} was taken over by another node (this life"
+                        f" held epoch {epoch}); nothing more written to {self._persistence.where}"
                     )
                 )
 
