@@ -15,7 +15,10 @@
   turns, by a fresh instance each time (for SQLite, opening the database is
   timed too), against reading the same JSONL file and
   ``Decoder(SessionEvent).decode_lines`` of its lines after the header, in
-  milliseconds.
+  milliseconds;
+* PostgreSQL (`bench/sessions_pg.py`, on a throwaway server): 10 sessions appending at
+  once against raw psycopg, the group-commit gain, resume against a raw SELECT + decode,
+  and the lease take-over after a SIGKILL of the holder.
 
 Every file lives in a `tempfile.TemporaryDirectory` (so on the disk that
 holds it, with real fsyncs). The variants alternate inside each repeat, with a
@@ -341,8 +344,11 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 min_ratio=0.7,
             )
         )
+    from bench import sessions_pg
+
     return [
         *rows,
+        *sessions_pg.run(repeats, group_turns, n),
         compare(
             SCENARIO,
             f"group commit, SQLite, sync=always, {sessions} sessions at once (T={t // 5} each)",

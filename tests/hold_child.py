@@ -1,4 +1,5 @@
-"""A process that holds session ``s`` live: ``python hold_child.py jsonl|sqlite PATH``.
+"""A process that holds session ``s`` live: ``python hold_child.py jsonl|sqlite|postgres PATH``
+(for postgres, PATH is the DSN).
 
 It resumes ``s`` (or creates it), runs one turn, prints ``held PID``, then
 keeps the session live until its stdin ends, and exits cleanly.
@@ -22,7 +23,13 @@ from greenroom.session.persistence import (
 
 
 async def main(backend: str, path: str) -> None:
-    store: Persistence = JsonlPersistence(path) if backend == "jsonl" else SqlitePersistence(path)
+    store: Persistence
+    if backend == "postgres":
+        from greenroom.session.persistence.postgres import PostgresPersistence
+
+        store = PostgresPersistence(path, lease_ttl=30)
+    else:
+        store = JsonlPersistence(path) if backend == "jsonl" else SqlitePersistence(path)
     async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
         try:
             handle = await rt.agents.resume(agent_id="a", session_id="s")
