@@ -135,7 +135,7 @@ def _safe(url: str) -> str:
     return _PASSWORD.sub(lambda m: f"{m[1] or m[2]}***", url)
 
 
-_PASSWORD = re.compile(r"(://[^:/@]*:)[^@/]*(?=@)|([?&]password=)[^&]*")
+_PASSWORD = re.compile(r"(://[^:/@]*:).*(?=@)|([?&]password=)[^&]*")
 
 
 def _add_store(parser: argparse.ArgumentParser, default: str) -> None:

@@ -31,7 +31,12 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
-from greenroom.session.persistence import LeaseLost, SessionLocked
+from greenroom.session.persistence import (
+    LeaseLost,
+    PersistenceError,
+    SessionExists,
+    SessionLocked,
+)
 from greenroom.session.persistence.postgres import PostgresPersistence
 from tests.acp_process import acp_process
 from tests.agents_helpers import assert_enclosed, turn_ends
@@ -137,6 +142,52 @@ async def test_the_epoch_fences_a_holder_whose_lease_ran_out_unseen(postgres_dsn
         first.close()
         second.close()
     assert await _stored(postgres_dsn, "s") == written
+
+
+async def test_a_second_create_of_a_live_session_leaves_its_holder_holding(
+    postgres_dsn: str,
+) -> None:
+    first, other = PostgresPersistence(postgres_dsn), PostgresPersistence(postgres_dsn)
+    try:
+        with trio.fail_after(LIMIT):
+            log = await first.create(SessionHeader(id="s", created_at=1))
+            with pytest.raises(SessionExists):
+                await first.create(SessionHeader(id="s", created_at=1))
+            with pytest.raises(SessionLocked):
+                await other.open("s")
+            await log.close()
+    finally:
+        first.close()
+        other.close()
+
+
+async def test_a_holder_cut_off_never_writes_into_a_session_made_anew_under_its_id(
+    postgres_dsn: str,
+) -> None:
+    first = PostgresPersistence(postgres_dsn)
+    try:
+        with trio.fail_after(LIMIT):
+            old = await first.create(SessionHeader(id="s", created_at=1))
+            with psycopg.connect(postgres_dsn, autocommit=True) as db:  # the holder cut off
+                db.execute(
+                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                    " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+                    " AND backend_type = 'client backend'"
+                )
+            second = PostgresPersistence(postgres_dsn)
+            await second.delete("s")
+            new = await second.create(SessionHeader(id="s", created_at=2))
+            old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
+            with pytest.raises(PersistenceError, match="terminating connection"):
+                await old.write_ahead()  # its connection was cut; the event is kept
+            with pytest.raises(LeaseLost):
+                await old.write_ahead()
+            await new.close()
+            await old.close()
+            second.close()
+    finally:
+        first.close()
+    assert await _stored(postgres_dsn, "s") == []
 
 
 async def test_the_server_going_away_fails_writes_and_loses_nothing(

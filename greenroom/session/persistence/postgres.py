@@ -29,8 +29,10 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import re
 import socket
 import threading
+import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
@@ -68,6 +70,7 @@ LEASE_TTL: Final = 10.0
 _MIGRATION_LOCK: Final = 0x67726565_6E726F6F  # "greenroo"
 
 _SCHEMA = """
+CREATE SEQUENCE greenroom_epochs;
 CREATE TABLE greenroom_sessions (
     id text PRIMARY KEY,
     header bytea NOT NULL,
@@ -91,6 +94,7 @@ CREATE TABLE greenroom_batches (
 Events: TypeAlias = list[SessionEvent]
 Stored: TypeAlias = list[StoredSession]
 Appends: TypeAlias = list[Append]
+Keys: TypeAlias = list[int]
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
@@ -127,9 +131,16 @@ class PostgresPersistence:
         self.lease_ttl = lease_ttl
         self.where = _describe(dsn)
         self.writer: Writer[Job] = Writer(self._batch)
-        self._db = self._connect()
-        self._migrate()
-        self._leases = _Leases(self)
+        self._db = self.connect()
+        try:
+            self._migrate()
+            self._leases = _Leases(self)
+        except psycopg.Error as exc:
+            self._db.close()
+            raise PersistenceError(f"{self.where}: cannot set up the tables: {exc}") from None
+        except BaseException:
+            self._db.close()
+            raise
 
     def close(self) -> None:
         self._leases.stop()
@@ -146,8 +157,8 @@ class PostgresPersistence:
 
     async def create(self, header: SessionHeader) -> BatchLog:
         self.check_session_id(header.id)
-        await self._run(lambda: self._create(header))
-        return self._live(header.id, 1, 0)
+        epoch = await self._run(lambda: self._create(header))
+        return self._live(header.id, epoch, 0)
 
     async def open(self, session_id: str) -> tuple[SessionHeader, Events, BatchLog]:
         self.check_session_id(session_id)
@@ -156,7 +167,7 @@ class PostgresPersistence:
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
         self.check_session_id(session_id)
-        header, events = await self._run(lambda: self._read(self._db, session_id))
+        header, events = await self._run(lambda: self._read(self.connection(), session_id))
         return header, events + repair(events)
 
     async def list(self) -> Stored:
@@ -181,17 +192,22 @@ class PostgresPersistence:
 
     # -- in the writer's thread ----------------------------------------------------
 
-    def _connect(self) -> psycopg.Connection[Any]:
+    def connect(self) -> psycopg.Connection[Any]:
+        """A new connection to the server (blocking); `PersistenceError` naming the server
+        (never the password) if it cannot be made."""
         try:
             return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
         except psycopg.Error as exc:
             why = " ".join(str(exc).split())  # libpq's message spans lines
+            for secret in _passwords(self.dsn):
+                why = why.replace(secret, "***")
             raise PersistenceError(f"cannot reach {self.where}: {why}") from None
 
-    def _connection(self) -> psycopg.Connection[Any]:
-        """The writer's connection; a new one if the server dropped it."""
+    def connection(self) -> psycopg.Connection[Any]:
+        """The writer's connection (used on the writer's thread only); a new one if the
+        server dropped it."""
         if self._db.closed or self._db.broken:
-            self._db = self._connect()
+            self._db = self.connect()
         return self._db
 
     def _migrate(self) -> None:
@@ -230,7 +246,7 @@ class PostgresPersistence:
             return
         durable = any(job.sync for job in appends) or self.sync == "always"
         try:
-            db = self._connection()
+            db = self.connection()
             with db.transaction():
                 if not durable:
                     db.execute("SET LOCAL synchronous_commit = off")
@@ -286,26 +302,32 @@ class PostgresPersistence:
             (job.session_id, first, after, _encoder.encode_lines(events)),
         )
 
-    def _create(self, header: SessionHeader) -> None:
-        """Store the header and take the lease in one transaction (the lock before it commits)."""
-        db = self._connection()
-        key = lock_key(header.id, 1)
+    def _create(self, header: SessionHeader) -> int:
+        """Store the header and take the lease in one transaction (the lock before it commits);
+        returns the epoch."""
+        db = self.connection()
+        key: int | None = None
         try:
             with db.transaction():  # committed with the lock held: no row without its holder
-                self._insert(db, header)
+                epoch = _next_epoch(db)
+                self._insert(db, header, epoch)
+                key = lock_key(header.id, epoch)
                 self._leases.lock(key)
         except BaseException:
-            self._leases.unlock(key)
+            if key is not None:  # only a lock this call took
+                self._leases.unlock(key)
             raise
+        return epoch
 
-    def _insert(self, db: psycopg.Connection[Any], header: SessionHeader) -> None:
+    def _insert(self, db: psycopg.Connection[Any], header: SessionHeader, epoch: int) -> None:
         inserted = db.execute(
             "INSERT INTO greenroom_sessions (id, header, epoch, updated_at, holder_node,"
-            " holder_pid, lease_until) VALUES (%s, %s, 1, %s, %s, %s,"
+            " holder_pid, lease_until) VALUES (%s, %s, %s, %s, %s, %s,"
             " now() + make_interval(secs => %s)) ON CONFLICT (id) DO NOTHING",
             (
                 header.id,
                 _encoder.encode(header),
+                epoch,
                 header.created_at / 1000,
                 self.node,
                 os.getpid(),
@@ -316,35 +338,43 @@ class PostgresPersistence:
             raise SessionExists(f"session {header.id!r} is stored already in {self.where}")
 
     def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
-        db = self._connection()
-        with db.transaction():
-            row = db.execute(
-                "SELECT epoch, holder_node, holder_pid, lease_until > now()"
-                " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
-                (session_id,),
-            ).fetchone()
-            if row is None:
-                raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
-            epoch, node, pid, live = row
-            if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
-                raise SessionLocked(session_id, Holder(pid, node), self.where)
-            epoch += 1
-            key = lock_key(session_id, epoch)
-            self._leases.lock(key)
-            try:
-                db.execute(
-                    "UPDATE greenroom_sessions SET epoch = %s, holder_node = %s, holder_pid = %s,"
-                    " lease_until = now() + make_interval(secs => %s) WHERE id = %s",
-                    (epoch, self.node, os.getpid(), self.lease_ttl, session_id),
-                )
-                header, events = self._read(db, session_id)
-                closers = repair(events)
-                if closers:
-                    self._append(db, Append(session_id, epoch, closers, sync=True))
-                    logger.info("closed interrupted turn of %r in %s", session_id, self.where)
-            except BaseException:
+        db = self.connection()
+        taken: Keys = []  # the advisory lock this open took, dropped if it fails
+        try:
+            with db.transaction():  # a failed commit drops the lock too
+                return self._take_over(db, session_id, taken)
+        except BaseException:
+            for key in taken:
                 self._leases.unlock(key)
-                raise
+            raise
+
+    def _take_over(
+        self, db: psycopg.Connection[Any], session_id: str, taken: Keys
+    ) -> tuple[SessionHeader, Events, int]:
+        row = db.execute(
+            "SELECT epoch, holder_node, holder_pid, lease_until > now()"
+            " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
+            (session_id,),
+        ).fetchone()
+        if row is None:
+            raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
+        held, node, pid, live = row
+        if live and not self._leases.holder_gone(lock_key(session_id, held)):
+            raise SessionLocked(session_id, Holder(pid, node), self.where)
+        epoch = _next_epoch(db)
+        key = lock_key(session_id, epoch)
+        self._leases.lock(key)
+        taken.append(key)
+        db.execute(
+            "UPDATE greenroom_sessions SET epoch = %s, holder_node = %s, holder_pid = %s,"
+            " lease_until = now() + make_interval(secs => %s) WHERE id = %s",
+            (epoch, self.node, os.getpid(), self.lease_ttl, session_id),
+        )
+        header, events = self._read(db, session_id)
+        closers = repair(events)
+        if closers:
+            self._append(db, Append(session_id, epoch, closers, sync=True))
+            logger.info("closed interrupted turn of %r in %s", session_id, self.where)
         return header, events + closers, epoch
 
     def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
@@ -371,7 +401,7 @@ class PostgresPersistence:
 
     def _list(self) -> Stored:
         rows = (
-            self._connection()
+            self.connection()
             .execute(
                 "SELECT header, title, updated_at FROM greenroom_sessions"
                 " ORDER BY updated_at DESC, id"
@@ -381,7 +411,7 @@ class PostgresPersistence:
         return [StoredSession(_header_decoder.decode(h), t, u) for h, t, u in rows]
 
     def _delete(self, session_id: str) -> None:
-        db = self._connection()
+        db = self.connection()
         with db.transaction():
             row = db.execute(
                 "SELECT epoch, holder_node, holder_pid, lease_until > now()"
@@ -403,13 +433,16 @@ class _Leases:
     One connection of its own (autocommit), used by whoever holds `_lock`: the
     writer's thread (lock, probe, release) and the heartbeat thread, which wakes every
     third of the lease's ttl while any lease is held, renews them all in one statement,
-    and tells a log whose lease another node took that it lost it.
+    and tells a log whose lease another node took that it lost it. The renewal skips a
+    row another transaction has locked (a take-over in progress, perhaps this process's
+    own) rather than wait for it with `_lock` held: the next beat renews it or finds it
+    taken.
     """
 
     def __init__(self, persistence: PostgresPersistence) -> None:
         self._persistence = persistence
         self._lock = threading.Lock()
-        self._db = persistence._connect()
+        self._db = persistence.connect()
         self._held: dict[tuple[str, int], BatchLog | None] = {}
         self._keys: set[int] = set()
         self._wake = threading.Event()
@@ -417,11 +450,21 @@ class _Leases:
         self._thread: threading.Thread | None = None
 
     def _connection(self) -> psycopg.Connection[Any]:
-        """The lease connection; a new one, with our locks taken again, if it was dropped."""
+        """The lease connection; a new one, with our locks taken again, if it was dropped.
+
+        A lock that cannot be taken again was taken by another node meanwhile: its log
+        has lost its lease.
+        """
+        if self._stopped:
+            raise PersistenceError(f"{self._persistence.where}: this persistence is closed")
         if self._db.closed or self._db.broken:
-            self._db = self._persistence._connect()
-            for key in self._keys:
-                self._db.execute("SELECT pg_try_advisory_lock(%s)", (key,))
+            self._db = self._persistence.connect()
+            for (session_id, epoch), log in list(self._held.items()):
+                key = lock_key(session_id, epoch)
+                taken = self._db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
+                if not (taken and taken[0]):
+                    self._keys.discard(key)
+                    self._lose(session_id, epoch, log)
         return self._db
 
     def lock(self, key: int) -> None:
@@ -437,8 +480,13 @@ class _Leases:
             if key not in self._keys:
                 return
             self._keys.discard(key)
-            if not self._db.closed and not self._db.broken:
+            if self._db.closed or self._db.broken:
+                return  # the server dropped the lock with the connection
+            try:
                 self._db.execute("SELECT pg_advisory_unlock(%s)", (key,))
+            except psycopg.OperationalError:
+                if not self._db.broken:
+                    raise
 
     def holder_gone(self, key: int) -> bool:
         """True if nobody holds the advisory lock `key` (its holder's connection ended)."""
@@ -465,57 +513,80 @@ class _Leases:
         """Give the lease back (if it is still ours) and drop its advisory lock."""
         with self._lock:
             self._held.pop((session_id, epoch), None)
-        self._persistence._connection().execute(
-            "UPDATE greenroom_sessions SET holder_node = NULL, holder_pid = NULL,"
-            " lease_until = NULL WHERE id = %s AND epoch = %s",
-            (session_id, epoch),
-        )
-        self.unlock(lock_key(session_id, epoch))
+        try:
+            self._persistence.connection().execute(
+                "UPDATE greenroom_sessions SET holder_node = NULL, holder_pid = NULL,"
+                " lease_until = NULL WHERE id = %s AND epoch = %s",
+                (session_id, epoch),
+            )
+        finally:  # the lock goes even if the row could not be updated: the lease then expires
+            self.unlock(lock_key(session_id, epoch))
 
     def stop(self) -> None:
-        self._stopped = True
-        self._wake.set()
         with self._lock:
+            self._stopped = True
+            self._wake.set()
             self._db.close()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
 
     def _beat(self) -> None:
         period = self._persistence.lease_ttl / 3
-        while not self._stopped:
+        while True:
             self._wake.wait(period)
             with self._lock:
-                held = dict(self._held)
-                if not held:
+                if self._stopped or not self._held:
                     self._thread = None
                     return
                 try:
-                    self._renew(held)
+                    self._renew(dict(self._held))
                 except (psycopg.Error, PersistenceError) as exc:
                     logger.warning("renewing leases in %s failed: %s", self._persistence.where, exc)
 
     def _renew(self, held: dict[tuple[str, int], BatchLog | None]) -> None:
         ids = [session_id for session_id, _ in held]
         epochs = [epoch for _, epoch in held]
-        renewed = (
-            self._connection()
-            .execute(
-                "UPDATE greenroom_sessions AS s SET lease_until = now() + make_interval(secs => %s)"
-                " FROM unnest(%s::text[], %s::bigint[]) AS h(id, epoch)"
-                " WHERE s.id = h.id AND s.epoch = h.epoch RETURNING s.id, s.epoch",
-                (self._persistence.lease_ttl, ids, epochs),
-            )
-            .fetchall()
+        db = self._connection()
+        db.execute(
+            "UPDATE greenroom_sessions SET lease_until = now() + make_interval(secs => %s)"
+            " WHERE id IN (SELECT s.id FROM greenroom_sessions AS s"
+            " JOIN unnest(%s::text[], %s::bigint[]) AS h(id, epoch)"
+            " ON s.id = h.id AND s.epoch = h.epoch FOR UPDATE OF s SKIP LOCKED)",
+            (self._persistence.lease_ttl, ids, epochs),
         )
-        kept = {(row[0], row[1]) for row in renewed}
+        current = dict(
+            db.execute(  # a plain read waits for no row lock
+                "SELECT id, epoch FROM greenroom_sessions WHERE id = ANY(%s)", (ids,)
+            ).fetchall()
+        )
         for (session_id, epoch), log in held.items():
-            if (session_id, epoch) not in kept and log is not None:
-                self._held.pop((session_id, epoch), None)
-                # A plain attribute the log reads at its next write: no need to wake Trio.
-                log.lost(
-                    LeaseLost(
-                        f"session {session_id!r} was taken over by another node (this life"
-                        f" held epoch {epoch}); nothing more written to {self._persistence.where}"
-                    )
+            if current.get(session_id) != epoch:
+                self._lose(session_id, epoch, log)
+
+    def _lose(self, session_id: str, epoch: int, log: BatchLog | None) -> None:
+        """Tell `log` that another node took its session over (called with `_lock` held)."""
+        self._held.pop((session_id, epoch), None)
+        if log is not None:
+            # A plain attribute the log reads at its next write: no need to wake Trio.
+            log.lost(
+                LeaseLost(
+                    f"session {session_id!r} was taken over by another node (this life held"
+                    f" epoch {epoch}); nothing more written to {self._persistence.where}"
                 )
+            )
+
+
+def _next_epoch(db: psycopg.Connection[Any]) -> int:
+    """A fencing token never handed out before, by any node, for any session."""
+    row = db.execute("SELECT nextval('greenroom_epochs')").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _passwords(dsn: str) -> list[str]:
+    """Every form of a password `dsn` may carry, for scrubbing it out of libpq's messages."""
+    found = re.findall(r"://[^:/@]*:(.*)@", dsn) + re.findall(r"password=([^&\s]*)", dsn)
+    return [form for raw in found if raw for form in {raw, urllib.parse.unquote(raw)}]
 
 
 def _describe(dsn: str) -> str:
