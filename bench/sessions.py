@@ -156,13 +156,8 @@ async def _log_append(root: Path, backend: str, sync: SyncPolicy, turns: Sequenc
     return len(turns) * EVENTS_PER_TURN / (t1 - t0)
 
 
-async def _concurrent_append(root: Path, sessions: int, turns: Sequence[Turn]) -> float:
-    """Events per second: `sessions` SQLite logs (``sync="always"``) flushing turns at once."""
-    persistence = SqlitePersistence(root / "sessions.db", sync="always")
-    logs = [
-        await persistence.create(msgspec.structs.replace(_header(), id=f"s{i}"))
-        for i in range(sessions)
-    ]
+async def append_at_once(logs: Sequence[SessionLog], turns: Sequence[Turn]) -> float:
+    """Events per second: every log appending `turns` at once, one ``flush`` per turn."""
 
     async def one(log: SessionLog) -> None:
         for events in turns:
@@ -175,10 +170,21 @@ async def _concurrent_append(root: Path, sessions: int, turns: Sequence[Turn]) -
         for log in logs:
             nursery.start_soon(one, log)
     t1 = time.perf_counter()
+    return len(logs) * len(turns) * EVENTS_PER_TURN / (t1 - t0)
+
+
+async def _concurrent_append(root: Path, sessions: int, turns: Sequence[Turn]) -> float:
+    """Events per second: `sessions` SQLite logs (``sync="always"``) flushing turns at once."""
+    persistence = SqlitePersistence(root / "sessions.db", sync="always")
+    logs = [
+        await persistence.create(msgspec.structs.replace(_header(), id=f"s{i}"))
+        for i in range(sessions)
+    ]
+    rate = await append_at_once(logs, turns)
     for log in logs:
         await log.close()
     persistence.close()
-    return sessions * len(turns) * EVENTS_PER_TURN / (t1 - t0)
+    return rate
 
 
 async def _turn_cost(persistence: Persistence | None, m: int) -> float:

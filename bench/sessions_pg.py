@@ -29,8 +29,9 @@ import psycopg
 import trio
 
 from bench.report import Row, compare, skipped
+from bench.sessions import append_at_once
 from greenroom.protocol.events import SessionEvent, SessionHeader
-from greenroom.session.persistence import SessionLocked, SessionLog
+from greenroom.session.persistence import SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
 
 SCENARIO = "sessions"
@@ -45,23 +46,12 @@ async def _concurrent(dsn: str, sessions: int, turns: Sequence[Turn], tag: str) 
             await persistence.create(SessionHeader(id=f"{tag}-{i}", created_at=1))
             for i in range(sessions)
         ]
-
-        async def one(log: SessionLog) -> None:
-            for events in turns:
-                for event in events:
-                    log.append(event)
-                await log.flush()
-
-        t0 = time.perf_counter()
-        async with trio.open_nursery() as nursery:
-            for log in logs:
-                nursery.start_soon(one, log)
-        t1 = time.perf_counter()
+        rate = await append_at_once(logs, turns)
         for log in logs:
             await log.close()
     finally:
         persistence.close()
-    return sessions * len(turns) * len(turns[0]) / (t1 - t0)
+    return rate
 
 
 def _raw_concurrent(dsn: str, sessions: int, turns: Sequence[Turn], tag: str) -> float:

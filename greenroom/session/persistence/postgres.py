@@ -351,16 +351,8 @@ class PostgresPersistence:
     def _take_over(
         self, db: psycopg.Connection[Any], session_id: str, taken: Keys
     ) -> tuple[SessionHeader, Events, int]:
-        row = db.execute(
-            "SELECT epoch, holder_node, holder_pid, lease_until > now()"
-            " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
-            (session_id,),
-        ).fetchone()
-        if row is None:
+        if not self._claim(db, session_id):
             raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
-        held, node, pid, live = row
-        if live and not self._leases.holder_gone(lock_key(session_id, held)):
-            raise SessionLocked(session_id, Holder(pid, node), self.where)
         epoch = _next_epoch(db)
         key = lock_key(session_id, epoch)
         self._leases.lock(key)
@@ -376,6 +368,22 @@ class PostgresPersistence:
             self._append(db, Append(session_id, epoch, closers, sync=True))
             logger.info("closed interrupted turn of %r in %s", session_id, self.where)
         return header, events + closers, epoch
+
+    def _claim(self, db: psycopg.Connection[Any], session_id: str) -> bool:
+        """Lock the session's row for this transaction if nobody else holds the session;
+        False if there is no such session, `SessionLocked` naming the holder if a live one
+        does (its lease unexpired and its advisory lock held)."""
+        row = db.execute(
+            "SELECT epoch, holder_node, holder_pid, lease_until > now()"
+            " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
+            (session_id,),
+        ).fetchone()
+        if row is None:
+            return False
+        epoch, node, pid, live = row
+        if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
+            raise SessionLocked(session_id, Holder(pid, node), self.where)
+        return True
 
     def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
         row = db.execute(
@@ -413,16 +421,8 @@ class PostgresPersistence:
     def _delete(self, session_id: str) -> None:
         db = self.connection()
         with db.transaction():
-            row = db.execute(
-                "SELECT epoch, holder_node, holder_pid, lease_until > now()"
-                " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
-                (session_id,),
-            ).fetchone()
-            if row is None:
+            if not self._claim(db, session_id):
                 return
-            epoch, node, pid, live = row
-            if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
-                raise SessionLocked(session_id, Holder(pid, node), self.where)
             db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_sessions WHERE id = %s", (session_id,))
 
