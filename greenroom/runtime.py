@@ -28,6 +28,7 @@ from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.tools import Tool, ToolRegistry
 from greenroom.tools.bash import BashExecutor, LocalBashExecutor
 from greenroom.tools.bash.tools import release_owner
+from greenroom.tools.mcp import McpHub
 from greenroom.tools.plugins import Plugin, PluginContext
 
 
@@ -188,6 +189,7 @@ async def open_runtime(
             default_owner=supervisor,
             persistence=persistence,
             release_owned=partial(release_owner, bash),
+            servers=McpHub(tool_registry, hooks),
         )
         yield Runtime(
             agents=agents,

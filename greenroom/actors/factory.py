@@ -17,10 +17,11 @@ import trio
 from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, AgentOptions, SessionClient, ToolExecutor
+from greenroom.actors.types import Agent, AgentOptions, ServerHub, SessionClient, ToolExecutor
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.session import SessionStore, new_header
 from greenroom.session.persistence import Persistence, SessionLog
 from greenroom.session.store import check_session_id
@@ -44,6 +45,7 @@ class AgentFactory:
         "_persistence",
         "_registry",
         "_release_owned",
+        "_servers",
         "_sessions",
         "_tools",
     )
@@ -59,6 +61,7 @@ class AgentFactory:
         default_owner: Owner,
         release_owned: ReleaseOwned,
         persistence: Persistence | None = None,
+        servers: ServerHub | None = None,
     ) -> None:
         self._hooks = hooks
         self._sessions = sessions
@@ -68,6 +71,7 @@ class AgentFactory:
         self._default_owner = default_owner
         self._persistence = persistence
         self._release_owned = release_owned
+        self._servers = servers
 
     def get(self, agent_id: str) -> Agent | None:
         return self._registry.get(agent_id)
@@ -88,28 +92,32 @@ class AgentFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
         client: SessionClient | None = None,
+        mcp_servers: Sequence[McpServer] = (),
     ) -> AgentHandle:
         """Start an agent on a new session; returns its handle once it is live.
 
         ``client`` is the front end that drives the session (whom its tools ask
         permission, whose files they read); without one the runtime's defaults
         apply. ``additional_directories`` widen where its file tools may reach,
-        beside ``cwd``.
+        beside ``cwd``. ``mcp_servers`` are started for the session, owned by
+        its life, and their tools offered to its model; the handle comes once
+        each is ready or has failed its first start (reported, not raised).
 
         With persistence, the session's header is stored first and the session
         held by this process for the agent's life, so a session that is never
         prompted can still be resumed; a stored id raises `SessionExists`,
         one live in another process `SessionLocked`. Raises
         `AgentIdInUse`/`SessionIdInUse` for an id that is live or being
-        created, `ValueError` for a bad id or a relative `cwd`, before
-        anything exists. A cancelled caller leaves no agent, no live session
-        and no hold (a header it stored stays stored).
+        created, `ValueError` for a bad id, a relative `cwd` or a server spec
+        that cannot start (naming it), before anything exists. A cancelled
+        caller leaves no agent, no live session, no server and no hold (a
+        header it stored stays stored).
         """
-        self._check_session_id(session_id)
+        self._check(session_id, mcp_servers)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd, additional_directories=additional_directories)
             log = None if self._persistence is None else await self._persistence.create(header)
-            return await self._start(agent_id, header, (), log, options, owner, client)
+            return await self._start(agent_id, header, (), log, options, owner, client, mcp_servers)
 
     async def resume(
         self,
@@ -119,29 +127,37 @@ class AgentFactory:
         options: AgentOptions | None = None,
         owner: Owner | None = None,
         client: SessionClient | None = None,
+        mcp_servers: Sequence[McpServer] = (),
     ) -> AgentHandle:
         """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
         Turn numbers and the model history continue from the log. Raises
         `RuntimeError` without persistence, `SessionLocked` naming the holder
         while the session is live in another process, and a
-        `PersistenceError` naming what the store could not read.
+        `PersistenceError` naming what the store could not read. Its MCP
+        servers are not stored: give them again (as an editor does on load).
         """
         if self._persistence is None:
             raise RuntimeError(
                 f"cannot resume session {session_id!r}: no session persistence is configured"
                 " (pass persistence= to open_runtime)"
             )
-        self._check_session_id(session_id)
+        self._check(session_id, mcp_servers)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events, log = await self._persistence.open(session_id)
-            return await self._start(agent_id, header, events, log, options, owner, client)
+            return await self._start(
+                agent_id, header, events, log, options, owner, client, mcp_servers
+            )
 
-    def _check_session_id(self, session_id: str) -> None:
-        """Refuse, before anything exists, an id the persistence could not store."""
+    def _check(self, session_id: str, mcp_servers: Sequence[McpServer]) -> None:
+        """Refuse, before anything exists, an id the persistence could not store, and
+        servers that could not start."""
         check_session_id(session_id)
         if self._persistence is not None:
             self._persistence.check_session_id(session_id)
+        check_servers(mcp_servers)
+        if mcp_servers and self._servers is None:
+            raise ValueError("mcp_servers given, but this factory has no server hub")
 
     async def _start(
         self,
@@ -152,10 +168,13 @@ class AgentFactory:
         options: AgentOptions | None,
         owner: Owner | None,
         client: SessionClient | None,
+        mcp_servers: Sequence[McpServer],
     ) -> AgentHandle:
         """Start the life that owns `log` from here on; if it never runs, close `log`."""
         try:
-            return await self._start_life(agent_id, header, seed, log, options, owner, client)
+            return await self._start_life(
+                agent_id, header, seed, log, options, owner, client, mcp_servers
+            )
         except BaseException:
             if log is not None:
                 await log.close()  # a no-op if the life ran and closed it
@@ -170,19 +189,26 @@ class AgentFactory:
         options: AgentOptions | None,
         owner: Owner | None,
         client: SessionClient | None,
+        mcp_servers: Sequence[McpServer],
     ) -> AgentHandle:
         session = self._sessions.prepare(header, seed=seed, sink=log)
+        servers = None
+        tools = self._tools
+        if mcp_servers and self._servers is not None:
+            servers = self._servers.open(header.id, header.cwd, mcp_servers)
+            tools = servers.tools
         life = AgentLife(
             self._sessions,
             self._registry,
             self._release_owned,
             log,
+            servers,
             lambda life: LoopAgent(
                 agent_id,
                 session,
                 life=life,
                 models=self._models,
-                tools=self._tools,
+                tools=tools,
                 hooks=self._hooks,
                 options=options,
                 client=client,

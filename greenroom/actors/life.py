@@ -4,10 +4,11 @@
 says it with nesting::
 
     session log held (this process its writer)  (closed last: synced, let go)
-      session entered in the store             (left fourth)
-        agent registered                       (unregistered third)
-          the session's owned processes        (released second: killed, reaped)
-            the life scope: the agent's loop   (stopped first; its closing turn/end
+      session entered in the store             (left fifth)
+        agent registered                       (unregistered fourth)
+          the session's MCP servers            (stopped third, within their grace)
+            the session's owned processes      (released second: killed, reaped)
+              the life scope: the agent's loop (stopped first; its closing turn/end
                                                 is appended and flushed, unstoppable)
 
 `AgentHandle.dispose` cancels the life scope and waits for the life's task to
@@ -24,7 +25,7 @@ from typing import Protocol
 import trio
 
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent
+from greenroom.actors.types import Agent, SessionServers
 from greenroom.session import SessionStore
 from greenroom.session.persistence import PersistenceError, SessionLog
 
@@ -48,8 +49,9 @@ class AgentHandle:
 
     `dispose` stops the agent's loop (a turn in flight ends ``disposed``, its
     closing ``turn/end`` and flush run shielded), then waits until its task
-    has returned: the session's owned processes released, the agent
-    unregistered, its session out of the store, in that order. It is
+    has returned: the session's owned processes released, its MCP servers
+    stopped, the agent unregistered, its session out of the store, in that
+    order. It is
     memoised: every caller, concurrent or later, awaits the same teardown.
     A cancelled caller stops waiting; the teardown goes on.
     """
@@ -84,6 +86,7 @@ class AgentLife:
         "_registry",
         "_release_owned",
         "_scope",
+        "_servers",
         "_sessions",
         "agent",
         "disposing",
@@ -96,9 +99,11 @@ class AgentLife:
         registry: AgentRegistry,
         release_owned: ReleaseOwned,
         log: SessionLog | None,
+        servers: SessionServers | None,
         build: Callable[[AgentLife], LiveAgent],
     ) -> None:
         self._log = log
+        self._servers = servers
         self._sessions = sessions
         self._registry = registry
         self._release_owned = release_owned
@@ -138,12 +143,19 @@ class AgentLife:
                 try:
                     self._registry.register(agent)
                     try:
+                        servers = self._servers
                         try:
-                            with self._scope:
-                                task_status.started(self.handle)
-                                await agent.run()
+                            if servers is not None:
+                                await servers.start(agent)
+                            try:
+                                with self._scope:
+                                    task_status.started(self.handle)
+                                    await agent.run()
+                            finally:
+                                await self._release_owned(session.id)
                         finally:
-                            await self._release_owned(session.id)
+                            if servers is not None:
+                                await servers.stop()  # shields itself
                     finally:
                         self._registry.unregister(agent)
                 finally:

@@ -5,7 +5,7 @@ Nothing here depends on the loop: the loop is one implementation of `Agent`.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Final, Protocol
 
@@ -21,6 +21,7 @@ from greenroom.protocol.events import (
     ToolError,
     ToolKind,
 )
+from greenroom.protocol.mcp import McpServer
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import Session
 
@@ -171,3 +172,29 @@ class ToolExecutor(Protocol):
     def describe(self, name: str, arguments: str) -> ToolView: ...
 
     async def execute(self, invocation: ToolInvocation) -> ToolOutcome: ...
+
+
+class SessionServers(Protocol):
+    """The servers one session owns (its MCP servers), and the tools it runs with them.
+
+    Its `AgentLife` calls `start` before the agent goes live and `stop` after
+    the agent's loop has stopped and the session's processes were released,
+    on every path. `start` returns once each server is ready or has failed
+    its first start (a failure is reported, never raised). `stop` stops every
+    server within its grace, even when its caller is cancelled.
+    """
+
+    @property
+    def tools(self) -> ToolExecutor: ...
+
+    async def start(self, agent: Agent) -> None: ...
+
+    async def stop(self) -> None: ...
+
+
+class ServerHub(Protocol):
+    """Makes the `SessionServers` of a session from the specs it was given."""
+
+    def open(
+        self, session_id: str, cwd: str | None, servers: Sequence[McpServer]
+    ) -> SessionServers: ...

@@ -13,8 +13,9 @@ the model, naming what was wrong; only a cancel propagates.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
 
 import msgspec
@@ -71,20 +72,49 @@ class Tool(Generic[A]):
     view: Callable[[A], ToolView] | None = None
 
 
-class _Entry:
-    __slots__ = ("decoder", "schema", "tool")
+class ToolEntry:
+    """One callable tool as the registry runs it: its schema, how its arguments decode, its run.
 
-    def __init__(self, tool: Tool[Any]) -> None:
-        self.tool = tool
-        self.decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(tool.args)
-        self.schema = ToolSchema(tool.name, tool.description, _parameters(tool.args))
+    Built once per tool: from a `Tool` (`of`), or by a source of tools whose
+    schemas come as JSON Schema (an MCP server), which decodes to a dict and
+    leaves validation to the tool.
+    """
+
+    __slots__ = ("decode", "kind", "name", "run", "schema", "view")
+
+    def __init__(
+        self,
+        schema: ToolSchema,
+        decode: Callable[[str], Any],
+        run: Callable[[Any, ToolInvocation], Awaitable[str | ToolOutcome]],
+        kind: ToolKind = "other",
+        view: Callable[[Any], ToolView] | None = None,
+    ) -> None:
+        self.name = schema.name
+        self.schema = schema
+        self.decode = decode
+        self.run = run
+        self.kind: ToolKind = kind
+        self.view = view
+
+    @classmethod
+    def of(cls, tool: Tool[Any]) -> ToolEntry:
+        schema = ToolSchema(tool.name, tool.description, _parameters(tool.args))
+        decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(tool.args)
+        return cls(schema, decoder.decode, tool.run, tool.kind, tool.view)
+
+
+#: No tools beyond the registry's.
+NO_TOOLS: Final[Mapping[str, ToolEntry]] = MappingProxyType({})
 
 
 class ToolRegistry:
     """Tools by name; `execute` never raises for a bad call, only for a cancel.
 
     ``permissions`` is the policy for calls whose session has no front end
-    that asks (default `AllowAll`).
+    that asks (default `AllowAll`). ``describe`` and ``execute`` take the
+    ``extra`` tools of one session (its MCP servers'), looked up before the
+    registry's own and run through the same gate.
     """
 
     __slots__ = ("_entries", "_hooks", "_permissions", "_schemas")
@@ -92,14 +122,14 @@ class ToolRegistry:
     def __init__(self, hooks: Hooks, permissions: Permissions | None = None) -> None:
         self._hooks = hooks
         self._permissions: Permissions = permissions or AllowAll()
-        self._entries: dict[str, _Entry] = {}
+        self._entries: dict[str, ToolEntry] = {}
         self._schemas: list[ToolSchema] = []
 
     def register(self, tool: Tool[Any]) -> Callable[[], None]:
         """Add `tool`; a second tool of the same name raises. Returns the remover."""
         if tool.name in self._entries:
             raise ValueError(f"a tool named {tool.name!r} is already registered")
-        entry = _Entry(tool)
+        entry = ToolEntry.of(tool)
         self._entries[tool.name] = entry
         self._schemas = [e.schema for e in self._entries.values()]
 
@@ -113,33 +143,28 @@ class ToolRegistry:
     def schemas(self) -> list[ToolSchema]:
         return self._schemas
 
-    def describe(self, name: str, arguments: str) -> ToolView:
+    def describe(
+        self, name: str, arguments: str, extra: Mapping[str, ToolEntry] = NO_TOOLS
+    ) -> ToolView:
         """What a call of `name` with `arguments` does; a bad call is titled by its name."""
-        entry = self._entries.get(name)
-        if entry is None:
-            return ToolView(title=name)
-        view = entry.tool.view
-        if view is None:
-            return ToolView(kind=entry.tool.kind, title=name)
-        try:
-            shown = view(entry.decoder.decode(arguments.strip() or "{}"))
-        except (msgspec.DecodeError, ValueError, TypeError):
-            return ToolView(kind=entry.tool.kind, title=name)
-        return msgspec.structs.replace(shown, kind=entry.tool.kind)
+        entry = extra.get(name) or self._entries.get(name)
+        return ToolView(title=name) if entry is None else _view(entry, arguments)
 
-    async def execute(self, invocation: ToolInvocation) -> ToolOutcome:
+    async def execute(
+        self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry] = NO_TOOLS
+    ) -> ToolOutcome:
         try:
             invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)
         except Exception as exc:
             return _error(f"tool call {invocation.name!r} was refused: {exc}", exc, "refused")
-        entry = self._entries.get(invocation.name)
+        entry = extra.get(invocation.name) or self._entries.get(invocation.name)
         if entry is None:
-            known = ", ".join(sorted(self._entries)) or "none"
+            known = ", ".join(sorted({*self._entries, *extra})) or "none"
             return _error(
                 f"unknown tool {invocation.name!r} (known tools: {known})", None, "unknown-tool"
             )
         try:
-            args = entry.decoder.decode(invocation.arguments.strip() or "{}")
+            args = entry.decode(invocation.arguments.strip() or "{}")
         except msgspec.ValidationError as exc:
             return _error(
                 f"invalid arguments for {invocation.name}: {exc}", exc, "invalid-arguments"
@@ -156,13 +181,13 @@ class ToolRegistry:
         if invocation.on_start is not None:
             invocation.on_start()
         try:
-            result = await entry.tool.run(args, invocation)
+            result = await entry.run(args, invocation)
         except Exception as exc:
             logger.info("tool %r raised", invocation.name, exc_info=True)
             return _error(f"{invocation.name} failed: {type(exc).__name__}: {exc}", exc, "raised")
         return result if isinstance(result, ToolOutcome) else ToolOutcome(result)
 
-    async def _permit(self, invocation: ToolInvocation, entry: _Entry) -> ToolOutcome | None:
+    async def _permit(self, invocation: ToolInvocation, tool: ToolEntry) -> ToolOutcome | None:
         """None if the call may run; else the refusal, as a result for the model.
 
         The session's mode first (``read-only`` refuses; ``accept-edits`` lets
@@ -170,7 +195,6 @@ class ToolRegistry:
         the session's front end asks (or the runtime's policy). An "always"
         answer is logged (``permission/rule``), so it outlives the process.
         """
-        tool = entry.tool
         if tool.kind not in ASKS_PERMISSION:
             return None
         session = invocation.agent.session if invocation.agent is not None else None
@@ -193,7 +217,7 @@ class ToolRegistry:
             call_id=invocation.call_id,
             tool=tool.name,
             kind=tool.kind,
-            title=self.describe(tool.name, invocation.arguments).title,
+            title=_view(tool, invocation.arguments).title,
             arguments=invocation.arguments,
         )
         try:
@@ -205,6 +229,16 @@ class ToolRegistry:
         if decision.endswith("_always") and session is not None:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
         return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+def _view(entry: ToolEntry, arguments: str) -> ToolView:
+    if entry.view is None:
+        return ToolView(kind=entry.kind, title=entry.name)
+    try:
+        shown = entry.view(entry.decode(arguments.strip() or "{}"))
+    except (msgspec.DecodeError, ValueError, TypeError):
+        return ToolView(kind=entry.kind, title=entry.name)
+    return msgspec.structs.replace(shown, kind=entry.kind)
 
 
 def _refused(tool: str, how: str) -> ToolOutcome:

@@ -1,0 +1,127 @@
+"""The MCP servers a session owns: how to reach each one, and what became of it.
+
+A session is given its servers when it is created or resumed (ACP's
+``mcpServers``); they are not stored in its log, because the editor passes
+them again on every load. `check_servers` refuses, before anything starts, a
+list a server could not be started from, naming the entry and the field.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Literal, TypeAlias
+
+import msgspec
+
+#: How long a server may take to start and list its tools before it counts as failed.
+DEFAULT_START_TIMEOUT = 30.0
+
+
+class McpStdioServer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="stdio"):
+    """A server run as a child process, speaking MCP on its stdin and stdout.
+
+    ``env`` is added to a small safe set of the runtime's variables (``PATH``,
+    ``HOME``, ...); ``cwd`` defaults to the session's. ``timeout`` bounds each
+    tool call in seconds (None: a call may take as long as it takes; a cancel
+    still stops it at once).
+    """
+
+    name: str
+    command: str
+    args: list[str] = []
+    env: dict[str, str] = {}
+    cwd: str | None = None
+    timeout: float | None = None
+    start_timeout: float = DEFAULT_START_TIMEOUT
+
+
+class McpHttpServer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="http"):
+    """A server reached over MCP's streamable HTTP transport at ``url``."""
+
+    name: str
+    url: str
+    headers: dict[str, str] = {}
+    timeout: float | None = None
+    start_timeout: float = DEFAULT_START_TIMEOUT
+
+
+McpServer: TypeAlias = McpStdioServer | McpHttpServer
+
+#: ``starting``: its first connection is under way; ``ready``: its tools are offered;
+#: ``failed``: it did not start, or it died (its supervisor restarts it, with backoff);
+#: ``gave-up``: it failed more often than its restart intensity allows; it stays down.
+McpState: TypeAlias = Literal["starting", "ready", "failed", "gave-up"]
+
+
+class McpStatus(msgspec.Struct, frozen=True, gc=False):
+    """What became of one of a session's servers: its state, why, and how many tools it offers."""
+
+    server: str
+    state: McpState
+    message: str = ""
+    tools: int = 0
+
+    def describe(self) -> str:
+        """One line for a person: what happened to the server, and what it means for the session."""
+        name = self.server
+        if self.state == "starting":
+            return f"MCP server {name!r} is starting"
+        if self.state == "ready":
+            back = f" ({self.message})" if self.message else ""
+            return f"MCP server {name!r} is ready with {self.tools} tools{back}"
+        if self.state == "failed":
+            return (
+                f"MCP server {name!r} failed: {self.message}; its tools are unavailable"
+                " until it is restarted (with backoff)"
+            )
+        return (
+            f"MCP server {name!r} was given up after repeated failures ({self.message});"
+            " the session goes on without its tools"
+        )
+
+
+class McpServerError(Exception):
+    """A server of a session failed: it did not start, its connection ended, or it gave up."""
+
+    def __init__(self, server: str, message: str) -> None:
+        super().__init__(message)
+        self.server = server
+
+
+def check_servers(servers: Sequence[McpServer]) -> None:
+    """Raise `ValueError` naming the first entry (``mcpServers[i].field``) that cannot start."""
+    seen: set[str] = set()
+    for index, server in enumerate(servers):
+        where = f"mcpServers[{index}]"
+        if not isinstance(server, McpStdioServer | McpHttpServer):
+            raise TypeError(f"{where}: expected McpStdioServer or McpHttpServer, got {server!r}")
+        if not server.name.strip():
+            raise ValueError(f"{where}.name: must not be empty")
+        if server.name in seen:
+            raise ValueError(f"{where}.name: {server.name!r} is given twice")
+        seen.add(server.name)
+        strings: list[tuple[str, str]] = [("name", server.name)]
+        if isinstance(server, McpStdioServer):
+            if not server.command:
+                raise ValueError(f"{where}.command: must not be empty")
+            strings += [("command", server.command), *(("args", a) for a in server.args)]
+            strings += [("env", f"{k}={v}") for k, v in server.env.items()]
+            if server.cwd is not None:
+                strings.append(("cwd", server.cwd))
+            for key in server.env:
+                if not key or "=" in key:
+                    raise ValueError(f"{where}.env: {key!r} is not a variable name")
+        else:
+            if not server.url.startswith(("http://", "https://")):
+                raise ValueError(f"{where}.url: {server.url!r} is not an http(s) URL")
+            strings += [
+                ("url", server.url),
+                *(("headers", f"{k}: {v}") for k, v in server.headers.items()),
+            ]
+        for field, value in strings:
+            if "\x00" in value:
+                raise ValueError(f"{where}.{field}: must not contain NUL")
+        for field, seconds in (("timeout", server.timeout), ("startTimeout", server.start_timeout)):
+            if seconds is not None and not (math.isfinite(seconds) and seconds > 0):
+                raise ValueError(f"{where}.{field}: must be seconds > 0, got {seconds!r}")
