@@ -12,6 +12,10 @@
   reported once the turn's ``turn/end`` is flushed as the sync policy says)
   answers it, with its own stop reason. A cancelled turn's late end cannot
   answer a later prompt: it is a different turn.
+* **MCP servers** of ``session/new`` and ``session/load`` are the session's
+  (started before it answers, stopped with it); what becomes of them (a
+  failed start, a crash, a restart, giving up) is told to the editor as an
+  ``agent_message_chunk``, after the answer that named the session.
 * **Teardown** (end of input, a signal, the caller's cancel): first, at once,
   every pending prompt is answered ``cancelled`` and every session's
   background bash tasks are sent their kill; then each session's agent is
@@ -48,11 +52,13 @@ from greenroom.protocol.acp import (
     PROTOCOL_VERSION,
     REQUEST_CANCELLED,
     RESOURCE_NOT_FOUND,
+    AgentMessageChunk,
     CancelRequestParams,
     ContentBlock,
     Empty,
     ErrorObject,
     ErrorResponse,
+    HttpServerEntry,
     Implementation,
     InitializeParams,
     InitializeResult,
@@ -73,6 +79,7 @@ from greenroom.protocol.acp import (
     SetConfigOptionParams,
     SetConfigOptionResult,
     SetModeParams,
+    StdioServerEntry,
     SteeringResult,
     StopReason,
     TextBlock,
@@ -85,11 +92,19 @@ from greenroom.protocol.events import (
     TurnEndReason,
     UserMessage,
 )
+from greenroom.protocol.mcp import (
+    McpHttpServer,
+    McpServer,
+    McpStatus,
+    McpStdioServer,
+    check_servers,
+)
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
 from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
+from greenroom.tools.mcp import MCP_STATUS
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -125,12 +140,14 @@ class _Pending:
 
 
 class SessionRecord:
-    __slots__ = ("handle", "pending", "session_id")
+    __slots__ = ("handle", "notices", "pending", "session_id")
 
-    def __init__(self, session_id: str, handle: AgentHandle) -> None:
+    def __init__(self, session_id: str, handle: AgentHandle, notices: list[str]) -> None:
         self.session_id = session_id
         self.handle = handle
         self.pending: dict[str, _Pending] = {}  # by message id
+        #: What its servers did before the session was announced; None once told.
+        self.notices: list[str] | None = notices
 
 
 class AcpConnection:
@@ -150,6 +167,9 @@ class AcpConnection:
         self.persistence = runtime.persistence
         self.records: dict[str, SessionRecord] = {}
         self.loading: set[str] = set()
+        #: Sessions starting here, with what their MCP servers did meanwhile.
+        self.starting: dict[str, list[str]] = {}
+        self._servers_seen: dict[tuple[str, str], str] = {}  # (session, server) -> last state
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
@@ -161,6 +181,7 @@ class AcpConnection:
         )
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
         runtime.hooks.on(AGENT_TURN_END, self._on_turn_end, scope=self.scope)
+        runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
 
     # -- frames out --------------------------------------------------------------------
 
@@ -263,6 +284,9 @@ class AcpConnection:
                 with scope:
                     result = await handler(*args)
                     self.respond(request_id, result)
+                    # A session is installed in the same step its answer is sent, so
+                    # its notices, told here, always follow that answer.
+                    self._announce()
                     return
                 self.fail(request_id, REQUEST_CANCELLED, "request cancelled")
             except RpcError as exc:
@@ -323,17 +347,23 @@ class AcpConnection:
         _check_cwd(params.cwd, must_exist=True)
         for directory in params.additional_directories:
             _check_cwd(directory, must_exist=True, field="additionalDirectories")
+        servers = _servers(params.mcp_servers)
         self._require_open()
         session_id = str(uuid.uuid4())
-        handle = await self.runtime.agents.create(
-            agent_id=session_id,
-            session_id=session_id,
-            cwd=params.cwd,
-            additional_directories=params.additional_directories,
-            owner=self.owner,
-            client=self._client(session_id),
-        )
-        await self._install(session_id, handle)
+        self.starting[session_id] = []
+        try:
+            handle = await self.runtime.agents.create(
+                agent_id=session_id,
+                session_id=session_id,
+                cwd=params.cwd,
+                additional_directories=params.additional_directories,
+                owner=self.owner,
+                client=self._client(session_id),
+                mcp_servers=servers,
+            )
+            await self._install(session_id, handle)
+        finally:
+            self.starting.pop(session_id, None)
         session = handle.agent.session
         return NewSessionResult(
             session_id, self.presenter.modes(session), self.presenter.config_options(session)
@@ -348,10 +378,12 @@ class AcpConnection:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
         _check_cwd(params.cwd, must_exist=False)
+        servers = _servers(params.mcp_servers)
         self._require_open()
         if session_id in self.records or session_id in self.loading:
             raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
         self.loading.add(session_id)
+        self.starting[session_id] = []
         try:
             try:
                 handle = await self.runtime.agents.resume(
@@ -359,6 +391,7 @@ class AcpConnection:
                     session_id=session_id,
                     owner=self.owner,
                     client=self._client(session_id),
+                    mcp_servers=servers,
                 )
             except SessionNotFound as exc:
                 raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
@@ -381,6 +414,7 @@ class AcpConnection:
             )
         finally:
             self.loading.discard(session_id)
+            self.starting.pop(session_id, None)
 
     async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
         """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
@@ -434,7 +468,9 @@ class AcpConnection:
         if self.closed:
             await handle.dispose()
             raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
-        self.records[session_id] = SessionRecord(session_id, handle)
+        self.records[session_id] = SessionRecord(
+            session_id, handle, self.starting.pop(session_id, [])
+        )
 
     def _record(self, session_id: str) -> SessionRecord:
         record = self.records.get(session_id)
@@ -459,6 +495,34 @@ class AcpConnection:
             pending = record.pending.get(event.message_id)
             if pending is not None:
                 pending.turn = session.open_turn
+
+    def _on_server(self, agent: Agent, status: McpStatus) -> None:
+        """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
+        session_id = agent.session.id
+        key = (session_id, status.server)
+        before = self._servers_seen.get(key, "starting")
+        self._servers_seen[key] = status.state
+        if status.state == before or (status.state == "ready" and before == "starting"):
+            return
+        notice = status.describe() + "\n"
+        record = self.records.get(session_id)
+        if record is None:
+            if session_id in self.starting:
+                self.starting[session_id].append(notice)
+        elif record.notices is not None:
+            record.notices.append(notice)
+        else:
+            self._tell(session_id, notice)
+
+    def _announce(self) -> None:
+        for record in self.records.values():
+            notices, record.notices = record.notices, None
+            for notice in notices or ():
+                self._tell(record.session_id, notice)
+
+    def _tell(self, session_id: str, text: str) -> None:
+        update = AgentMessageChunk(TextBlock(text))
+        self.send(Notification("session/update", SessionNotificationParams(session_id, update)))
 
     def _on_turn_end(self, agent: Agent, turn: int, reason: TurnEndReason) -> None:
         """A turn's end, as reported (after its flush): it answers the prompts it took."""
@@ -511,6 +575,43 @@ class AcpConnection:
                 await record.handle.dispose()
         finally:
             await self.scope.close()
+
+
+def _servers(entries: list[dict[str, Any]]) -> list[McpServer]:
+    """``mcpServers`` as server specs; a bad entry is -32602 naming it and its field."""
+    servers: list[McpServer] = []
+    for index, entry in enumerate(entries):
+        where = f"mcpServers[{index}]"
+        kind = entry.get("type", "stdio")
+        try:
+            if kind == "stdio":
+                stdio = msgspec.convert(entry, StdioServerEntry)
+                servers.append(
+                    McpStdioServer(
+                        name=stdio.name,
+                        command=stdio.command,
+                        args=stdio.args,
+                        env={v.name: v.value for v in stdio.env},
+                    )
+                )
+            elif kind == "http":
+                http = msgspec.convert(entry, HttpServerEntry)
+                headers = {h.name: h.value for h in http.headers}
+                servers.append(McpHttpServer(name=http.name, url=http.url, headers=headers))
+            else:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"invalid params: {where}.type: {kind!r} is not supported"
+                    " (greenroom connects stdio and http servers)",
+                )
+        except msgspec.ValidationError as exc:
+            message = str(exc).replace("`$", f"`{where}")
+            raise RpcError(INVALID_PARAMS, f"invalid params: {message}") from None
+    try:
+        check_servers(servers)
+    except ValueError as exc:
+        raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
+    return servers
 
 
 def _decode(kind: type[P], raw: msgspec.Raw) -> P:

@@ -82,6 +82,8 @@ Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
 
 #: An echoed prompt that starts with this runs the rest as a ``bash`` command.
 BASH_PROMPT: Final = "bash: "
+#: An echoed prompt ``tool: NAME {JSON}`` calls the offered tool NAME with those arguments.
+TOOL_PROMPT: Final = "tool: "
 
 
 class ScriptedModel:
@@ -136,15 +138,10 @@ class ScriptedModel:
 
     async def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         last = request.messages[-1] if request.messages else None
-        if (
-            isinstance(last, UserTurn)
-            and last.content.startswith(BASH_PROMPT)
-            and any(tool.name == "bash" for tool in request.tools)
-        ):
+        call = _asked_call(last, request) if isinstance(last, UserTurn) else None
+        if call is not None:
             self._calls += 1
-            command = last.content.removeprefix(BASH_PROMPT)
-            arguments = json.dumps({"command": command, "description": "asked by the prompt"})
-            yield ToolCallChunk(f"echo-{self._calls}", "bash", arguments)
+            yield ToolCallChunk(f"echo-{self._calls}", *call)
             yield Finish("tool-calls")
             return
         if isinstance(last, ToolTurn):
@@ -159,3 +156,16 @@ class ScriptedModel:
                 await trio.sleep(self._delay)
             yield TextDelta(word if index == len(words) - 1 else word + " ")
         yield Finish("stop")
+
+
+def _asked_call(last: UserTurn, request: ModelRequest) -> tuple[str, str] | None:
+    """The (tool, arguments) a ``bash:`` or ``tool:`` prompt asks for, if that tool is offered."""
+    offered = {tool.name for tool in request.tools}
+    if last.content.startswith(BASH_PROMPT) and "bash" in offered:
+        command = last.content.removeprefix(BASH_PROMPT)
+        return "bash", json.dumps({"command": command, "description": "asked by the prompt"})
+    if last.content.startswith(TOOL_PROMPT):
+        name, _, arguments = last.content.removeprefix(TOOL_PROMPT).partition(" ")
+        if name in offered:
+            return name, arguments.strip() or "{}"
+    return None

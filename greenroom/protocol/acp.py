@@ -98,16 +98,42 @@ class InitializeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     client_info: dict[str, Any] | None = None
 
 
+class NameValue(msgspec.Struct, frozen=True, gc=False):
+    """An environment variable of a stdio server, or a header of an HTTP one."""
+
+    name: str
+    value: str
+
+
+class StdioServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """An entry of ``mcpServers`` without a ``type`` (or ``"stdio"``): a process to run."""
+
+    name: str
+    command: str
+    args: list[str] = []
+    env: list[NameValue] = []
+    type: Literal["stdio"] = "stdio"
+
+
+class HttpServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """An entry of ``mcpServers`` with ``"type": "http"``: a streamable-HTTP server."""
+
+    type: Literal["http"]
+    name: str
+    url: str
+    headers: list[NameValue] = []
+
+
 class NewSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     cwd: str
-    mcp_servers: list[Any] = []
+    mcp_servers: list[dict[str, Any]] = []
     additional_directories: list[str] = []
 
 
 class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     session_id: str
     cwd: str
-    mcp_servers: list[Any] = []
+    mcp_servers: list[dict[str, Any]] = []
 
 
 class SetModeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
@@ -165,9 +191,17 @@ class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
     delete: Empty = Empty()
 
 
+class McpCapabilities(msgspec.Struct, frozen=True, gc=False):
+    """The ``mcpServers`` transports greenroom connects (stdio always)."""
+
+    http: bool = True
+    sse: bool = False
+
+
 class AgentCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     load_session: bool = True
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
+    mcp_capabilities: McpCapabilities = McpCapabilities()
     session_capabilities: SessionCapabilities = SessionCapabilities()
     meta: dict[str, Any] = msgspec.field(
         default_factory=lambda: {"claudeCode": {"promptQueueing": True}}
