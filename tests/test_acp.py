@@ -515,3 +515,68 @@ async def test_the_echo_model_runs_a_bash_prompt_after_asking(tmp_path: Path) ->
             assert asked["params"]["toolCall"]["kind"] == "execute"
             assert texts(b.peer.updates(session)) == "hi there\n[exit code: 0]"
             validate(b.peer)
+
+
+@pytest.mark.parametrize(
+    ("servers", "message"),
+    [
+        ([{"name": "a", "command": 7, "args": [], "env": []}], "mcpServers[0].command"),
+        ([{"name": "a", "args": [], "env": []}], "mcpServers[0]"),
+        (
+            [{"type": "sse", "name": "a", "url": "http://x", "headers": []}],
+            "'sse' is not supported",
+        ),
+        ([{"type": "http", "name": "a", "url": "file:///x", "headers": []}], "mcpServers[0].url"),
+        (
+            [
+                {"name": "a", "command": "x", "args": [], "env": []},
+                {"type": "http", "name": "a", "url": "http://x", "headers": []},
+            ],
+            "mcpServers[1].name: 'a' is given twice",
+        ),
+        ([{"name": "a", "command": "x", "args": ["\u0000"], "env": []}], "must not contain NUL"),
+        (
+            [{"name": "a", "command": "x", "args": [], "env": [{"name": "A=B", "value": ""}]}],
+            "mcpServers[0].env",
+        ),
+    ],
+)
+async def test_bad_mcp_servers_are_invalid_params_naming_the_entry(
+    tmp_path: Path, servers: list[dict[str, Any]], message: str
+) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        caps = b.peer.frames[0]["result"]["agentCapabilities"]
+        assert caps["mcpCapabilities"] == {"http": True, "sse": False}
+        answer = await b.peer.call("session/new", {"cwd": str(tmp_path), "mcpServers": servers})
+        assert answer["error"]["code"] == -32602
+        assert message in answer["error"]["message"]
+        assert b.runtime.agents.list() == []
+        load = await b.peer.call(
+            "session/load", {"sessionId": "x", "cwd": str(tmp_path), "mcpServers": servers}
+        )
+        assert load["error"]["code"] == -32602
+
+
+async def test_a_server_that_cannot_start_is_told_after_the_sessions_answer(
+    tmp_path: Path,
+) -> None:
+    missing = {"name": "gone", "command": str(tmp_path / "nothing"), "args": [], "env": []}
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        request = await b.peer.request(
+            "session/new", {"cwd": str(tmp_path), "mcpServers": [missing]}
+        )
+        answer = await b.peer.response(request)
+        session = answer["result"]["sessionId"]
+        told = await b.peer.wait_for(
+            lambda f: (
+                f.get("method") == "session/update"
+                and "given up" in f["params"]["update"]["content"]["text"]
+            )
+        )
+        texts = [u["content"]["text"] for u in b.peer.updates(session)]
+        # Told once when it failed, once when it was given up; never before the answer.
+        assert len(texts) == 2
+        assert texts[0].startswith("MCP server 'gone' failed: FileNotFoundError")
+        assert b.peer.index_of(answer) < b.peer.index_of(told)
+        first = next(f for f in b.peer.frames if f.get("method") == "session/update")
+        assert b.peer.index_of(answer) < b.peer.index_of(first)

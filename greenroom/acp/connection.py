@@ -606,7 +606,7 @@ def _servers(entries: list[dict[str, Any]]) -> list[McpServer]:
                 )
         except msgspec.ValidationError as exc:
             message = str(exc).replace("`$", f"`{where}")
-            raise RpcError(INVALID_PARAMS, f"invalid params: {message}") from None
+            raise RpcError(INVALID_PARAMS, f"invalid params: {where}: {message}") from None
     try:
         check_servers(servers)
     except ValueError as exc:

@@ -1,0 +1,146 @@
+"""End to end: an editor (the official ACP SDK client) gives ``greenroom acp`` MCP servers.
+
+The servers are real processes started by greenroom; every path by which a
+session ends (``session/close``, the end of stdin, SIGTERM) must leave none.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import acp
+from acp import schema
+
+from tests.test_acp_e2e import Recorder, text
+from tests.test_mcp import SERVERS, TIME_SERVER, alive, pids
+
+LIMIT = 30.0
+
+
+def _agent() -> tuple[str, ...]:
+    return (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+
+
+def _served(name: str, record: Path) -> schema.McpServerStdio:
+    return schema.McpServerStdio(
+        name=name,
+        command=sys.executable,
+        args=[str(SERVERS), "stdio"],
+        env=[schema.EnvVariable(name="MCP_RECORD", value=str(record))],
+    )
+
+
+async def _gone(pid: int) -> None:
+    while alive(pid):
+        await asyncio.sleep(0.02)
+
+
+def test_an_editors_mcp_server_is_called_and_rendered(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        recorder = Recorder()
+        command, *args = _agent()
+        env = {"GREENROOM_HOME": str(tmp_path)}
+        async with acp.spawn_agent_process(recorder, command, *args, env=env, cwd=tmp_path) as (
+            conn,
+            _,
+        ):
+            init = await conn.initialize(protocol_version=1)
+            assert init.agent_capabilities is not None
+            mcp = init.agent_capabilities.mcp_capabilities
+            assert mcp is not None
+            assert mcp.http is True
+            time_server = schema.McpServerStdio(name="time", command=TIME_SERVER, args=[], env=[])
+            session = (
+                await conn.new_session(cwd=str(tmp_path), mcp_servers=[time_server])
+            ).session_id
+            asked = "tool: mcp__time__get_current_time " + json.dumps({"timezone": "UTC"})
+            answer = await conn.prompt(session_id=session, prompt=text(asked))
+            assert answer.stop_reason == "end_turn"
+            updates = [u for s, u in recorder.updates if s == session]
+            (start,) = [u for u in updates if isinstance(u, schema.ToolCallStart)]
+            assert start.title == "get_current_time (time)"
+            assert start.kind == "read"
+            done = [
+                u
+                for u in updates
+                if isinstance(u, schema.ToolCallProgress) and u.status == "completed"
+            ]
+            (finished,) = done
+            assert finished.tool_call_id == start.tool_call_id
+            shown = json.dumps([c.model_dump() for c in finished.content or []])
+            assert "UTC" in shown
+            assert "datetime" in shown
+
+    asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+
+
+def test_a_server_that_fails_to_start_is_told_to_the_editor(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        recorder = Recorder()
+        command, *args = _agent()
+        env = {"GREENROOM_HOME": str(tmp_path)}
+        async with acp.spawn_agent_process(recorder, command, *args, env=env, cwd=tmp_path) as (
+            conn,
+            _,
+        ):
+            await conn.initialize(protocol_version=1)
+            missing = schema.McpServerStdio(
+                name="missing", command=str(tmp_path / "no-such-server"), args=[], env=[]
+            )
+            session = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[missing])).session_id
+            while "missing" not in recorder.text(session):
+                await asyncio.sleep(0.02)
+            assert "MCP server 'missing' failed" in recorder.text(session)
+            # The session goes on without the server's tools.
+            answer = await conn.prompt(session_id=session, prompt=text("still here"))
+            assert answer.stop_reason == "end_turn"
+
+    asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+
+
+def test_no_server_outlives_its_session_by_close_eof_or_sigterm(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+
+    async def scenario() -> None:
+        recorder = Recorder()
+        command, *args = _agent()
+        env = {"GREENROOM_HOME": str(tmp_path)}
+        # session/close, then the end of stdin.
+        async with acp.spawn_agent_process(recorder, command, *args, env=env, cwd=tmp_path) as (
+            conn,
+            process,
+        ):
+            await conn.initialize(protocol_version=1)
+            closed = await _new(conn, tmp_path, "closed", record)
+            (closed_pid,) = pids(record)
+            await conn.close_session(session_id=closed)
+            await asyncio.wait_for(_gone(closed_pid), 6)
+            await _new(conn, tmp_path, "at-eof", record)
+            eof_pid = pids(record)[-1]
+            assert alive(eof_pid)
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+        assert not alive(eof_pid)
+        # SIGTERM.
+        async with acp.spawn_agent_process(recorder, command, *args, env=env, cwd=tmp_path) as (
+            conn,
+            process,
+        ):
+            await conn.initialize(protocol_version=1)
+            await _new(conn, tmp_path, "at-sigterm", record)
+            term_pid = pids(record)[-1]
+            assert alive(term_pid)
+            process.send_signal(signal.SIGTERM)
+            assert await asyncio.wait_for(process.wait(), 10) == 0
+            assert not alive(term_pid)
+
+    asyncio.run(asyncio.wait_for(scenario(), 2 * LIMIT))
+
+
+async def _new(conn: Any, cwd: Path, name: str, record: Path) -> str:
+    answer = await conn.new_session(cwd=str(cwd), mcp_servers=[_served(name, record)])
+    return str(answer.session_id)
