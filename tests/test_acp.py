@@ -18,6 +18,7 @@ import pytest
 import trio
 import trio.testing
 
+from greenroom.acp import connection
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
 from greenroom.protocol.events import DISPOSED, SessionHeader
 from greenroom.session.persistence import JsonlPersistence
@@ -580,3 +581,39 @@ async def test_a_server_that_cannot_start_is_told_after_the_sessions_answer(
         assert b.peer.index_of(answer) < b.peer.index_of(told)
         first = next(f for f in b.peer.frames if f.get("method") == "session/update")
         assert b.peer.index_of(answer) < b.peer.index_of(first)
+
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner),
+    max_leaves=12,
+)
+_entry = st.fixed_dictionaries(
+    {},
+    optional={
+        "type": st.sampled_from(["stdio", "http", "sse", "acp", 3]) | _json,
+        "name": st.text(max_size=6) | _json,
+        "command": st.text(max_size=6) | _json,
+        "args": st.lists(st.text(max_size=4)) | _json,
+        "env": st.lists(st.fixed_dictionaries({"name": st.text(max_size=4), "value": _json}))
+        | _json,
+        "url": st.sampled_from(["http://x/mcp", "https://y", "ftp://z", ""]) | _json,
+        "headers": st.lists(st.fixed_dictionaries({"name": _json, "value": st.text()})) | _json,
+    },
+)
+
+
+@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.given(st.lists(_entry, max_size=4))
+def test_any_mcp_servers_entry_is_a_spec_or_invalid_params(entries: list[dict[str, Any]]) -> None:
+    """What an editor sends as ``mcpServers`` becomes specs or -32602, never anything else."""
+    refused: connection.RpcError | None = None
+    try:
+        servers = connection.servers_from_acp(entries)
+    except connection.RpcError as exc:
+        refused = exc
+    if refused is None:
+        assert len(servers) == len(entries)
+    else:
+        assert refused.code == -32602
+        assert refused.message.startswith("invalid params: mcpServers")

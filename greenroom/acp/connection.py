@@ -169,7 +169,7 @@ class AcpConnection:
         self.loading: set[str] = set()
         #: Sessions starting here, with what their MCP servers did meanwhile.
         self.starting: dict[str, list[str]] = {}
-        self._servers_seen: dict[tuple[str, str], str] = {}  # (session, server) -> last state
+        self._server_states: dict[str, dict[str, str]] = {}  # session -> server -> last state
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
@@ -347,7 +347,7 @@ class AcpConnection:
         _check_cwd(params.cwd, must_exist=True)
         for directory in params.additional_directories:
             _check_cwd(directory, must_exist=True, field="additionalDirectories")
-        servers = _servers(params.mcp_servers)
+        servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         session_id = str(uuid.uuid4())
         self.starting[session_id] = []
@@ -363,7 +363,7 @@ class AcpConnection:
             )
             await self._install(session_id, handle)
         finally:
-            self.starting.pop(session_id, None)
+            self._forget_starting(session_id)
         session = handle.agent.session
         return NewSessionResult(
             session_id, self.presenter.modes(session), self.presenter.config_options(session)
@@ -378,7 +378,7 @@ class AcpConnection:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
         _check_cwd(params.cwd, must_exist=False)
-        servers = _servers(params.mcp_servers)
+        servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         if session_id in self.records or session_id in self.loading:
             raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
@@ -414,7 +414,7 @@ class AcpConnection:
             )
         finally:
             self.loading.discard(session_id)
-            self.starting.pop(session_id, None)
+            self._forget_starting(session_id)
 
     async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
         """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
@@ -499,16 +499,17 @@ class AcpConnection:
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
         session_id = agent.session.id
-        key = (session_id, status.server)
-        before = self._servers_seen.get(key, "starting")
-        self._servers_seen[key] = status.state
+        if session_id not in self.records and session_id not in self.starting:
+            return  # another connection's session
+        states = self._server_states.setdefault(session_id, {})
+        before = states.get(status.server, "starting")
+        states[status.server] = status.state
         if status.state == before or (status.state == "ready" and before == "starting"):
             return
         notice = status.describe() + "\n"
         record = self.records.get(session_id)
         if record is None:
-            if session_id in self.starting:
-                self.starting[session_id].append(notice)
+            self.starting[session_id].append(notice)
         elif record.notices is not None:
             record.notices.append(notice)
         else:
@@ -544,10 +545,17 @@ class AcpConnection:
             return
         self.respond(pending.request_id, PromptResult(_stop_reason(reason, pending.cancelled)))
 
+    def _forget_starting(self, session_id: str) -> None:
+        """A start is over: installed (its notices went to its record), or failed."""
+        self.starting.pop(session_id, None)
+        if session_id not in self.records:
+            self._server_states.pop(session_id, None)
+
     async def _release(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
         self._abandon(record)
         await record.handle.dispose()
+        self._server_states.pop(record.session_id, None)
 
     def _abandon(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""
@@ -577,7 +585,7 @@ class AcpConnection:
             await self.scope.close()
 
 
-def _servers(entries: list[dict[str, Any]]) -> list[McpServer]:
+def servers_from_acp(entries: list[dict[str, Any]]) -> list[McpServer]:
     """``mcpServers`` as server specs; a bad entry is -32602 naming it and its field."""
     servers: list[McpServer] = []
     for index, entry in enumerate(entries):
