@@ -18,7 +18,7 @@ import trio
 
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Permissions
+from greenroom.actors.types import Permissions, SpawnLimits
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
@@ -145,6 +145,7 @@ async def open_runtime(
     models: Mapping[str, ModelAdapter] | None = None,
     persistence: Persistence | None = None,
     permissions: Permissions | None = None,
+    spawn_limits: SpawnLimits | None = None,
     tools: Iterable[Tool[Any]] = (),
     workdir: str | None = None,
     name: str = "greenroom",
@@ -155,6 +156,8 @@ async def open_runtime(
     by id, the first the default, for a session to choose from (its ``model``
     setting). ``permissions`` decides whether a tool that edits or executes may
     run when the session's front end does not ask anyone (default: it may).
+    ``spawn_limits`` bound agent teams (`AgentHandle.spawn`, the ``task`` tool):
+    how deep children nest and how many live children one parent may have.
     With ``persistence``,
     every session's events go to its sink over it (one durable append per
     turn) and `agents.resume` can load sessions back. The agents' supervisor
@@ -190,6 +193,7 @@ async def open_runtime(
             persistence=persistence,
             release_owned=partial(release_owner, bash),
             servers=McpHub(tool_registry, hooks),
+            limits=spawn_limits,
         )
         yield Runtime(
             agents=agents,

@@ -6,7 +6,12 @@
   serves like ``stdio``;
 * ``ignore-eof``: a bare JSON-RPC server that answers the handshake and
   ``tools/list`` and then ignores the end of its stdin and SIGTERM (only
-  SIGKILL ends it).
+  SIGKILL ends it);
+* ``silent``: reads its stdin and never answers anything (not even ``initialize``);
+* ``hostile``: a bare JSON-RPC server (`Hostile`) that misbehaves on demand:
+  garbage lines on its stdout, odd tool names, endless pages, floods of
+  ``tools/list_changed``, giant results, exiting in the middle of a call,
+  invalid UTF-8, children left behind.
 
 Every mode appends ``pid <pid>`` to the file named by ``$MCP_RECORD`` (if
 set) at start; the ``block`` tool appends ``started <tag>`` and, when the
@@ -16,6 +21,7 @@ client cancels it, ``cancelled <tag>``.
 import json
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -112,6 +118,126 @@ def ignore_eof() -> None:
         time.sleep(60)
 
 
+def silent() -> None:
+    """Read every line and never answer, until stdin ends."""
+    for _line in sys.stdin:
+        pass
+
+
+def _tool(name: str, description: str = "") -> dict[str, object]:
+    return {
+        "name": name,
+        "description": description or name,
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": True, "openWorldHint": False},
+    }
+
+
+class Hostile:
+    """A bare JSON-RPC server over stdio whose misbehaviour its tools trigger.
+
+    Its tools: ``echo {text}``; ``die`` exits (status 7) without answering;
+    ``giant {mb}`` answers ``mb`` MB of text on one line; ``flood {n}`` sends
+    ``n`` ``notifications/tools/list_changed`` before it answers; ``shrink``
+    stops offering ``gone`` and tells the client; ``garble`` writes lines that
+    are not JSON-RPC, then invalid UTF-8, then answers; ``spawn`` starts a
+    child in its process group that ignores the end of its stdin and SIGTERM
+    (its pid is recorded as ``child <pid>``; the server itself exits as soon as
+    its stdin ends, leaving the child behind).
+
+    ``flags`` change the handshake: ``garbage`` writes junk lines before every
+    answer; ``names`` offers tools whose names need normalising (two of them
+    to the same name); ``endless`` answers every ``tools/list`` after the first
+    with one more page, forever; ``relist-hangs`` never answers a ``tools/list``
+    after the first.
+    """
+
+    def __init__(self, flags: list[str]) -> None:
+        self.flags = set(flags)
+        self.lists = 0
+        self.tools = [
+            _tool(name)
+            for name in ("echo", "die", "giant", "flood", "shrink", "garble", "spawn", "gone")
+        ]
+        if "names" in self.flags:
+            self.tools += [_tool(n, repr(n)) for n in ("a.b", "a b", "ünï", "x" * 100)]
+
+    def write(self, message: dict[str, object]) -> None:
+        if "garbage" in self.flags:
+            sys.stdout.write('not json\n{"jsonrpc": "2.0"}\n[1, 2]\n\n')
+            sys.stdout.write('{"jsonrpc": "2.0", "id": 99999, "result": {}}\n')
+        sys.stdout.write(json.dumps(message) + "\n")
+        sys.stdout.flush()
+
+    def notify(self, method: str) -> None:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "method": method}) + "\n")
+
+    def serve(self) -> None:
+        for line in sys.stdin:
+            message = json.loads(line)
+            if "id" not in message or "method" not in message:
+                continue
+            result = self.answer(message["method"], message.get("params") or {})
+            if result is not None:
+                self.write({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    def answer(self, method: str, params: dict[str, object]) -> dict[str, object] | None:
+        if method == "initialize":
+            return {
+                "protocolVersion": params["protocolVersion"],
+                "capabilities": {"tools": {"listChanged": True}},
+                "serverInfo": {"name": "hostile", "version": "1"},
+            }
+        if method == "tools/list":
+            self.lists += 1
+            if self.lists > 1 and "relist-hangs" in self.flags:
+                return None
+            if self.lists > 1 and "endless" in self.flags:
+                page = self.lists
+                return {"tools": [_tool(f"t{page}", "x" * 1000)], "nextCursor": str(page)}
+            return {"tools": self.tools}
+        if method == "tools/call":
+            return self.call(str(params["name"]), params.get("arguments") or {})
+        return {}
+
+    def call(self, name: str, arguments: object) -> dict[str, object] | None:
+        assert isinstance(arguments, dict)
+        text = "done"
+        if name == "echo":
+            text = f"echo: {arguments.get('text')}"
+        elif name == "die":
+            sys.stdout.flush()
+            os._exit(7)
+        elif name == "giant":
+            text = "g" * int(float(arguments["mb"]) * 1_000_000)
+        elif name == "flood":
+            for _ in range(int(arguments["n"])):
+                self.notify("notifications/tools/list_changed")
+        elif name == "shrink":
+            self.tools = [tool for tool in self.tools if tool["name"] != "gone"]
+            self.notify("notifications/tools/list_changed")
+        elif name == "garble":
+            sys.stdout.write("garbage\n")
+            sys.stdout.flush()
+            sys.stdout.buffer.write(b"\xff\xfe not utf-8\n")
+            sys.stdout.buffer.flush()
+        elif name == "spawn":
+            child = subprocess.Popen(
+                [sys.executable, "-c", _STUBBORN_CHILD], stdin=subprocess.DEVNULL
+            )
+            record(f"child {child.pid}")
+            text = str(child.pid)
+        return {"content": [{"type": "text", "text": text}], "isError": False}
+
+
+_STUBBORN_CHILD = """
+import signal, time
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+while True:
+    time.sleep(60)
+"""
+
+
 def main() -> None:
     mode = sys.argv[1]
     record(f"pid {os.getpid()}")
@@ -127,6 +253,10 @@ def main() -> None:
         tools_server().run("stdio")
     elif mode == "ignore-eof":
         ignore_eof()
+    elif mode == "silent":
+        silent()
+    elif mode == "hostile":
+        Hostile(sys.argv[2:]).serve()
     else:
         sys.exit(f"unknown mode {mode!r}")
 

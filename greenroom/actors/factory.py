@@ -10,6 +10,7 @@ the owner, which reports ready with the `AgentHandle`.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import cast
 
 import trio
@@ -17,11 +18,23 @@ import trio
 from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, AgentOptions, ServerHub, SessionClient, ToolExecutor
+from greenroom.actors.types import (
+    Agent,
+    AgentOptions,
+    ServerHub,
+    SessionClient,
+    SpawnLimits,
+    SpawnRefused,
+    ToolExecutor,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
-from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom.protocol.events import SessionEvent, SessionHeader, ToolError
 from greenroom.protocol.mcp import McpServer, check_servers
+from greenroom.protocol.model import ToolSchema
 from greenroom.session import SessionStore, new_header
 from greenroom.session.persistence import Persistence, SessionLog
 from greenroom.session.store import check_session_id
@@ -41,6 +54,7 @@ class AgentFactory:
     __slots__ = (
         "_default_owner",
         "_hooks",
+        "_limits",
         "_models",
         "_persistence",
         "_registry",
@@ -62,6 +76,7 @@ class AgentFactory:
         release_owned: ReleaseOwned,
         persistence: Persistence | None = None,
         servers: ServerHub | None = None,
+        limits: SpawnLimits | None = None,
     ) -> None:
         self._hooks = hooks
         self._sessions = sessions
@@ -72,6 +87,7 @@ class AgentFactory:
         self._persistence = persistence
         self._release_owned = release_owned
         self._servers = servers
+        self._limits = limits or SpawnLimits()
 
     def get(self, agent_id: str) -> Agent | None:
         return self._registry.get(agent_id)
@@ -117,7 +133,8 @@ class AgentFactory:
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd, additional_directories=additional_directories)
             log = None if self._persistence is None else await self._persistence.create(header)
-            return await self._start(agent_id, header, (), log, options, owner, client, mcp_servers)
+            plan = _Plan(agent_id, options, owner, client, mcp_servers)
+            return await self._start(header, (), log, plan)
 
     async def resume(
         self,
@@ -145,9 +162,8 @@ class AgentFactory:
         self._check(session_id, mcp_servers)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events, log = await self._persistence.open(session_id)
-            return await self._start(
-                agent_id, header, events, log, options, owner, client, mcp_servers
-            )
+            plan = _Plan(agent_id, options, owner, client, mcp_servers)
+            return await self._start(header, events, log, plan)
 
     def _check(self, session_id: str, mcp_servers: Sequence[McpServer]) -> None:
         """Refuse, before anything exists, an id the persistence could not store, and
@@ -161,20 +177,14 @@ class AgentFactory:
 
     async def _start(
         self,
-        agent_id: str,
         header: SessionHeader,
         seed: Sequence[SessionEvent],
         log: SessionLog | None,
-        options: AgentOptions | None,
-        owner: Owner | None,
-        client: SessionClient | None,
-        mcp_servers: Sequence[McpServer],
+        plan: _Plan,
     ) -> AgentHandle:
         """Start the life that owns `log` from here on; if it never runs, close `log`."""
         try:
-            return await self._start_life(
-                agent_id, header, seed, log, options, owner, client, mcp_servers
-            )
+            return await self._start_life(header, seed, log, plan)
         except BaseException:
             if log is not None:
                 await log.close()  # a no-op if the life ran and closed it
@@ -182,21 +192,21 @@ class AgentFactory:
 
     async def _start_life(
         self,
-        agent_id: str,
         header: SessionHeader,
         seed: Sequence[SessionEvent],
         log: SessionLog | None,
-        options: AgentOptions | None,
-        owner: Owner | None,
-        client: SessionClient | None,
-        mcp_servers: Sequence[McpServer],
+        plan: _Plan,
     ) -> AgentHandle:
         session = self._sessions.prepare(header, seed=seed, sink=log)
         servers = None
-        tools = self._tools
-        if mcp_servers and self._servers is not None:
-            servers = self._servers.open(header.id, header.cwd, mcp_servers)
+        tools: ToolExecutor = self._tools
+        if plan.mcp_servers and self._servers is not None:
+            servers = self._servers.open(header.id, header.cwd, plan.mcp_servers)
             tools = servers.tools
+        if plan.tools is not None:
+            tools = _OnlyTools(tools, plan.tools)
+        owner = plan.owner or self._default_owner
+        agent_tools = tools
         life = AgentLife(
             self._sessions,
             self._registry,
@@ -204,19 +214,113 @@ class AgentFactory:
             log,
             servers,
             lambda life: LoopAgent(
-                agent_id,
+                plan.agent_id,
                 session,
                 life=life,
                 models=self._models,
-                tools=tools,
+                tools=agent_tools,
                 hooks=self._hooks,
-                options=options,
-                client=client,
+                options=plan.options,
+                client=plan.client,
             ),
+            spawner=self._spawn,
+            owner=owner,
+            client=plan.client,
+            parent=plan.parent,
         )
-        owner = owner or self._default_owner
         if isinstance(owner, Supervisor):
-            spec = ChildSpec(f"agent:{agent_id}", life, restart="temporary", shutdown=CLOSING_GRACE)
+            spec = ChildSpec(
+                f"agent:{plan.agent_id}", life, restart="temporary", shutdown=CLOSING_GRACE
+            )
             return cast(AgentHandle, await owner.start_child(spec))
         handle: AgentHandle = await owner.start(life)
         return handle
+
+    async def _spawn(
+        self,
+        parent: AgentLife,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None,
+        tools: Sequence[str] | None,
+        mcp_servers: Sequence[McpServer],
+    ) -> AgentHandle:
+        """A child of `parent`: a new session naming the parent's, under the parent's owner."""
+        limits = self._limits
+        if parent.depth + 1 > limits.max_depth:
+            raise SpawnRefused(
+                f"agent {parent.agent.id!r} is at depth {parent.depth}; children may nest"
+                f" at most {limits.max_depth} deep"
+            )
+        if len(parent.children) >= limits.max_children:
+            raise SpawnRefused(
+                f"agent {parent.agent.id!r} has {len(parent.children)} live children,"
+                f" the most it may have at once"
+            )
+        self._check(session_id, mcp_servers)
+        above = parent.agent.session.header
+        with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
+            header = new_header(
+                session_id,
+                cwd=above.cwd,
+                additional_directories=above.additional_directories,
+                parent_session=above.id,
+            )
+            log = None if self._persistence is None else await self._persistence.create(header)
+            plan = _Plan(
+                agent_id,
+                options,
+                parent.owner,  # type: ignore[arg-type]
+                parent.client,
+                mcp_servers,
+                tools,
+                parent,
+            )
+            return await self._start(header, (), log, plan)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What a start was asked for, beside the session it starts on."""
+
+    agent_id: str
+    options: AgentOptions | None
+    owner: Owner | None
+    client: SessionClient | None
+    mcp_servers: Sequence[McpServer]
+    tools: Sequence[str] | None = None
+    parent: AgentLife | None = None
+
+
+class _OnlyTools:
+    """The tools of `inner` named in `names`; a call of any other is an unknown tool."""
+
+    __slots__ = ("_inner", "_names", "_schemas", "_schemas_of")
+
+    def __init__(self, inner: ToolExecutor, names: Sequence[str]) -> None:
+        self._inner = inner
+        self._names = frozenset(names)
+        self._schemas: list[ToolSchema] = []
+        self._schemas_of: list[ToolSchema] | None = None
+
+    def schemas(self) -> list[ToolSchema]:
+        every = self._inner.schemas()
+        if every is not self._schemas_of:
+            self._schemas_of = every
+            self._schemas = [schema for schema in every if schema.name in self._names]
+        return self._schemas
+
+    def describe(self, name: str, arguments: str) -> ToolView:
+        return self._inner.describe(name, arguments)
+
+    async def execute(self, invocation: ToolInvocation) -> ToolOutcome:
+        if invocation.name not in self._names:
+            await trio.lowlevel.checkpoint()
+            known = ", ".join(sorted(self._names)) or "none"
+            return ToolOutcome(
+                f"unknown tool {invocation.name!r} (known tools: {known})",
+                is_error=True,
+                error=ToolError(name="ToolError", code="unknown-tool"),
+            )
+        return await self._inner.execute(invocation)

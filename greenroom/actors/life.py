@@ -4,28 +4,44 @@
 says it with nesting::
 
     session log held (this process its writer)  (closed last: synced, let go)
-      session entered in the store             (left fifth)
-        agent registered                       (unregistered fourth)
-          the session's MCP servers            (stopped third, within their grace)
-            the session's owned processes      (released second: killed, reaped)
-              the life scope: the agent's loop (stopped first; its closing turn/end
+      session entered in the store             (left sixth)
+        agent registered                       (unregistered fifth)
+          the session's MCP servers            (stopped fourth, within their grace)
+            the session's owned processes      (released third: killed, reaped)
+              the agent's children             (disposed second, at the latest)
+                the life scope: the agent's loop (stopped first; its closing turn/end
                                                 is appended and flushed, unstoppable)
 
 `AgentHandle.dispose` cancels the life scope and waits for the life's task to
 return; an owner closing cancels the same task from outside. Python unwinds
 the same nesting either way.
+
+Children (`AgentHandle.spawn`, the ``task`` tool) are lives of their own,
+started under their parent's owner beside it, so that an idle agent pays
+nothing for the ability to have them. The parent's life owns them all the
+same: its loop disposes them before it appends its own closing ``turn/end``
+(`end_children`), and its nesting does again before anything else is let go,
+so no child outlives its parent, whichever way the parent ends. A parent's
+cancel reaches its children (`cancel_children`).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol
 
 import trio
 
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, SessionServers
+from greenroom.actors.types import (
+    Agent,
+    AgentOptions,
+    SessionClient,
+    SessionServers,
+    SpawnRefused,
+)
+from greenroom.protocol.mcp import McpServer
 from greenroom.session import SessionStore
 from greenroom.session.persistence import PersistenceError, SessionLog
 
@@ -34,6 +50,21 @@ logger = logging.getLogger("greenroom.agent")
 #: Releases what a session owns outside the agent (its background processes), by session id.
 #: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
 ReleaseOwned = Callable[[str], Awaitable[None]]
+
+
+class Spawner(Protocol):
+    """The factory's half of `AgentHandle.spawn`: start a child of `parent`'s life."""
+
+    async def __call__(
+        self,
+        parent: AgentLife,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None,
+        tools: Sequence[str] | None,
+        mcp_servers: Sequence[McpServer],
+    ) -> AgentHandle: ...
 
 
 class LiveAgent(Agent, Protocol):
@@ -69,6 +100,33 @@ class AgentHandle:
         self._life.stop()
         await self._life.wait_exited()
 
+    async def spawn(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> AgentHandle:
+        """Start a child of this agent; returns the child's handle once it is live.
+
+        The child's session records this one as its ``parent_session``; it runs
+        in this agent's directories, asks this agent's front end, and has the
+        runtime's tools (only those named in ``tools``, if given) and its own
+        ``mcp_servers``. It is this agent's: this agent's cancel cancels it,
+        and disposing this agent disposes it first. Raises `SpawnRefused`
+        past the runtime's `SpawnLimits` or once this agent is being
+        disposed, and what `AgentFactory.create` raises.
+        """
+        return await self._life.spawn(
+            agent_id=agent_id,
+            session_id=session_id,
+            options=options,
+            tools=tools,
+            mcp_servers=mcp_servers,
+        )
+
 
 class AgentLife:
     """One agent's life: the life scope, the exit, and the nesting its task unwinds.
@@ -81,16 +139,22 @@ class AgentLife:
     """
 
     __slots__ = (
+        "_children",
         "_exited",
         "_log",
+        "_parent",
         "_registry",
         "_release_owned",
         "_scope",
         "_servers",
         "_sessions",
+        "_spawner",
         "agent",
+        "client",
+        "depth",
         "disposing",
         "handle",
+        "owner",
     )
 
     def __init__(
@@ -101,6 +165,11 @@ class AgentLife:
         log: SessionLog | None,
         servers: SessionServers | None,
         build: Callable[[AgentLife], LiveAgent],
+        *,
+        spawner: Spawner,
+        owner: object,
+        client: SessionClient | None,
+        parent: AgentLife | None = None,
     ) -> None:
         self._log = log
         self._servers = servers
@@ -110,8 +179,67 @@ class AgentLife:
         self._scope = trio.CancelScope()
         self._exited = trio.Event()
         self.disposing = False
+        #: For the factory's spawner: where this life runs, whom its session asks.
+        self.owner = owner
+        self.client = client
+        self._spawner = spawner
+        self._parent = parent
+        self.depth: int = 0 if parent is None else parent.depth + 1
+        self._children: list[AgentHandle] | None = None  # made on the first spawn
         self.agent = build(self)
         self.handle = AgentHandle(self.agent, self)
+
+    # -- children -----------------------------------------------------------------
+
+    @property
+    def children(self) -> Sequence[AgentHandle]:
+        """The live children, oldest first."""
+        return self._children or ()
+
+    async def spawn(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> AgentHandle:
+        """`AgentHandle.spawn`; the child is one of `children` until its life exits."""
+        if self.disposing:
+            raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
+        handle = await self._spawner(
+            self,
+            agent_id=agent_id,
+            session_id=session_id,
+            options=options,
+            tools=tools,
+            mcp_servers=mcp_servers,
+        )
+        if self._children is None:
+            self._children = []
+        self._children.append(handle)
+        if self.disposing:  # the parent began its end while the child started
+            await handle.dispose()
+        return handle
+
+    def cancel_children(self, reason: str) -> None:
+        """The parent's cancel, passed on: each child cancels its own work (and its children's)."""
+        for child in self.children:
+            child.agent.cancel(reason)
+
+    async def end_children(self) -> None:
+        """Dispose every child at once and wait for all of them. Shields itself."""
+        if not self._children:
+            return
+        with trio.CancelScope(shield=True):
+            async with trio.open_nursery() as disposing:
+                for child in list(self._children):
+                    disposing.start_soon(child.dispose)
+
+    def _left(self, child: AgentHandle) -> None:
+        if self._children is not None and child in self._children:
+            self._children.remove(child)
 
     def stop(self) -> None:
         """Begin the teardown: cancel the life scope with reason ``"disposed"``. Idempotent."""
@@ -148,9 +276,12 @@ class AgentLife:
                             if servers is not None:
                                 await servers.start(agent)
                             try:
-                                with self._scope:
-                                    task_status.started(self.handle)
-                                    await agent.run()
+                                try:
+                                    with self._scope:
+                                        task_status.started(self.handle)
+                                        await agent.run()
+                                finally:
+                                    await self.end_children()
                             finally:
                                 await self._release_owned(session.id)
                         finally:
@@ -164,4 +295,6 @@ class AgentLife:
                 await self._close_log(session.id)
         finally:
             self.disposing = True
+            if self._parent is not None:
+                self._parent._left(self.handle)
             self._exited.set()

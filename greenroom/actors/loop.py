@@ -53,6 +53,7 @@ from greenroom.actors.types import (
     ToolExecutor,
     ToolInvocation,
     ToolOutcome,
+    ToolView,
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, ModelError
@@ -236,10 +237,12 @@ class LoopAgent:
         Clears both FIFOs, cancels the running turn's scope with `reason`
         (default ``"cancelled"``), and arms the cancel marker, but only when
         something is running or pending: an idle no-op cancel never strands
-        the next prompt. A no-op on a disposed agent.
+        the next prompt. Every child of the agent is cancelled the same way,
+        busy or not. A no-op on a disposed agent.
         """
         if self.status == "disposed":
             return
+        self._life.cancel_children(reason or DEFAULT_CANCEL_REASON)
         pending = self._status == "running" or self._inbox.queued or self._inbox.steering
         self._inbox.clear()
         if not pending:
@@ -372,6 +375,7 @@ class LoopAgent:
         except BaseException as exc:
             if cancelled_in(exc) is not None:  # the life scope or the owner: disposal
                 reason = DISPOSED
+                await self._life.end_children()  # their closing turn/ends come first
             raise
         finally:
             self._turn_scope = None
@@ -462,53 +466,89 @@ class LoopAgent:
         return bool(message.tool_calls), hit_limit
 
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
-        for index, call in enumerate(calls):
-            self._log_call(turn, step, call)
+        """Run the step's calls in order; a run of calls whose tools are concurrent runs at once.
+
+        Every call gets a result, so the history stays valid for the next
+        request: a call its write-ahead could not log is ``not run`` (and so
+        is every later one); a cancel gives each call without a result yet,
+        and every later one, an ``aborted`` result.
+        """
+        views = [self._tools.describe(call.name, call.arguments) for call in calls]
+        done = 0
+        while done < len(calls):
+            end = done + 1
+            while views[done].concurrent and end < len(calls) and views[end].concurrent:
+                end += 1
+            batch = calls[done:end]
+            for call, view in zip(batch, views[done:end], strict=True):
+                self._log_call(turn, step, call, view)
+            results: set[str] = set()
             try:
-                await self._write_ahead(f"tool call {call.name!r}")  # the call: before it runs
+                names = ", ".join(repr(call.name) for call in batch)
+                await self._write_ahead(f"tool call {names}")  # the calls: before they run
+                if len(batch) == 1:
+                    await self._run_call(turn, step, batch[0], results)
+                else:
+                    async with trio.open_nursery() as running:
+                        for call in batch:
+                            running.start_soon(self._run_call, turn, step, call, results)
             except StepFailed as failure:
                 unrun = ToolOutcome(
                     f"not run: {failure}",
                     is_error=True,
                     error=ToolError(name="NotRun", code="not-run"),
                 )
-                self._log_result(turn, step, call, unrun)
-                for later in calls[index + 1 :]:
-                    self._log_call(turn, step, later)
-                    self._log_result(turn, step, later, unrun)
+                self._settle_rest(turn, step, calls, views, done, end, results, unrun)
                 raise
-            try:
-                outcome = await self._tools.execute(
-                    ToolInvocation(
-                        call.call_id,
-                        call.name,
-                        call.arguments,
-                        self,
-                        self._turn_scope,
-                        self._client,
-                        partial(self._log_start, turn, step, call.call_id),
-                    )
-                )
             except BaseException as exc:
                 cancel = cancelled_in(exc)
                 if cancel is None:
                     raise
-                # Every call the model made gets a result, so the history stays valid
-                # for the next request: the one cut here and those never started.
                 aborted = ToolOutcome(
                     f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}",
                     is_error=True,
                     error=ToolError(name="Cancelled", code="aborted"),
                 )
-                self._log_result(turn, step, call, aborted)
-                for later in calls[index + 1 :]:
-                    self._log_call(turn, step, later)
-                    self._log_result(turn, step, later, aborted)
+                self._settle_rest(turn, step, calls, views, done, end, results, aborted)
                 raise
+            done = end
+
+    async def _run_call(self, turn: int, step: int, call: ToolCallChunk, results: set[str]) -> None:
+        outcome = await self._tools.execute(
+            ToolInvocation(
+                call.call_id,
+                call.name,
+                call.arguments,
+                self,
+                self._turn_scope,
+                self._client,
+                partial(self._log_start, turn, step, call.call_id),
+                self._life.spawn,
+            )
+        )
+        self._log_result(turn, step, call, outcome)
+        results.add(call.call_id)
+
+    def _settle_rest(
+        self,
+        turn: int,
+        step: int,
+        calls: list[ToolCallChunk],
+        views: list[ToolView],
+        done: int,
+        end: int,
+        results: set[str],
+        outcome: ToolOutcome,
+    ) -> None:
+        """Give `outcome` to the batch's calls without a result, then log and settle the rest."""
+        for call in calls[done:end]:
+            if call.call_id not in results:
+                self._log_result(turn, step, call, outcome)
+        for call, view in zip(calls[end:], views[end:], strict=True):
+            self._log_call(turn, step, call, view)
             self._log_result(turn, step, call, outcome)
 
-    def _log_call(self, turn: int, step: int, call: ToolCallChunk) -> None:
-        view = self._tools.describe(call.name, call.arguments)
+    def _log_call(self, turn: int, step: int, call: ToolCallChunk, view: ToolView) -> None:
         self._session.append(
             ToolCall(
                 turn=turn,

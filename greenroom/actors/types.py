@@ -41,6 +41,18 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     system_prompt: str | None = None
 
 
+class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
+    """How far agent teams may grow: how deep children nest (a top-level agent is at
+    depth 0), and how many live children one parent may have at once."""
+
+    max_depth: int = 3
+    max_children: int = 8
+
+
+class SpawnRefused(ValueError):
+    """A child could not be spawned: a limit, or a parent that is being disposed."""
+
+
 class AgentDisposed(RuntimeError):
     """The agent was disposed; it takes no more prompts."""
 
@@ -125,6 +137,29 @@ class SessionClient:
     files: EditorFiles | None = None
 
 
+class ChildHandle(Protocol):
+    """What a spawner hands back: the child agent, and the capability to end it."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+    async def dispose(self) -> None: ...
+
+
+class Spawn(Protocol):
+    """Start a child of one agent (`AgentHandle.spawn`); see there for the contract."""
+
+    async def __call__(
+        self,
+        *,
+        agent_id: str,
+        session_id: str,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> ChildHandle: ...
+
+
 @dataclass(frozen=True, slots=True)
 class ToolInvocation:
     """One tool call as the loop executes it.
@@ -132,7 +167,8 @@ class ToolInvocation:
     ``cancel_scope`` is the turn's scope: `Agent.cancel` cancels it, and with
     it whatever the tool is awaiting. ``agent`` is None for a call made
     outside any agent; ``client`` is its session's front end, if any;
-    ``on_start`` is called once the call is allowed, just before it runs.
+    ``on_start`` is called once the call is allowed, just before it runs;
+    ``spawn`` starts a child of the calling agent (None outside an agent).
     """
 
     call_id: str
@@ -142,6 +178,7 @@ class ToolInvocation:
     cancel_scope: trio.CancelScope | None = None
     client: SessionClient | None = None
     on_start: Callable[[], None] | None = None
+    spawn: Spawn | None = None
 
 
 class ToolOutcome(msgspec.Struct, frozen=True):
@@ -157,11 +194,13 @@ class ToolOutcome(msgspec.Struct, frozen=True):
 
 
 class ToolView(msgspec.Struct, frozen=True, gc=False):
-    """What a call does, for a reader: its kind, a short title, the places it touches."""
+    """What a call does: its kind, a short title, the places it touches, and whether
+    it may run beside the other concurrent calls of its step."""
 
     kind: ToolKind = "other"
     title: str = ""
     locations: list[Location] = []
+    concurrent: bool = False
 
 
 class ToolExecutor(Protocol):

@@ -268,3 +268,4 @@ class SessionHeader(
     cwd: str | None = None
     additional_directories: list[str] = []
     parent_session: str | None = None
+    forked_from: str | None = None

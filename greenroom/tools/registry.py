@@ -62,6 +62,7 @@ class Tool(Generic[A]):
     ``run(args, invocation)`` returns the text for the model, or a
     `ToolOutcome` to mark an error itself. ``kind`` says what it does;
     ``view(args)`` gives a reader its title and the places it touches.
+    ``concurrent`` calls of one step run at once (the others one by one).
     """
 
     name: str
@@ -70,6 +71,7 @@ class Tool(Generic[A]):
     run: Callable[[A, ToolInvocation], Awaitable[str | ToolOutcome]]
     kind: ToolKind = "other"
     view: Callable[[A], ToolView] | None = None
+    concurrent: bool = False
 
 
 class ToolEntry:
@@ -80,7 +82,7 @@ class ToolEntry:
     leaves validation to the tool.
     """
 
-    __slots__ = ("decode", "kind", "name", "run", "schema", "view")
+    __slots__ = ("concurrent", "decode", "kind", "name", "run", "schema", "view")
 
     def __init__(
         self,
@@ -89,6 +91,7 @@ class ToolEntry:
         run: Callable[[Any, ToolInvocation], Awaitable[str | ToolOutcome]],
         kind: ToolKind = "other",
         view: Callable[[Any], ToolView] | None = None,
+        concurrent: bool = False,
     ) -> None:
         self.name = schema.name
         self.schema = schema
@@ -96,12 +99,13 @@ class ToolEntry:
         self.run = run
         self.kind: ToolKind = kind
         self.view = view
+        self.concurrent = concurrent
 
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
         schema = ToolSchema(tool.name, tool.description, _parameters(tool.args))
         decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(tool.args)
-        return cls(schema, decoder.decode, tool.run, tool.kind, tool.view)
+        return cls(schema, decoder.decode, tool.run, tool.kind, tool.view, tool.concurrent)
 
 
 #: No tools beyond the registry's.
@@ -232,13 +236,14 @@ class ToolRegistry:
 
 
 def _view(entry: ToolEntry, arguments: str) -> ToolView:
+    plain = ToolView(kind=entry.kind, title=entry.name, concurrent=entry.concurrent)
     if entry.view is None:
-        return ToolView(kind=entry.kind, title=entry.name)
+        return plain
     try:
         shown = entry.view(entry.decode(arguments.strip() or "{}"))
     except (msgspec.DecodeError, ValueError, TypeError):
-        return ToolView(kind=entry.kind, title=entry.name)
-    return msgspec.structs.replace(shown, kind=entry.kind)
+        return plain
+    return msgspec.structs.replace(shown, kind=entry.kind, concurrent=entry.concurrent)
 
 
 def _refused(tool: str, how: str) -> ToolOutcome:

@@ -127,13 +127,19 @@ class SessionMcp:
             await slot.settled.wait()
 
     async def stop(self) -> None:
-        """Stop every server (at once, each within its grace). Shields itself; idempotent."""
+        """Stop every server (at once, each within its grace). Shields itself; idempotent.
+
+        Called by the task that called `start`, with the nursery `start` opened
+        as its innermost scope (the life nests it so).
+        """
         nursery, self._nursery = self._nursery, None
         if nursery is None:
             return
-        with trio.CancelScope(shield=True):
-            nursery.cancel_scope.cancel(reason=f"session {self.session_id!r} ended")
-            await self._nursery_manager.__aexit__(None, None, None)
+        # The nursery's own scope is shielded, not a new one around its exit: a
+        # scope entered after the nursery would have to be left before it.
+        nursery.cancel_scope.shield = True
+        nursery.cancel_scope.cancel(reason=f"session {self.session_id!r} ended")
+        await self._nursery_manager.__aexit__(None, None, None)
 
     # -- ToolExecutor ----------------------------------------------------------
 

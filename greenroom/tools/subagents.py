@@ -1,0 +1,139 @@
+"""The ``task`` tool: the model hands a piece of work to a sub-agent and gets its answer.
+
+Each call spawns a child of the calling agent (`AgentHandle.spawn`: a session
+of its own naming the caller's as its ``parent_session``), sends it the
+prompt, waits for that turn's end, and returns the child's final answer as
+the result; the child is disposed when the call ends, however it ends.
+Calls of one step run at once (the tool is ``concurrent``). A cancel of the
+caller's turn cancels the child too (the caller's `cancel` reaches its
+children); the call waits, within `CLOSING_GRACE`, for the child's turn to
+end ``aborted``, so the child's ``turn/end`` is on disk before the caller's.
+A child that fails, or is cancelled on its own, is an error result; the
+caller's turn goes on.
+"""
+
+from __future__ import annotations
+
+import uuid
+from typing import Final
+
+import msgspec
+import trio
+
+from greenroom.actors.loop import CLOSING_GRACE
+from greenroom.actors.types import (
+    Agent,
+    AgentOptions,
+    ChildHandle,
+    SpawnRefused,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
+from greenroom.hooks import EmitHook, Hooks
+from greenroom.protocol.events import (
+    Aborted,
+    AgentSource,
+    AssistantMessage,
+    Completed,
+    Errored,
+    MaxTokens,
+    ToolError,
+    TurnEnd,
+)
+from greenroom.tools.plugins import PluginContext
+from greenroom.tools.registry import Tool
+
+PLUGIN: Final = "tool-task"
+
+#: A ``task`` call started its child: (the calling agent, the call's id, the child).
+SUBAGENT_STARTED: EmitHook[[Agent, str, Agent]] = EmitHook("subagent/started")
+
+_TITLE = 60
+
+
+class TaskArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The arguments of ``task``."""
+
+    prompt: str
+    description: str = ""
+    instructions: str | None = None
+
+
+def task_tool(hooks: Hooks) -> Tool[TaskArgs]:
+    async def run(args: TaskArgs, invocation: ToolInvocation) -> ToolOutcome:
+        parent, spawn = invocation.agent, invocation.spawn
+        if parent is None or spawn is None:
+            await trio.lowlevel.checkpoint()
+            return _error("task: there is no agent to spawn a sub-agent from", "no-agent")
+        if not args.prompt.strip():
+            await trio.lowlevel.checkpoint()
+            return _error("task: the prompt is empty", "invalid-arguments")
+        child_id = str(uuid.uuid4())
+        options = AgentOptions(model=parent.options.model, system_prompt=args.instructions)
+        try:
+            child = await spawn(agent_id=child_id, session_id=child_id, options=options)
+        except SpawnRefused as exc:
+            return _error(f"task: no sub-agent was started: {exc}", "spawn-refused")
+        hooks.emit(SUBAGENT_STARTED, parent, invocation.call_id, child.agent)
+        try:
+            return await _answer(child, args.prompt, parent)
+        finally:
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSING_GRACE):
+                await child.dispose()
+
+    return Tool(
+        "task",
+        "Hand a self-contained piece of work to a sub-agent with a fresh context. Give it"
+        " everything it needs in `prompt`; `description` is a few words for the user;"
+        " `instructions` become its system prompt. Returns its final answer. Several"
+        " task calls in one step run at once.",
+        TaskArgs,
+        run,
+        kind="think",
+        view=_view,
+        concurrent=True,
+    )
+
+
+async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome:
+    """Run the child's one turn; its final answer, or an error result saying why not."""
+    agent = child.agent
+    try:
+        agent.send(prompt, source=AgentSource(parent.id))
+        await agent.when_idle()
+    except BaseException:
+        if parent.status != "disposed":  # a cancel: the child's turn is ending aborted
+            with trio.CancelScope(shield=True), trio.move_on_after(CLOSING_GRACE):
+                await agent.when_idle()
+        raise
+    events = agent.session.events
+    end = next((e for e in reversed(events) if isinstance(e, TurnEnd)), None)
+    answer = next(
+        (e.content for e in reversed(events) if isinstance(e, AssistantMessage) and e.content),
+        "",
+    )
+    if end is None:
+        return _error("task: the sub-agent ended without a turn", "subagent-failed")
+    reason = end.reason
+    if isinstance(reason, Completed | MaxTokens):
+        return ToolOutcome(answer or "(the sub-agent gave no answer)")
+    if isinstance(reason, Errored):
+        return _error(f"task: the sub-agent failed: {reason.message}", "subagent-failed")
+    if isinstance(reason, Aborted):
+        return _error(f"task: the sub-agent was cancelled: {reason.reason}", "subagent-cancelled")
+    return _error("task: the sub-agent was disposed before it answered", "subagent-failed")
+
+
+def _view(args: TaskArgs) -> ToolView:
+    title = args.description.strip() or (args.prompt.strip().splitlines() or [""])[0]
+    return ToolView(kind="think", title=title[:_TITLE] or "task")
+
+
+def _error(message: str, code: str) -> ToolOutcome:
+    return ToolOutcome(message, is_error=True, error=ToolError(name="TaskError", code=code))
+
+
+def task_plugin(ctx: PluginContext) -> None:
+    """The ``tool-task`` plugin: the ``task`` tool."""
+    ctx.register_tool(task_tool(ctx.hooks))
