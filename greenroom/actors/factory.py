@@ -32,7 +32,13 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
-from greenroom.protocol.events import SessionEvent, SessionHeader, ToolError
+from greenroom.protocol.events import (
+    SessionEvent,
+    SessionHeader,
+    ToolError,
+    TurnEnd,
+    TurnStart,
+)
 from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import SessionStore, new_header
@@ -165,6 +171,43 @@ class AgentFactory:
             plan = _Plan(agent_id, options, owner, client, mcp_servers)
             return await self._start(header, events, log, plan)
 
+    async def fork(
+        self, session_id: str, new_session_id: str, *, at_turn: int | None = None
+    ) -> SessionHeader:
+        """Store a new session holding `session_id`'s log up to the end of turn `at_turn`
+        (default: all of it); returns its header (``forked_from`` names the original).
+
+        The original is only read (as `Persistence.load` reads it: safe while it
+        is live, an unfinished turn closed ``interrupted`` in the copy) and is
+        untouched. The fork is not live: `resume` takes it. Raises
+        `RuntimeError` without persistence, `SessionNotFound`, `SessionExists`
+        for a stored `new_session_id`, `ValueError` for a turn the log does not
+        have or a bad id, before anything is stored.
+        """
+        if self._persistence is None:
+            raise RuntimeError(
+                f"cannot fork session {session_id!r}: no session persistence is configured"
+            )
+        self._check(new_session_id, ())
+        header, events = await self._persistence.load(session_id)
+        kept = _up_to(events, at_turn, session_id)
+        with self._sessions.reserved(new_session_id):
+            fork = new_header(
+                new_session_id,
+                cwd=header.cwd,
+                additional_directories=header.additional_directories,
+                parent_session=header.parent_session,
+                forked_from=session_id,
+            )
+            log = await self._persistence.create(fork)
+            try:
+                for event in kept:
+                    log.append(event)
+                await log.flush()
+            finally:
+                await log.close()
+        return fork
+
     def _check(self, session_id: str, mcp_servers: Sequence[McpServer]) -> None:
         """Refuse, before anything exists, an id the persistence could not store, and
         servers that could not start."""
@@ -253,9 +296,9 @@ class AgentFactory:
                 f"agent {parent.agent.id!r} is at depth {parent.depth}; children may nest"
                 f" at most {limits.max_depth} deep"
             )
-        if len(parent.children) >= limits.max_children:
+        if parent.live_children > limits.max_children:  # the count includes this one
             raise SpawnRefused(
-                f"agent {parent.agent.id!r} has {len(parent.children)} live children,"
+                f"agent {parent.agent.id!r} has {parent.live_children - 1} live children,"
                 f" the most it may have at once"
             )
         self._check(session_id, mcp_servers)
@@ -278,6 +321,23 @@ class AgentFactory:
                 parent,
             )
             return await self._start(header, (), log, plan)
+
+
+def _up_to(
+    events: Sequence[SessionEvent], at_turn: int | None, session_id: str
+) -> Sequence[SessionEvent]:
+    """The events of turns 1..`at_turn` (all of them for None), in order."""
+    if at_turn is None:
+        return events
+    last = max((e.turn for e in events if isinstance(e, TurnEnd)), default=0)
+    if not 0 <= at_turn <= last:
+        raise ValueError(
+            f"session {session_id!r} has turns 1..{last}; cannot fork it at turn {at_turn!r}"
+        )
+    for index, event in enumerate(events):
+        if isinstance(event, TurnStart) and event.turn > at_turn:
+            return events[:index]
+    return events
 
 
 @dataclass(frozen=True, slots=True)

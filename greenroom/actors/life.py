@@ -149,6 +149,7 @@ class AgentLife:
         "_servers",
         "_sessions",
         "_spawner",
+        "_spawning",
         "agent",
         "client",
         "depth",
@@ -186,6 +187,7 @@ class AgentLife:
         self._parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
         self._children: list[AgentHandle] | None = None  # made on the first spawn
+        self._spawning = 0
         self.agent = build(self)
         self.handle = AgentHandle(self.agent, self)
 
@@ -195,6 +197,11 @@ class AgentLife:
     def children(self) -> Sequence[AgentHandle]:
         """The live children, oldest first."""
         return self._children or ()
+
+    @property
+    def live_children(self) -> int:
+        """The live children and those starting: what a limit on children counts."""
+        return len(self._children or ()) + self._spawning
 
     async def spawn(
         self,
@@ -208,14 +215,18 @@ class AgentLife:
         """`AgentHandle.spawn`; the child is one of `children` until its life exits."""
         if self.disposing:
             raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
-        handle = await self._spawner(
-            self,
-            agent_id=agent_id,
-            session_id=session_id,
-            options=options,
-            tools=tools,
-            mcp_servers=mcp_servers,
-        )
+        self._spawning += 1
+        try:
+            handle = await self._spawner(
+                self,
+                agent_id=agent_id,
+                session_id=session_id,
+                options=options,
+                tools=tools,
+                mcp_servers=mcp_servers,
+            )
+        finally:
+            self._spawning -= 1
         if self._children is None:
             self._children = []
         self._children.append(handle)
