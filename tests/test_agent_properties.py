@@ -99,3 +99,90 @@ async def test_random_interleavings_keep_the_invariants(
         assert rt.agents.list() == []
         assert rt.sessions.list() == []
     assert live_tasks() == tasks_before
+
+
+FAMILY_OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("spawn"), st.integers(0, 3), st.none()),
+        st.tuples(st.just("send"), st.integers(0, 3), TEXTS),
+        st.tuples(st.just("steer"), st.integers(0, 3), TEXTS),
+        st.tuples(st.just("cancel"), st.integers(0, 3), st.none()),
+        st.tuples(st.just("dispose"), st.integers(0, 3), st.none()),
+        st.tuples(st.just("sleep"), st.none(), st.sampled_from([0.0, 0.01, 0.03, 0.1])),
+    ),
+    max_size=30,
+)
+
+
+@hypothesis.settings(
+    suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture], max_examples=60
+)
+@hypothesis.given(ops=FAMILY_OPS)
+async def test_random_interleavings_over_a_family_keep_the_invariants(
+    ops: list[tuple[str, int | None, object]], autojump_clock: trio.testing.MockClock
+) -> None:
+    """Over a parent and its children: every agent's invariants hold, a cancel reaches
+    the canceller's descendants, and no child outlives its parent."""
+    tasks_before = live_tasks()
+    async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
+        root = await rt.agents.create(agent_id="a0", session_id="s0")
+        handles = [root]
+        parent_of: dict[int, int] = {}
+        pending: dict[int, set[str]] = {0: set()}
+        dropped: set[str] = set()
+
+        def descendants(index: int) -> list[int]:
+            found = [index]
+            for child, parent in parent_of.items():
+                if parent == index:
+                    found += descendants(child)
+            return found
+
+        for op, target, arg in ops:
+            for index, handle in enumerate(handles):
+                logged = {
+                    e.message_id
+                    for e in handle.agent.session.events
+                    if isinstance(e, UserMessage | SteeringMessage)
+                }
+                pending[index] -= logged
+            if op == "sleep":
+                assert isinstance(arg, float)
+                await trio.sleep(arg)
+                continue
+            assert target is not None
+            index = target % len(handles)
+            handle = handles[index]
+            if handle.agent.status == "disposed":
+                continue
+            if op == "spawn":
+                n = len(handles)
+                handles.append(await handle.spawn(agent_id=f"a{n}", session_id=f"s{n}"))
+                parent_of[n] = index
+                pending[n] = set()
+            elif op == "send":
+                assert isinstance(arg, str)
+                pending[index].add(handle.agent.send(arg))
+            elif op == "steer":
+                assert isinstance(arg, str)
+                pending[index].add(handle.agent.steer(arg))
+            elif op == "cancel":
+                handle.agent.cancel()
+                for reached in descendants(index):
+                    dropped |= pending[reached]
+                    pending[reached].clear()
+            else:
+                await handle.dispose()
+                for gone in descendants(index):
+                    assert handles[gone].agent.status == "disposed", "a child outlived its parent"
+                    assert rt.agents.get(f"a{gone}") is None
+        await root.dispose()
+        for handle in handles:
+            events = handle.agent.session.events
+            assert_enclosed(events)
+            assert handle.agent.session.open_turn is None
+            ran = {e.message_id for e in events if isinstance(e, UserMessage | SteeringMessage)}
+            assert not (ran & dropped), "a prompt pending at a cancel ran after it"
+        assert rt.agents.list() == []
+        assert rt.sessions.list() == []
+    assert live_tasks() == tasks_before
