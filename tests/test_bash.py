@@ -408,3 +408,29 @@ async def test_dispose_ends_the_sessions_tasks_and_a_later_life_cannot_reach_the
                 refused = await call(rt, again, tool, task_id=mine)
                 assert refused.is_error
                 assert refused.content == f"unknown background task {mine!r}"
+
+
+async def test_a_childs_tasks_are_fenced_from_its_parent_and_die_with_the_parent(
+    tmp_path: Path,
+) -> None:
+    pidfile = tmp_path / "pgid"
+    with trio.fail_after(LIMIT):
+        async with bash_runtime(tmp_path) as rt:
+            parent = await rt.agents.create(agent_id="p", session_id="p")
+            child = await parent.spawn(agent_id="c", session_id="c")
+            childs = await started_task(rt, child.agent, f"echo $$ > {pidfile}; sleep 60")
+            parents = await started_task(rt, parent.agent, "sleep 60")
+            for tool in ("bash_output", "bash_kill"):
+                # Neither reaches the other's task: tokens are per session.
+                refused = await call(rt, parent.agent, tool, task_id=childs)
+                assert refused.is_error
+                assert refused.content == f"task {childs} belongs to another session"
+                refused = await call(rt, child.agent, tool, task_id=parents)
+                assert refused.is_error
+                assert refused.content == f"task {parents} belongs to another session"
+            pgid = await group_of(pidfile)
+            assert rt.bash.get(childs).status == "running"  # type: ignore[union-attr]
+            await parent.dispose()
+            assert rt.bash.get(childs) is None
+            assert rt.bash.get(parents) is None
+            await assert_group_gone(pgid)
