@@ -21,7 +21,7 @@ from greenroom.session.persistence import (
     SqlitePersistence,
     SyncPolicy,
 )
-from greenroom.session.transcript import describe_stored, transcript
+from greenroom.session.transcript import session_tree, transcript
 
 
 def default_state_dir() -> Path:
@@ -242,8 +242,8 @@ def _sessions(
     try:
         if verb == "list":
             stored = trio.run(store.list)
-            for session in stored:
-                print(describe_stored(session))
+            for line in session_tree(stored):
+                print(line)
             if not stored:
                 where = store.root if isinstance(store, JsonlPersistence) else _safe(args.store)
                 print(f"no sessions in {where}", file=sys.stderr)

@@ -67,3 +67,29 @@ def test_showing_a_missing_session_fails_clearly(
 ) -> None:
     assert main(["sessions", "--state-dir", str(tmp_path), "show", "nope"]) == 1
     assert "greenroom sessions: no stored session 'nope'" in capsys.readouterr().err
+
+
+async def _record_a_family(state: Path) -> None:
+    store = JsonlPersistence(sessions_root(state))
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        parent = await rt.agents.create(agent_id="p", session_id="parent", cwd="/work")
+        child = await parent.spawn(agent_id="c", session_id="child")
+        await child.spawn(agent_id="g", session_id="grandchild")
+        await rt.agents.create(agent_id="o", session_id="other", cwd="/work")
+        await parent.dispose()
+    async with open_runtime(persistence=store) as rt:
+        await rt.agents.fork("parent", "fork")
+
+
+def test_sessions_list_shows_children_under_their_parent(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trio.run(_record_a_family, tmp_path, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["sessions", "--state-dir", str(tmp_path), "list"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    ids = [line.split("  created")[0] for line in listed]
+    at = ids.index("parent")
+    assert ids[at + 1 : at + 3] == ["  └ child", "    └ grandchild"]
+    assert sorted(ids) == sorted(["parent", "  └ child", "    └ grandchild", "other", "fork"])
+    assert "parent parent" in listed[at + 1]
+    assert any(line.startswith("fork ") and "forked from parent" in line for line in listed)

@@ -39,6 +39,25 @@ def describe_stored(stored: StoredSession) -> str:
     return f"{line}  {stored.title!r}" if stored.title else line
 
 
+def session_tree(stored: Sequence[StoredSession]) -> Iterator[str]:
+    """The lines of ``greenroom sessions list``: each session, its children indented under it.
+
+    A session whose parent is not in `stored` is listed at the top. Order is
+    kept among siblings.
+    """
+    ids = {session.header.id for session in stored}
+    children: dict[str | None, list[StoredSession]] = {}
+    for session in stored:
+        parent = session.header.parent_session
+        children.setdefault(parent if parent in ids else None, []).append(session)
+    pending = [(session, 0) for session in reversed(children.get(None, []))]
+    while pending:
+        session, depth = pending.pop()
+        yield "  " * depth + ("└ " if depth else "") + describe_stored(session)
+        below = children.get(session.header.id, [])
+        pending.extend((child, depth + 1) for child in reversed(below))
+
+
 def describe_header(header: SessionHeader) -> str:
     created = datetime.datetime.fromtimestamp(header.created_at / 1000).isoformat(
         sep=" ", timespec="seconds"
@@ -48,6 +67,8 @@ def describe_header(header: SessionHeader) -> str:
         parts.append(f"cwd {header.cwd}")
     if header.parent_session:
         parts.append(f"parent {header.parent_session}")
+    if header.forked_from:
+        parts.append(f"forked from {header.forked_from}")
     return "  ".join(parts)
 
 
