@@ -14,13 +14,14 @@ from typing import Any
 import acp.schema
 import hypothesis
 import hypothesis.strategies as st
+import msgspec
 import pytest
 import trio
 import trio.testing
 
 from greenroom.acp import connection
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
-from greenroom.protocol.events import DISPOSED, SessionHeader
+from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
@@ -59,7 +60,13 @@ async def test_initialize_advertises_what_the_bridge_does(tmp_path: Path) -> Non
         assert answer["protocolVersion"] == 1
         caps = answer["agentCapabilities"]
         assert caps["loadSession"] is True
-        assert caps["sessionCapabilities"] == {"list": {}, "resume": {}, "close": {}, "delete": {}}
+        assert caps["sessionCapabilities"] == {
+            "list": {},
+            "resume": {},
+            "close": {},
+            "delete": {},
+            "fork": {},
+        }
         assert caps["_meta"] == {"claudeCode": {"promptQueueing": True}}
         assert answer["_meta"] == {"steering": {"supported": True}}
         assert (await b.peer.call("authenticate", {"methodId": "x"}))["result"] == {}
@@ -617,3 +624,84 @@ def test_any_mcp_servers_entry_is_a_spec_or_invalid_params(entries: list[dict[st
     else:
         assert refused.code == -32602
         assert refused.message.startswith("invalid params: mcpServers")
+
+
+async def test_a_task_calls_child_streams_into_the_call_and_a_cancel_stops_it(
+    tmp_path: Path,
+) -> None:
+    from greenroom.tools.subagents import task_plugin
+    from tests.test_subagents import Routed, task
+
+    model = Routed(
+        {
+            "parent": [
+                [task("child: look around", description="looking")],
+                [Say("thanks")],
+                [task("child: hang")],
+            ],
+            "child: look": [[Say("found two files"), CallTool("nothing")], [Say("the answer")]],
+            "child: hang": [[Hang()]],
+        }
+    )
+    async with bridge(tmp_path, model) as b:  # type: ignore[arg-type]
+        await b.runtime.plug("tool-task", task_plugin)
+        session = await b.peer.new_session(str(tmp_path))
+        answer = await b.peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "parent"}]}
+        )
+        assert answer["result"]["stopReason"] == "end_turn"
+        updates = b.peer.updates(session)
+        (start,) = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+        assert (start["title"], start["kind"]) == ("looking", "think")
+        calls = [u for u in updates if u["sessionUpdate"] == "tool_call_update"]
+        progress = [
+            c["content"][0]["content"]["text"]
+            for c in calls
+            if c["status"] == "in_progress" and "content" in c
+        ]
+        assert progress[0] == "found two files"
+        assert progress[-1] == "found two files\n\n- nothing\n\nthe answer"
+        assert calls[-1]["status"] == "completed"
+        assert calls[-1]["content"][0]["content"]["text"] == "the answer"
+        # Cancelling the parent's prompt stops the child it started.
+        request = await b.peer.request(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "again"}]}
+        )
+        while not any(
+            a.session.header.parent_session == session and a.status == "running"
+            for a in b.runtime.agents.list()
+        ):
+            await trio.sleep(0.01)
+        (child,) = [a for a in b.runtime.agents.list() if a.session.header.parent_session]
+        await b.peer.notify("session/cancel", {"sessionId": session})
+        assert (await b.peer.response(request))["result"]["stopReason"] == "cancelled"
+        assert turn_ends(child.session.events)[-1][1] == Aborted("session/cancel")
+
+
+async def test_session_fork_takes_a_copy_live_and_leaves_the_original(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "hello"}]}
+        await b.peer.call("session/prompt", prompt)
+        before = [
+            msgspec.to_builtins(e) for e in b.runtime.agents.by_session(session).session.events
+        ]  # type: ignore[union-attr]
+        forked = await b.peer.call(
+            "session/fork", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        fork = forked["result"]["sessionId"]
+        assert fork != session
+        assert forked["result"]["modes"]["currentModeId"] == "default"
+        again = {"sessionId": fork, "prompt": [{"type": "text", "text": "on the fork"}]}
+        assert (await b.peer.call("session/prompt", again))["result"]["stopReason"] == "end_turn"
+        copy = b.runtime.agents.by_session(fork)
+        assert copy is not None
+        assert copy.session.header.forked_from == session
+        assert [msgspec.to_builtins(e) for e in copy.session.events[: len(before)]] == before
+        original = b.runtime.agents.by_session(session)
+        assert original is not None
+        assert [msgspec.to_builtins(e) for e in original.session.events] == before
+        missing = await b.peer.call(
+            "session/fork", {"sessionId": "nope", "cwd": str(tmp_path), "mcpServers": []}
+        )
+        assert missing["error"]["code"] == -32002

@@ -58,6 +58,7 @@ from greenroom.protocol.acp import (
     Empty,
     ErrorObject,
     ErrorResponse,
+    ForkSessionParams,
     HttpServerEntry,
     Implementation,
     InitializeParams,
@@ -83,12 +84,17 @@ from greenroom.protocol.acp import (
     SteeringResult,
     StopReason,
     TextBlock,
+    ToolCallContent,
+    ToolCallProgress,
 )
 from greenroom.protocol.events import (
+    AssistantMessage,
     Completed,
     Errored,
     MaxTokens,
     SessionEvent,
+    ToolCall,
+    TurnEnd,
     TurnEndReason,
     UserMessage,
 )
@@ -105,6 +111,7 @@ from greenroom.session.persistence import PersistenceError, SessionLocked, Sessi
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
 from greenroom.tools.mcp import MCP_STATUS
+from greenroom.tools.subagents import SUBAGENT_STARTED
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -117,6 +124,8 @@ INITIALIZED: Final = InitializeResult(
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
+#: The most of a sub-agent's progress shown in its ``task`` call (its latest part).
+PROGRESS_CHARS: Final = 4000
 
 
 class RpcError(Exception):
@@ -137,6 +146,17 @@ class _Pending:
         self.request_id = request_id
         self.turn: int | None = None  # the turn that took it, once the log shows it
         self.cancelled = False
+
+
+class _Subagent:
+    """A ``task`` call's child, whose progress streams into the call on its parent's session."""
+
+    __slots__ = ("call_id", "lines", "session_id")
+
+    def __init__(self, session_id: str, call_id: str) -> None:
+        self.session_id = session_id
+        self.call_id = call_id
+        self.lines: list[str] = []
 
 
 class SessionRecord:
@@ -170,6 +190,7 @@ class AcpConnection:
         #: Sessions starting here, with what their MCP servers did meanwhile.
         self.starting: dict[str, list[str]] = {}
         self._server_states: dict[str, dict[str, str]] = {}  # session -> server -> last state
+        self._subagents: dict[str, _Subagent] = {}  # by the child's session id
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
@@ -182,6 +203,7 @@ class AcpConnection:
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
         runtime.hooks.on(AGENT_TURN_END, self._on_turn_end, scope=self.scope)
         runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
+        runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
 
     # -- frames out --------------------------------------------------------------------
 
@@ -264,6 +286,8 @@ class AcpConnection:
             self._spawn(request_id, self._load, _decode(LoadSessionParams, params), True)
         elif method == "session/resume":
             self._spawn(request_id, self._load, _decode(LoadSessionParams, params), False)
+        elif method == "session/fork":
+            self._spawn(request_id, self._fork, _decode(ForkSessionParams, params))
         elif method == "session/list":
             self._spawn(request_id, self._list, _decode(ListSessionsParams, params))
         elif method == "session/close":
@@ -416,6 +440,49 @@ class AcpConnection:
             self.loading.discard(session_id)
             self._forget_starting(session_id)
 
+    async def _fork(self, params: ForkSessionParams) -> NewSessionResult:
+        """A new session holding the stored one's whole log, taken live here (not replayed:
+        the client has the original's history)."""
+        if self.persistence is None:
+            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
+        try:
+            self.persistence.check_session_id(params.session_id)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        _check_cwd(params.cwd, must_exist=True)
+        for directory in params.additional_directories:
+            _check_cwd(directory, must_exist=True, field="additionalDirectories")
+        servers = servers_from_acp(params.mcp_servers)
+        self._require_open()
+        session_id = str(uuid.uuid4())
+        try:
+            await self.runtime.agents.fork(
+                params.session_id,
+                session_id,
+                cwd=params.cwd,
+                additional_directories=params.additional_directories,
+            )
+        except SessionNotFound as exc:
+            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        self.starting[session_id] = []
+        try:
+            handle = await self.runtime.agents.resume(
+                agent_id=session_id,
+                session_id=session_id,
+                owner=self.owner,
+                client=self._client(session_id),
+                mcp_servers=servers,
+            )
+            await self._install(session_id, handle)
+        finally:
+            self._forget_starting(session_id)
+        session = handle.agent.session
+        return NewSessionResult(
+            session_id, self.presenter.modes(session), self.presenter.config_options(session)
+        )
+
     async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
         """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
         if self.persistence is None:
@@ -489,12 +556,38 @@ class AcpConnection:
     def _on_event(self, session: Session, event: SessionEvent) -> None:
         record = self.records.get(session.id)
         if record is None:
+            subagent = self._subagents.get(session.id)
+            if subagent is not None:
+                self._progress(session.id, subagent, event)
             return
         self._present(session, event, replay=False)
         if isinstance(event, UserMessage):
             pending = record.pending.get(event.message_id)
             if pending is not None:
                 pending.turn = session.open_turn
+
+    def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
+        if parent.session.id in self.records:
+            self._subagents[child.session.id] = _Subagent(parent.session.id, call_id)
+
+    def _progress(self, child_id: str, subagent: _Subagent, event: SessionEvent) -> None:
+        """The child's messages and tool calls so far, as the content of its ``task`` call."""
+        if isinstance(event, TurnEnd):  # its one turn: the call's result follows
+            del self._subagents[child_id]
+            return
+        if isinstance(event, AssistantMessage) and event.content:
+            subagent.lines.append(event.content)
+        elif isinstance(event, ToolCall):
+            subagent.lines.append(f"- {event.title or event.name}")
+        else:
+            return
+        text = "\n\n".join(subagent.lines)[-PROGRESS_CHARS:]
+        update = ToolCallProgress(
+            subagent.call_id, "in_progress", [ToolCallContent(TextBlock(text))]
+        )
+        self.send(
+            Notification("session/update", SessionNotificationParams(subagent.session_id, update))
+        )
 
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""

@@ -25,6 +25,7 @@ from greenroom.runtime import open_runtime
 from greenroom.session.persistence import Persistence
 from greenroom.tools.bash.tools import bash_plugin
 from greenroom.tools.files import files_plugin
+from greenroom.tools.subagents import task_plugin
 
 
 def run_stdio(models: Mapping[str, ModelAdapter], persistence: Persistence) -> int:
@@ -46,6 +47,7 @@ async def _serve(
     async with open_runtime(models=models, persistence=persistence, name="acp") as runtime:
         await runtime.plug("tool-bash", bash_plugin)
         await runtime.plug("tool-files", files_plugin)
+        await runtime.plug("tool-task", task_plugin)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 

@@ -172,10 +172,17 @@ class AgentFactory:
             return await self._start(header, events, log, plan)
 
     async def fork(
-        self, session_id: str, new_session_id: str, *, at_turn: int | None = None
+        self,
+        session_id: str,
+        new_session_id: str,
+        *,
+        at_turn: int | None = None,
+        cwd: str | None = None,
+        additional_directories: Sequence[str] | None = None,
     ) -> SessionHeader:
         """Store a new session holding `session_id`'s log up to the end of turn `at_turn`
-        (default: all of it); returns its header (``forked_from`` names the original).
+        (default: all of it); returns its header (``forked_from`` names the original;
+        its directories are the original's unless `cwd`/`additional_directories` say).
 
         The original is only read (as `Persistence.load` reads it: safe while it
         is live, an unfinished turn closed ``interrupted`` in the copy) and is
@@ -194,8 +201,10 @@ class AgentFactory:
         with self._sessions.reserved(new_session_id):
             fork = new_header(
                 new_session_id,
-                cwd=header.cwd,
-                additional_directories=header.additional_directories,
+                cwd=header.cwd if cwd is None else cwd,
+                additional_directories=header.additional_directories
+                if additional_directories is None
+                else additional_directories,
                 parent_session=header.parent_session,
                 forked_from=session_id,
             )

@@ -136,6 +136,13 @@ class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name)
     mcp_servers: list[dict[str, Any]] = []
 
 
+class ForkSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    session_id: str
+    cwd: str
+    additional_directories: list[str] = []
+    mcp_servers: list[dict[str, Any]] = []
+
+
 class SetModeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     session_id: str
     mode_id: str
@@ -189,6 +196,7 @@ class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
     resume: Empty = Empty()
     close: Empty = Empty()
     delete: Empty = Empty()
+    fork: Empty = Empty()
 
 
 class McpCapabilities(msgspec.Struct, frozen=True, gc=False):

@@ -8,14 +8,26 @@ and wait for its answer; a cancelled caller makes the SDK send
 ``notifications/cancelled`` for the call (shielded, before the cancel goes
 on).
 
-Two places where the SDK's defaults do not fit, and what is done instead:
+Where the SDK's defaults do not fit, and what is done instead:
 
 * its default HTTP client reads with a 300 s timeout, which would cut a long
   tool call on a streamable-HTTP server; greenroom's has no read timeout
   (a server's ``timeout`` bounds its calls instead);
 * nothing in the SDK tells a client that the connection ended (the server
   exited or crashed): the read stream is watched (`_Watched`) and its end
-  ends the connection, so the supervisor restarts it.
+  ends the connection, so the supervisor restarts it;
+* its stdio transport reads a long line in quadratic time (a 40 MB result
+  took 10 s of CPU), stops reading for good at a byte that is not UTF-8
+  (every call then waits forever on a server still shown ready), and leaves
+  running whatever the server started in its process group when the server
+  itself exits at the end of its stdin. `_stdio` is greenroom's: lines are
+  cut in linear time and bounded (`MAX_MESSAGE`), a line that is not a
+  message is skipped, and the group is killed once the server is gone.
+
+A server's answers are bounded too: its tool list (`MAX_TOOL_PAGES` pages,
+and a list after ``tools/list_changed`` within ``start_timeout``, like the
+first), and a result's text (`MAX_RESULT` characters; the model sees where
+it was cut).
 
 This module imports the SDK; `greenroom.tools.mcp.servers` imports it only
 when a session has servers, so a runtime without them never pays for it.
@@ -24,18 +36,23 @@ when a session has servers, so a runtime without them never pays for it.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import os
+import signal
+import subprocess
 from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from types import TracebackType
-from typing import Any, NoReturn
+from typing import Any, Final, NoReturn
 
 import anyio
 import httpx2
 import mcp_types as types
 import trio
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.session import ClientSession, IncomingMessage
-from mcp.client.stdio import StdioServerParameters, stdio_client
+from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
@@ -46,7 +63,23 @@ from greenroom.actors.types import ToolOutcome
 from greenroom.protocol.events import ToolError
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
 
+logger = logging.getLogger("greenroom.mcp")
+
 CLIENT_INFO = types.Implementation(name="greenroom", version=greenroom.__version__)
+
+#: The longest line a stdio server may write, in bytes; a longer one ends its connection.
+MAX_MESSAGE: Final = 32 * 1024 * 1024
+#: The most characters of a tool's result the model is given; the rest is cut, and said so.
+MAX_RESULT: Final = 100_000
+#: The most pages a server's tool list may have.
+MAX_TOOL_PAGES: Final = 100
+#: A stopping stdio server's time to exit once its stdin is closed, then once SIGTERMed
+#: (the SDK's; with the flush and the reap, a stop takes at most 4.75 s, within MCP_GRACE).
+STDIN_GRACE: Final = 2.0
+TERM_GRACE: Final = 2.0
+_FLUSH: Final = 0.25  # for the last messages the session sent (a cancel) to reach the server
+_REAP: Final = 0.5  # for a SIGKILLed server to be reaped
+_CHUNK: Final = 65536
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
 
@@ -81,7 +114,7 @@ class McpConnection:
             ) as session:
                 with trio.move_on_after(spec.start_timeout) as starting:
                     await session.initialize()
-                    self.tools = await _list_tools(session)
+                    self.tools = await _list_tools(spec.name, session)
                 if starting.cancelled_caught:
                     raise McpServerError(
                         spec.name, f"did not start within {spec.start_timeout:g} s"
@@ -95,7 +128,16 @@ class McpConnection:
                         raise McpServerError(spec.name, "closed its connection (it exited)")
                     if self._changed:
                         self._changed = False
-                        self.tools = await _list_tools(session)
+                        # A server that says its tools changed and then does not list them
+                        # would keep tools offered that it may no longer have.
+                        with trio.move_on_after(spec.start_timeout) as listing:
+                            tools = await _list_tools(spec.name, session)
+                        if listing.cancelled_caught:
+                            raise McpServerError(
+                                spec.name,
+                                f"did not list its changed tools within {spec.start_timeout:g} s",
+                            )
+                        self.tools = tools
                         offer(self)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -140,6 +182,9 @@ def outcome(result: types.CallToolResult) -> ToolOutcome:
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     text = "\n".join(parts)
+    if len(text) > MAX_RESULT:
+        cut = len(text) - MAX_RESULT
+        text = f"{text[:MAX_RESULT]}\n[{cut} more characters of this result were cut]"
     if result.is_error:
         return ToolOutcome(
             text or "the tool reported an error",
@@ -168,25 +213,24 @@ def _error(message: str, code: str) -> ToolOutcome:
     return ToolOutcome(message, is_error=True, error=ToolError(name="McpError", code=code))
 
 
-async def _list_tools(session: ClientSession) -> list[types.Tool]:
+async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:
+    """Every page of the server's tools; raises `McpServerError` past `MAX_TOOL_PAGES`."""
     tools: list[types.Tool] = []
     cursor: str | None = None
-    while True:
+    for _page in range(MAX_TOOL_PAGES):
         params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
         page = await session.list_tools(params=params)
         tools.extend(page.tools)
         cursor = page.next_cursor
         if cursor is None:
             return tools
+    raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of tools")
 
 
 @asynccontextmanager
 async def _transport(spec: McpServer, cwd: str | None) -> AsyncIterator[Streams]:
     if isinstance(spec, McpStdioServer):
-        params = StdioServerParameters(
-            command=spec.command, args=spec.args, env=spec.env or None, cwd=spec.cwd or cwd
-        )
-        async with stdio_client(params) as streams:
+        async with _stdio(spec, cwd) as streams:
             yield streams
     else:
         assert isinstance(spec, McpHttpServer)
@@ -197,6 +241,163 @@ async def _transport(spec: McpServer, cwd: str | None) -> AsyncIterator[Streams]
             streamable_http_client(spec.url, http_client=http) as streams,
         ):
             yield streams
+
+
+@asynccontextmanager
+async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams]:
+    """The server as a child in a process group of its own, speaking lines of JSON-RPC.
+
+    Its stderr is the runtime's. Leaving stops it, shielded and bounded
+    (`_stop`): stdin closed, `STDIN_GRACE`; SIGTERM to its group,
+    `TERM_GRACE`; then SIGKILL to the group whether or not the server is
+    still there, so nothing it started in its group outlives it.
+    """
+    process = await trio.lowlevel.open_process(
+        [spec.command, *spec.args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env=get_default_environment() | spec.env,
+        cwd=spec.cwd or cwd,
+        start_new_session=True,
+    )
+    # No checkpoint before the try: a cancel here would leave the process running.
+    stdin, stdout = process.stdin, process.stdout
+    assert stdin is not None
+    assert stdout is not None
+    received, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
+    requests, to_send = anyio.create_memory_object_stream[SessionMessage](0)
+    written = trio.Event()
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_read_lines, spec.name, stdout, received)
+            nursery.start_soon(_write_lines, to_send, stdin, received, written)
+            try:
+                yield messages, requests
+            finally:
+                with trio.CancelScope(shield=True):
+                    with trio.move_on_after(_FLUSH):
+                        await written.wait()
+                    await _stop(process)
+                # A process that left the group may hold stdout open: stop reading.
+                nursery.cancel_scope.cancel()
+    finally:
+        for stream in (received, messages, requests, to_send):
+            stream.close()
+        with trio.CancelScope(shield=True):
+            for pipe in (stdin, stdout):
+                with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+                    await pipe.aclose()
+
+
+async def _read_lines(
+    server: str,
+    stdout: trio.abc.ReceiveStream,
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+) -> None:
+    """The server's lines as messages until its stdout ends, which ends the connection.
+
+    A line that is not a JSON-RPC message is passed on as its error (the
+    session skips it); a line over `MAX_MESSAGE` bytes raises `McpServerError`.
+    Once the session stops taking messages, the rest is read and dropped, so a
+    server blocked on a full pipe can still see its stdin end and exit.
+    """
+    buffer = bytearray()
+    scanned = 0  # where the search for the next newline goes on from
+    lines = _Lines(server, messages)
+    async with messages:
+        while chunk := await stdout.receive_some(_CHUNK):
+            buffer += chunk
+            while (end := buffer.find(b"\n", scanned)) >= 0:
+                line = bytes(buffer[:end])
+                del buffer[: end + 1]  # cheap: a bytearray drops its head in place
+                scanned = 0
+                await lines.deliver(line)
+            scanned = len(buffer)
+            if scanned > MAX_MESSAGE:
+                raise McpServerError(server, f"wrote a line longer than {MAX_MESSAGE} bytes")
+        await lines.deliver(bytes(buffer))
+
+
+class _Lines:
+    """Where `_read_lines` delivers: the session while it takes messages, then nowhere.
+
+    Only the first line that is not JSON-RPC is logged as a warning (a server
+    that logs to its stdout would flood the log).
+    """
+
+    __slots__ = ("_messages", "_open", "_server", "_warned")
+
+    def __init__(
+        self, server: str, messages: MemoryObjectSendStream[SessionMessage | Exception]
+    ) -> None:
+        self._server = server
+        self._messages = messages
+        self._open = True
+        self._warned = False
+
+    async def deliver(self, line: bytes) -> None:
+        if not self._open or not line.strip():
+            await trio.lowlevel.checkpoint()
+            return
+        item: SessionMessage | Exception
+        try:
+            item = SessionMessage(types.jsonrpc_message_adapter.validate_json(line, by_name=False))
+        except ValueError as exc:  # pydantic's ValidationError, also for bytes not UTF-8
+            log = logger.debug if self._warned else logger.warning
+            self._warned = True
+            log("MCP server %r wrote a line that is not JSON-RPC: %.200r", self._server, line)
+            item = exc
+        try:
+            await self._messages.send(item)
+        except (anyio.ClosedResourceError, anyio.BrokenResourceError):
+            self._open = False
+
+
+async def _write_lines(
+    requests: MemoryObjectReceiveStream[SessionMessage],
+    stdin: trio.abc.SendStream,
+    messages: MemoryObjectSendStream[SessionMessage | Exception],
+    written: trio.Event,
+) -> None:
+    """The session's messages as lines on the server's stdin, until the session is done.
+
+    A server that stops reading (it exited) ends the connection: a request
+    must not wait for an answer that cannot come.
+    """
+    try:
+        async with requests:
+            async for message in requests:
+                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
+                await stdin.send_all(line.encode() + b"\n")
+    except (trio.BrokenResourceError, trio.ClosedResourceError):
+        messages.close()
+    finally:
+        written.set()
+
+
+async def _stop(process: trio.Process) -> None:
+    """End the server and its whole group within ~4.5 s (its caller shields it)."""
+    assert process.stdin is not None
+    with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
+        await process.stdin.aclose()
+    with trio.move_on_after(STDIN_GRACE):
+        await process.wait()
+    if process.returncode is None:
+        _signal_group(process, signal.SIGTERM)
+        with trio.move_on_after(TERM_GRACE):
+            await process.wait()
+    # What the server left in its group dies now, while the group's id cannot yet
+    # belong to anyone else (the server is not reaped, or a member still holds it).
+    _signal_group(process, signal.SIGKILL)
+    with trio.move_on_after(_REAP):
+        await process.wait()
+    if process.returncode is None:
+        logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
+
+
+def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
+    with suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, sig)
 
 
 class _Watched:
