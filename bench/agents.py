@@ -9,7 +9,9 @@
 * idle memory: traced bytes per idle agent (no turns) against a bare task
   parked in ``sleep_forever``, with `tracemalloc` (its own ``trio.run``);
 * cancel: ``agent.cancel(); await agent.when_idle()`` with the model hung
-  mid-turn against ``scope.cancel()`` of a parked task and waiting for it.
+  mid-turn against ``scope.cancel()`` of a parked task and waiting for it;
+* spawn: ``parent.spawn(...)``, one turn of the child, its dispose, against
+  ``rt.agents.create(...)``, one turn and dispose of a top-level agent.
 
 Every variant runs in a fresh ``trio.run``; the variants alternate inside
 each repeat, with a ``gc.collect()`` before each.
@@ -124,6 +126,33 @@ async def _our_lifecycle(n: int) -> float:
     return (t1 - t0) / n * 1e6
 
 
+async def _top_level_turn(n: int) -> float:
+    """Microseconds per create + one turn + dispose of a top-level agent."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        t0 = time.perf_counter()
+        for i in range(n):
+            handle = await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}")
+            handle.agent.send("ping")
+            await handle.agent.when_idle()
+            await handle.dispose()
+        return (time.perf_counter() - t0) / n * 1e6
+
+
+async def _child_turn(n: int) -> float:
+    """Microseconds per spawn + one turn + dispose of a child of one live parent."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        parent = await rt.agents.create(agent_id="parent", session_id="parent")
+        t0 = time.perf_counter()
+        for i in range(n):
+            child = await parent.spawn(agent_id=f"c{i}", session_id=f"c{i}")
+            child.agent.send("ping")
+            await child.agent.when_idle()
+            await child.dispose()
+        took = (time.perf_counter() - t0) / n * 1e6
+        await parent.dispose()
+        return took
+
+
 # -- (c) idle memory ------------------------------------------------------------------------
 
 
@@ -236,6 +265,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
     life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
     memory = _alternate((_raw_memory, _our_memory), n_mem, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
+    spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
     return [
         compare(
             SCENARIO,
@@ -273,5 +303,14 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="CancelScope.cancel() to task exit",
             raw=cancel["_raw_cancel"],
             max_ratio=2.0,
+        ),
+        compare(
+            SCENARIO,
+            f"spawn + one child turn + dispose (N={n_life // 4})",
+            "us",
+            spawn["_child_turn"],
+            baseline="create + one turn + dispose, top level",
+            raw=spawn["_top_level_turn"],
+            max_ratio=1.3,
         ),
     ]

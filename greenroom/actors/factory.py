@@ -15,7 +15,7 @@ from typing import cast
 
 import trio
 
-from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned
+from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned, Spawner
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
@@ -67,6 +67,7 @@ class AgentFactory:
         "_release_owned",
         "_servers",
         "_sessions",
+        "_spawner",
         "_tools",
     )
 
@@ -94,6 +95,7 @@ class AgentFactory:
         self._release_owned = release_owned
         self._servers = servers
         self._limits = limits or SpawnLimits()
+        self._spawner: Spawner = self._spawn  # one bound method, shared by every life
 
     def get(self, agent_id: str) -> Agent | None:
         return self._registry.get(agent_id)
@@ -275,7 +277,7 @@ class AgentFactory:
                 options=plan.options,
                 client=plan.client,
             ),
-            spawner=self._spawn,
+            spawner=self._spawner,
             owner=owner,
             client=plan.client,
             parent=plan.parent,
