@@ -3,7 +3,7 @@
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.life import AgentHandle
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, AgentDisposed, AgentOptions
+from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
 from greenroom.runtime import Runtime, open_runtime
 
 __version__ = "0.1.0"
@@ -16,5 +16,7 @@ __all__ = [
     "AgentOptions",
     "AgentRegistry",
     "Runtime",
+    "SpawnLimits",
+    "SpawnRefused",
     "open_runtime",
 ]
