@@ -410,7 +410,9 @@ class LoopAgent:
             if hit_limit:
                 reason = MAX_TOKENS
             default = called_tools or self._inbox.steering > 0
-            go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, default, self, turn)
+            go_on = default
+            if self._hooks.has(AGENT_TURN_CONTINUATION):
+                go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, default, self, turn)
             go_on = go_on or self._inbox.steering > 0  # steering that is waiting forces a step
             if (cancelled := self._take_cancel()) is not None:  # window 4: the continuation
                 return Aborted(cancelled)
@@ -425,7 +427,8 @@ class LoopAgent:
             system=self._options.system_prompt,
             tools=self._tools.schemas(),
         )
-        request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
+        if self._hooks.has(AGENT_REQUEST):
+            request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
         await self._write_ahead(
             "the model call"
         )  # the prompt, steering: before the model sees them
@@ -451,7 +454,8 @@ class LoopAgent:
             tool_calls=[] if hit_limit else reply.calls,
             usage=reply.usage,
         )
-        message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
+        if self._hooks.has(AGENT_STEP_RESULT):
+            message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
         self._held = [] if message.tool_calls else None
@@ -582,17 +586,20 @@ class LoopAgent:
         """Log and emit each chunk of the model's reply as it arrives."""
         reply = _Reply()
         stream = self._models[self.model].stream(request)
+        append, emit = self._session.append, self._hooks.emit
         try:
             async for chunk in stream:
                 if not reply.take(chunk):
-                    raise StepFailed(f"model yielded an invalid chunk: {chunk!r:.200}")
-                self._session.append(AssistantChunk(turn=turn, step=step, chunk=chunk))
-                self._hooks.emit(AGENT_STREAM_CHUNK, self, turn, step, chunk)
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        return reply
+                    break
+                append(AssistantChunk(turn=turn, step=step, chunk=chunk))
+                emit(AGENT_STREAM_CHUNK, self, turn, step, chunk)
+            else:
+                return reply  # run to its end: a generator is closed already
+        except BaseException:
+            await _close(stream)
+            raise
+        await _close(stream)
+        raise StepFailed(f"model yielded an invalid chunk: {chunk!r:.200}")
 
     def _close_step(self, turn: int) -> None:
         step, self._open_step = self._open_step, 0
@@ -605,7 +612,8 @@ class LoopAgent:
         if self._open_step:
             self._close_step(turn)
         self._session.append(TurnEnd(turn=turn, reason=reason))
-        await self._flush(turn)
+        if self._session.persistent:
+            await self._flush(turn)
         self._hooks.emit(AGENT_TURN_END, self, turn, reason)
 
     async def _write_ahead(self, before: str) -> None:
@@ -613,7 +621,10 @@ class LoopAgent:
 
         Nothing the outside world may act on goes ahead of its log: a crash
         after it leaves the log holding it (repair closes it ``interrupted``).
+        Without a sink it returns without a checkpoint.
         """
+        if not self._session.persistent:
+            return
         try:
             await self._session.write_ahead()
         except PersistenceError as exc:
@@ -677,6 +688,13 @@ class LoopAgent:
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
         return Prompt(content, source or USER, new_message_id())
+
+
+async def _close(stream: object) -> None:
+    """Close a model stream left before its end (an async generator's ``aclose``)."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
 
 
 def cancelled_in(exc: BaseException) -> trio.Cancelled | None:

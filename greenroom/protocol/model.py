@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
 import msgspec
@@ -69,7 +70,7 @@ class ToolSchema(msgspec.Struct, frozen=True, gc=False):
 
 
 class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
-    messages: list[Message]
+    messages: Sequence[Message]
     model: str | None = None
     system: str | None = None
     tools: list[ToolSchema] = []

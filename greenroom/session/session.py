@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import time
-from collections.abc import Callable, Sequence
-from typing import Protocol, TypeVar
+from collections.abc import Callable, Iterator, Sequence
+from typing import Final, Protocol, TypeVar, overload
 
 from msgspec.structs import force_setattr
 
 from greenroom.protocol.events import (
+    AssistantChunk,
     AssistantMessage,
     ConfigSet,
     ContextMessage,
@@ -17,7 +19,11 @@ from greenroom.protocol.events import (
     SessionEvent,
     SessionHeader,
     SteeringMessage,
+    StepEnd,
+    StepStart,
+    ToolCall,
     ToolResult,
+    ToolStart,
     TurnEnd,
     TurnStart,
     UserMessage,
@@ -25,6 +31,57 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
 
 E = TypeVar("E", bound=SessionEvent)
+
+#: Events that change nothing the session reads off its log (the most frequent among them).
+_PLAIN: Final = frozenset({AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart})
+
+
+class History(Sequence[Message]):
+    """The first ``length`` messages of a session's model history: a snapshot, made in O(1).
+
+    The history only ever grows at its end, so the prefix a snapshot names
+    never changes: a model request holds one without a copy, and a turn's
+    cost does not grow with the session. Slices are lists; it compares equal
+    to any sequence of the same messages.
+    """
+
+    __slots__ = ("_items", "_length")
+
+    def __init__(self, items: list[Message], length: int) -> None:
+        self._items = items
+        self._length = length
+
+    def __len__(self) -> int:
+        return self._length
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> list[Message]: ...
+
+    def __getitem__(self, index: int | slice) -> Message | list[Message]:
+        if isinstance(index, slice):
+            return self._items[: self._length][index]
+        position = index + self._length if index < 0 else index
+        if not 0 <= position < self._length:
+            raise IndexError(f"history index {index} out of range (length {self._length})")
+        return self._items[position]
+
+    def __iter__(self) -> Iterator[Message]:
+        return itertools.islice(self._items, self._length)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence):
+            return len(other) == self._length and all(
+                a == b for a, b in zip(self, other, strict=True)
+            )
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"History({list(self)!r})"
 
 
 class SessionSink(Protocol):
@@ -153,12 +210,14 @@ class Session:
         if self._sink is not None:
             await self._sink.flush()
 
-    def messages(self) -> list[Message]:
-        """The model-facing history derived from the log (a fresh list)."""
-        return list(self._messages)
+    def messages(self) -> History:
+        """The model-facing history derived from the log, as it stands now (a snapshot)."""
+        return History(self._messages, len(self._messages))
 
     def _record(self, event: SessionEvent) -> None:
         self._events.append(event)
+        if type(event) in _PLAIN:
+            return
         match event:
             case TurnStart(turn=turn):
                 self._open_turn = self._last_turn = turn
