@@ -2,8 +2,8 @@
 
 * ``stdio``: the SDK's `MCPServer` on stdio with the tools below;
 * ``http PORT``: the same tools over streamable HTTP on 127.0.0.1:PORT;
-* ``fail-once MARKER``: exits 1 at its first start (it creates MARKER), then
-  serves like ``stdio``;
+* ``fail-once MARKER [MODE ...]``: exits 1 at its first start (it creates
+  MARKER), then serves like ``MODE ...`` (default ``stdio``);
 * ``ignore-eof``: a bare JSON-RPC server that answers the handshake and
   ``tools/list`` and then ignores the end of its stdin and SIGTERM (only
   SIGKILL ends it);
@@ -140,7 +140,10 @@ class Hostile:
     ``giant {mb}`` answers ``mb`` MB of text on one line; ``flood {n}`` sends
     ``n`` ``notifications/tools/list_changed`` before it answers; ``shrink``
     stops offering ``gone`` and tells the client; ``garble`` writes lines that
-    are not JSON-RPC, then invalid UTF-8, then answers; ``spawn`` starts a
+    are not JSON-RPC, then invalid UTF-8, then answers; ``asks`` sends requests
+    of its own (sampling, roots, elicitation, an unknown method, ping) and a
+    thousand bad notifications before it answers; ``malformed`` answers a
+    result of the wrong shape; ``spawn`` starts a
     child in its process group that ignores the end of its stdin and SIGTERM
     (its pid is recorded as ``child <pid>``; the server itself exits as soon as
     its stdin ends, leaving the child behind).
@@ -157,7 +160,18 @@ class Hostile:
         self.lists = 0
         self.tools = [
             _tool(name)
-            for name in ("echo", "die", "giant", "flood", "shrink", "garble", "spawn", "gone")
+            for name in (
+                "echo",
+                "die",
+                "giant",
+                "flood",
+                "shrink",
+                "garble",
+                "spawn",
+                "asks",
+                "malformed",
+                "gone",
+            )
         ]
         if "names" in self.flags:
             self.tools += [_tool(n, repr(n)) for n in ("a.b", "a b", "ünï", "x" * 100)]
@@ -221,6 +235,20 @@ class Hostile:
             sys.stdout.flush()
             sys.stdout.buffer.write(b"\xff\xfe not utf-8\n")
             sys.stdout.buffer.flush()
+        elif name == "asks":
+            # Requests and notifications a client never asked for, before the answer.
+            for index, method in enumerate(
+                ["sampling/createMessage", "roots/list", "elicitation/create", "no/such", "ping"]
+            ):
+                request = {"jsonrpc": "2.0", "id": f"q{index}", "method": method, "params": {}}
+                sys.stdout.write(json.dumps(request) + "\n")
+            for _ in range(1000):
+                self.notify("notifications/message")
+            progress = {"progressToken": "nobody", "progress": 1}
+            note = {"jsonrpc": "2.0", "method": "notifications/progress", "params": progress}
+            sys.stdout.write(json.dumps(note) + "\n")
+        elif name == "malformed":
+            return {"content": "not a list", "isError": "maybe"}
         elif name == "spawn":
             child = subprocess.Popen(
                 [sys.executable, "-c", _STUBBORN_CHILD], stdin=subprocess.DEVNULL
@@ -239,24 +267,28 @@ while True:
 
 
 def main() -> None:
-    mode = sys.argv[1]
     record(f"pid {os.getpid()}")
+    serve(sys.argv[1:])
+
+
+def serve(argv: list[str]) -> None:
+    mode = argv[0]
     if mode == "stdio":
         tools_server().run("stdio")
     elif mode == "http":
-        tools_server().run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
+        tools_server().run("streamable-http", host="127.0.0.1", port=int(argv[1]))
     elif mode == "fail-once":
-        marker = sys.argv[2]
+        marker = argv[1]
         if not os.path.exists(marker):
             open(marker, "w").close()
             sys.exit(1)
-        tools_server().run("stdio")
+        serve(argv[2:] or ["stdio"])
     elif mode == "ignore-eof":
         ignore_eof()
     elif mode == "silent":
         silent()
     elif mode == "hostile":
-        Hostile(sys.argv[2:]).serve()
+        Hostile(argv[1:]).serve()
     else:
         sys.exit(f"unknown mode {mode!r}")
 

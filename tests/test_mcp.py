@@ -137,11 +137,11 @@ async def test_the_turns_cancel_ends_an_http_call_and_the_server_sees_it(tmp_pat
 
 
 @contextmanager
-def http_server(record: Path) -> Iterator[str]:
-    """The test tools over streamable HTTP on loopback; yields the URL once it listens."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+def http_server(record: Path, port: int | None = None) -> Iterator[str]:
+    """The test tools over streamable HTTP on loopback (on `port`, else a free one);
+    yields the URL once it listens."""
+    if port is None:
+        port = free_port()
     server = subprocess.Popen(
         [sys.executable, str(SERVERS), "http", str(port)],
         env={**os.environ, "MCP_RECORD": str(record)},
@@ -157,6 +157,13 @@ def http_server(record: Path) -> Iterator[str]:
     finally:
         server.terminate()
         server.wait(5)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def _listening(port: int) -> bool:

@@ -9,6 +9,7 @@ list a server could not be started from, naming the entry and the field.
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Sequence
 from typing import Literal, TypeAlias
 
@@ -89,18 +90,38 @@ class McpServerError(Exception):
         self.server = server
 
 
+def safe_name(part: str) -> str:
+    """A part of a tool's name as model APIs accept it: other characters than
+    ``[A-Za-z0-9_-]`` become ``_``."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", part)
+
+
 def check_servers(servers: Sequence[McpServer]) -> None:
-    """Raise `ValueError` naming the first entry (``mcpServers[i].field``) that cannot start."""
-    seen: set[str] = set()
+    """Raise `ValueError` naming the first entry (``mcpServers[i].field``) that cannot start.
+
+    Besides a bad field, that is a name whose tools could be named like another
+    server's: ``mcp__<safe name>__<tool>`` must tell whose a tool is, so no
+    safe name followed by ``__`` may begin another's (``my server`` and
+    ``my_server``; ``a`` and ``a__b``, whose tools ``b__c`` and ``c`` meet).
+    """
+    seen: dict[str, int] = {}  # each safe name followed by "__", and whose it is
     for index, server in enumerate(servers):
         where = f"mcpServers[{index}]"
         if not isinstance(server, McpStdioServer | McpHttpServer):
             raise TypeError(f"{where}: expected McpStdioServer or McpHttpServer, got {server!r}")
         if not server.name.strip():
             raise ValueError(f"{where}.name: must not be empty")
-        if server.name in seen:
-            raise ValueError(f"{where}.name: {server.name!r} is given twice")
-        seen.add(server.name)
+        prefix = safe_name(server.name) + "__"
+        for other, other_index in seen.items():
+            if other.startswith(prefix) or prefix.startswith(other):
+                other_name = servers[other_index].name
+                if other_name == server.name:
+                    raise ValueError(f"{where}.name: {server.name!r} is given twice")
+                raise ValueError(
+                    f"{where}.name: {server.name!r} would name its tools like"
+                    f" mcpServers[{other_index}] ({other_name!r}) does"
+                )
+        seen[prefix] = index
         strings: list[tuple[str, str]] = [("name", server.name)]
         if isinstance(server, McpStdioServer):
             if not server.command:

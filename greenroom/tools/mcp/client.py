@@ -53,7 +53,7 @@ import trio
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.client.stdio import get_default_environment
-from mcp.client.streamable_http import streamable_http_client
+from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
 from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
@@ -91,7 +91,7 @@ class McpConnection:
     (again after every ``notifications/tools/list_changed``), and then serves
     until cancelled; it raises `McpServerError` when the connection ends or
     the server fails to start. `call` may be awaited from any task while the
-    connection is offered.
+    connection is offered; a call that finds the connection lost ends it too.
     """
 
     __slots__ = ("_changed", "_cwd", "_ended", "_session", "_wake", "spec", "tools")
@@ -102,12 +102,23 @@ class McpConnection:
         self.tools: list[types.Tool] = []
         self._session: ClientSession | None = None
         self._wake = trio.Event()
-        self._ended = False
+        self._ended: str | None = None  # why the connection ended, once it has
         self._changed = False
 
     async def run(self, offer: Callable[[McpConnection], None]) -> NoReturn:
+        try:
+            await self._serve(offer)
+        except Exception as exc:
+            if self._ended is None or _says_why(exc):
+                raise
+            # Why it ended is known; what its teardown raised after that is noise (the
+            # SDK's HTTP transport loses the body's error when a late reply finds the
+            # session gone).
+            raise McpServerError(self.spec.name, self._ended) from exc
+
+    async def _serve(self, offer: Callable[[McpConnection], None]) -> NoReturn:
         spec = self.spec
-        async with _transport(spec, self._cwd) as (read, write):
+        async with _transport(spec, self._cwd, self._end) as (read, write):
             watched = _Watched(read, self._on_end)
             async with ClientSession(
                 watched, write, message_handler=self._on_message, client_info=CLIENT_INFO
@@ -124,8 +135,8 @@ class McpConnection:
                 while True:
                     await self._wake.wait()
                     self._wake = trio.Event()
-                    if self._ended:
-                        raise McpServerError(spec.name, "closed its connection (it exited)")
+                    if self._ended is not None:
+                        raise McpServerError(spec.name, self._ended)
                     if self._changed:
                         self._changed = False
                         # A server that says its tools changed and then does not list them
@@ -144,7 +155,7 @@ class McpConnection:
         """Call `tool`; every failure is an error result naming the server. Cancel: the
         server is told (``notifications/cancelled``) and the cancel goes on."""
         session, name = self._session, self.spec.name
-        if session is None or self._ended:
+        if session is None or self._ended is not None:
             return _error(f"MCP server {name!r} is not connected", "mcp-unavailable")
         timeout = self.spec.timeout
         try:
@@ -152,10 +163,16 @@ class McpConnection:
                 result = await session.call_tool(tool, arguments)
         except MCPError as exc:
             if exc.code == types.CONNECTION_CLOSED:
+                # Over HTTP nothing else says that the server went away (a call's stream
+                # ended): every later call would fail the same way, with the server
+                # shown ready. End the connection, so that it is started again.
+                self._end(f"lost its connection during {tool}: {exc.message}")
                 return _error(
                     f"MCP server {name!r} closed its connection during {tool}", "mcp-unavailable"
                 )
             return _error(f"MCP server {name!r}: {tool} failed: {exc.message}", "mcp-error")
+        except (ValueError, RuntimeError) as exc:  # the SDK's checks of the result's shape
+            return _error(f"MCP server {name!r}: {tool} answered a bad result: {exc}", "mcp-error")
         if limit.cancelled_caught:
             return _error(
                 f"MCP server {name!r}: {tool} timed out after {timeout:g} s"
@@ -171,8 +188,19 @@ class McpConnection:
             self._wake.set()
 
     def _on_end(self) -> None:
-        self._ended = True
+        self._end("closed its connection (it exited)")
+
+    def _end(self, why: str) -> None:
+        if self._ended is None:
+            self._ended = why
         self._wake.set()
+
+
+def _says_why(error: Exception) -> bool:
+    """An `McpServerError`, alone or in the groups of nurseries it went through."""
+    if isinstance(error, ExceptionGroup):
+        return any(_says_why(inner) for inner in error.exceptions)
+    return isinstance(error, McpServerError)
 
 
 def outcome(result: types.CallToolResult) -> ToolOutcome:
@@ -228,16 +256,28 @@ async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:
 
 
 @asynccontextmanager
-async def _transport(spec: McpServer, cwd: str | None) -> AsyncIterator[Streams]:
+async def _transport(
+    spec: McpServer, cwd: str | None, lost: Callable[[str], None]
+) -> AsyncIterator[Streams]:
+    """The server's streams; ``lost(why)`` is told when an HTTP server forgot the session."""
     if isinstance(spec, McpStdioServer):
         async with _stdio(spec, cwd) as streams:
             yield streams
     else:
         assert isinstance(spec, McpHttpServer)
+
+        async def forgotten(response: httpx2.Response) -> None:
+            # MCP: a 404 to a request naming the session means the server ended it (it
+            # restarted, say); the client must initialize a new one. The SDK only passes
+            # on the error in the body, so every later call failed on the dead session.
+            if response.status_code == 404 and MCP_SESSION_ID in response.request.headers:
+                lost("forgot its session (HTTP 404): it was restarted, or ended it")
+
         # No read timeout: a tool call may stream for as long as it runs.
         timeout = httpx2.Timeout(30.0, read=None)
+        hooks = {"response": [forgotten]}
         async with (
-            httpx2.AsyncClient(headers=spec.headers, timeout=timeout) as http,
+            httpx2.AsyncClient(headers=spec.headers, timeout=timeout, event_hooks=hooks) as http,
             streamable_http_client(spec.url, http_client=http) as streams,
         ):
             yield streams

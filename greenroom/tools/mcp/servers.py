@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Final
@@ -34,7 +33,7 @@ from greenroom.actors.types import Agent, ToolInvocation, ToolOutcome, ToolView
 from greenroom.backoff import Backoff
 from greenroom.hooks import EmitHook, Hooks
 from greenroom.protocol.events import ToolError, ToolKind
-from greenroom.protocol.mcp import McpServer, McpServerError, McpState, McpStatus
+from greenroom.protocol.mcp import McpServer, McpServerError, McpState, McpStatus, safe_name
 from greenroom.protocol.model import ToolSchema
 from greenroom.supervisor import ChildSpec, Supervisor, SupervisorEscalation
 from greenroom.supervisor.supervisor import describe_error
@@ -240,11 +239,16 @@ class ServerSlot:
             self.settled.set()
 
     def _offer(self, connection: McpConnection) -> None:
+        entries = self._entries(connection.tools)
+        # Reported only when something changed: a server may list its tools again and
+        # again (``tools/list_changed`` at will) without anything new to tell.
+        changed = self.state != "ready" or entries.keys() != self.entries.keys()
         self._connection = connection
-        self.entries = self._entries(connection.tools)
+        self.entries = entries
         self._owner.offered()
-        again = self._failures > 0 and self.state != "ready"
-        self._set("ready", "back after a restart" if again else "", len(self.entries))
+        if changed:
+            again = self._failures > 0 and self.state != "ready"
+            self._set("ready", "back after a restart" if again else "", len(entries))
         self.settled.set()
 
     def _set(self, state: McpState, message: str, tools: int = 0) -> None:
@@ -307,15 +311,11 @@ def _shown(view: ToolView) -> Callable[[object], ToolView]:
 def tool_name(server: str, tool: str) -> str:
     """``mcp__<server>__<tool>``, with characters model APIs refuse replaced by ``_``;
     past 64 characters, cut and ended by a hash of the whole, so it stays stable."""
-    name = f"mcp__{_safe(server)}__{_safe(tool)}"
+    name = f"mcp__{safe_name(server)}__{safe_name(tool)}"
     if len(name) <= _MAX_NAME:
         return name
     digest = hashlib.sha1(name.encode()).hexdigest()[:8]
     return f"{name[: _MAX_NAME - 9]}_{digest}"
-
-
-def _safe(part: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_-]", "_", part)
 
 
 def _kind(tool: mcp_types.Tool) -> ToolKind:
