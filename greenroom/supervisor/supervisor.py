@@ -71,7 +71,9 @@ class _Child:
         self.spec = spec
         self.restarts = restarts
         self.state: ChildState = "starting"
-        self.scope = trio.CancelScope(shield=True)
+        # Shielded once started (its supervisor alone stops it then); until then its
+        # starter's cancel reaches it, so a cancelled start ends at once.
+        self.scope = trio.CancelScope()
         self.finished = False
         self.waiter: trio.Event | None = None  # made only when someone waits
         self.value: object = None
@@ -135,6 +137,7 @@ class _ChildStatus:
             raise RuntimeError(f"child {self._child.spec.name!r} called started() twice")
         child = self._child
         child.value = value
+        child.scope.shield = True
         inner.started(value)
         if trio.lowlevel.current_task().parent_nursery is not self._home:
             # Trio leaves a child where it is when its starter was cancelled, and the
