@@ -178,7 +178,7 @@ class AgentLife:
         self._registry = registry
         self._release_owned = release_owned
         self._scope = trio.CancelScope()
-        self._exited = trio.Event()
+        self._exited: trio.Event | bool = False  # an Event once someone waits (it is 216 B)
         self.disposing = False
         #: For the factory's spawner: where this life runs, whom its session asks.
         self.owner = owner
@@ -268,6 +268,11 @@ class AgentLife:
 
     async def wait_exited(self) -> None:
         """Wait until the life's task has returned (or raised). Checkpoints."""
+        if self._exited is True:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._exited is False:
+            self._exited = trio.Event()
         await self._exited.wait()
 
     async def __call__(self, *, task_status: trio.TaskStatus[AgentHandle]) -> None:
@@ -290,6 +295,8 @@ class AgentLife:
                                 try:
                                     with self._scope:
                                         task_status.started(self.handle)
+                                        # Trio's status holds its start's nursery (~800 B).
+                                        del task_status
                                         await agent.run()
                                 finally:
                                     await self.end_children()
@@ -308,4 +315,6 @@ class AgentLife:
             self.disposing = True
             if self._parent is not None:
                 self._parent._left(self.handle)
-            self._exited.set()
+            exited, self._exited = self._exited, True
+            if isinstance(exited, trio.Event):
+                exited.set()

@@ -162,7 +162,7 @@ class LoopAgent:
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
-        self._idle_waiters: list[trio.Event] = []
+        self._idle_waiters: list[trio.Event] | None = None  # made by the first wait
 
     def __repr__(self) -> str:
         return f"<LoopAgent {self._id!r} {self.status}>"
@@ -296,6 +296,8 @@ class LoopAgent:
         if self._status == "idle" and not self._inbox.queued:
             return _Wait(None, None)
         waiter = trio.Event()
+        if self._idle_waiters is None:
+            self._idle_waiters = []
         self._idle_waiters.append(waiter)
         return _Wait(waiter, self._life)
 
@@ -674,7 +676,7 @@ class LoopAgent:
         self._hooks.emit(AGENT_STATUS, self, status)
 
     def _release_idle_waiters(self) -> None:
-        waiters, self._idle_waiters = self._idle_waiters, []
+        waiters, self._idle_waiters = self._idle_waiters or (), None
         for waiter in waiters:
             waiter.set()
 

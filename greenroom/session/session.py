@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Final, Protocol, TypeVar, overload
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from types import MappingProxyType
+from typing import Any, Final, Protocol, TypeVar, overload
 
 from msgspec.structs import force_setattr
 
@@ -31,6 +32,9 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
 
 E = TypeVar("E", bound=SessionEvent)
+
+#: A session's settings and answers before its log has any (shared: most sessions never do).
+_NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
 #: Events that change nothing the session reads off its log (the most frequent among them).
 _PLAIN: Final = frozenset({AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart})
@@ -138,9 +142,9 @@ class Session:
         self._sink = sink
         self.on_append: Callable[[Session, SessionEvent], None] | None = None
         #: The settings in force (``config/set``: the last one of each key), read off the log.
-        self.config: dict[str, str] = {}
+        self.config: Mapping[str, str] = _NOTHING
         #: The "always" permission answers by tool name (``permission/rule``), read off the log.
-        self.permissions: dict[str, bool] = {}
+        self.permissions: Mapping[str, bool] = _NOTHING
         #: A name for the conversation, from its first prompt, and the seq of that prompt.
         self.title: str | None = None
         self.title_seq = -1
@@ -236,9 +240,9 @@ class Session:
             case SteeringMessage(content=content, source=source):
                 self._messages.append(UserTurn(_wrap("steering", source, content)))
             case ConfigSet(key=key, value=value):
-                self.config[key] = value
+                self.config = {**self.config, key: value}
             case PermissionRule(tool=tool, allow=allow):
-                self.permissions[tool] = allow
+                self.permissions = {**self.permissions, tool: allow}
 
 
 def _wrap(tag: str, source: MessageSource, content: str) -> str:

@@ -29,12 +29,13 @@ class SessionStore:
     async create, so two racing creates cannot both publish it.
     """
 
-    __slots__ = ("_hooks", "_live", "_reserved")
+    __slots__ = ("_emit", "_hooks", "_live", "_reserved")
 
     def __init__(self, hooks: Hooks) -> None:
         self._hooks = hooks
         self._live: dict[str, Session] = {}
         self._reserved: set[str] = set()
+        self._emit = self._emit_event  # one bound method for every session's appends
 
     def get(self, session_id: str) -> Session | None:
         return self._live.get(session_id)
@@ -77,7 +78,7 @@ class SessionStore:
         if session.id in self._live:
             raise SessionIdInUse(f"session {session.id!r} is already live")
         self._live[session.id] = session
-        session.on_append = self._emit_event
+        session.on_append = self._emit
         self._hooks.emit(SESSION_CREATED, session)
 
     def leave(self, session: Session) -> None:
