@@ -2,7 +2,10 @@
 
 * turn: ``agent.send("ping"); await agent.when_idle()`` with a zero-latency
   `ScriptedModel` against a round trip through a raw echo task over two
-  memory channels;
+  memory channels; the same with one call of a tool that returns at once
+  (two model steps) against two round trips; and a turn after 4,000 prior
+  turns against one after 10, both ours (a turn's cost must not grow with
+  the session);
 * create + dispose: ``rt.agents.create(...)`` then ``handle.dispose()``,
   sequentially, against ``nursery.start`` of a task parked in its own
   `trio.CancelScope`, then cancelling that scope and waiting for the task;
@@ -25,14 +28,16 @@ import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
 
+import msgspec
 import trio
 import trio.lowlevel
 import trio.testing
 
 from bench.report import Row, compare
-from greenroom.models import Hang, Say, ScriptedModel
+from greenroom.models import CallTool, Hang, Say, ScriptedModel
 from greenroom.protocol.events import AssistantChunk
 from greenroom.runtime import open_runtime
+from greenroom.tools import Tool
 
 SCENARIO = "agents"
 
@@ -78,6 +83,59 @@ async def _our_turns(m: int) -> float:
     if turns != m:
         raise RuntimeError(f"expected {m} turns in the session log, found {turns}")
     return (t1 - t0) / m * 1e6
+
+
+class _NoArgs(msgspec.Struct):
+    pass
+
+
+async def _noop(_args: _NoArgs, _invocation: object) -> str:
+    await trio.lowlevel.checkpoint()
+    return "ok"
+
+
+_NOOP = Tool("noop", "Return at once.", _NoArgs, _noop)
+
+
+async def _raw_two_trips(m: int) -> float:
+    """Microseconds per two round trips through the echo task."""
+    return 2 * await _raw_turns(m)
+
+
+async def _our_tool_turns(m: int) -> float:
+    """Microseconds per turn of one tool call (then an answer), with a zero-latency model."""
+    scripts = [s for _ in range(m) for s in ([CallTool("noop")], [Say("done")])]
+    async with open_runtime(model=ScriptedModel(scripts, delay=0), tools=[_NOOP]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        return (time.perf_counter() - t0) / m * 1e6
+
+
+async def _turns_after(prior: int, m: int) -> float:
+    """Microseconds per one-step turn of an agent whose session already has `prior` turns."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        for _ in range(prior):
+            agent.send("ping")
+            await agent.when_idle()
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        return (time.perf_counter() - t0) / m * 1e6
+
+
+async def _after_10(m: int) -> float:
+    return await _turns_after(10, m)
+
+
+async def _after_4000(m: int) -> float:
+    return await _turns_after(4_000, m)
 
 
 # -- (b) create + dispose ---------------------------------------------------------------------
@@ -262,6 +320,8 @@ def run(repeats: int, quick: bool) -> list[Row]:
     k = 100 if quick else 500  # cancels
 
     turns = _alternate((_raw_turns, _our_turns), m, repeats)
+    tool_turns = _alternate((_raw_two_trips, _our_tool_turns), m, repeats)
+    growth = _alternate((_after_10, _after_4000), m, repeats)
     life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
     memory = _alternate((_raw_memory, _our_memory), n_mem, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
@@ -274,8 +334,25 @@ def run(repeats: int, quick: bool) -> list[Row]:
             turns["_our_turns"],
             baseline="memory-channel round trip",
             raw=turns["_raw_turns"],
-            max_value=60,
-            max_ratio=3.0,
+            max_ratio=2.5,
+        ),
+        compare(
+            SCENARIO,
+            f"one-tool-call turn, scripted delay=0 (M={m})",
+            "us",
+            tool_turns["_our_tool_turns"],
+            baseline="two memory-channel round trips",
+            raw=tool_turns["_raw_two_trips"],
+            max_ratio=2.5,
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn after 4,000 prior turns (M={m})",
+            "us",
+            growth["_after_4000"],
+            baseline="the same turn after 10 prior turns",
+            raw=growth["_after_10"],
+            max_ratio=1.1,
         ),
         compare(
             SCENARIO,
@@ -293,7 +370,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             memory["_our_memory"],
             baseline="bare task in sleep_forever",
             raw=memory["_raw_memory"],
-            max_value=6144,
+            max_value=4096,
         ),
         compare(
             SCENARIO,

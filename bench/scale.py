@@ -61,7 +61,7 @@ _TIMEOUT = 600.0
 #: At and above this N, only the first repeat traces memory.
 _TRACE_ONCE = 100_000
 #: Bytes per idle agent at the largest N (the goal).
-_MEMORY_GOAL = 6144
+_MEMORY_GOAL = 4096
 _ROOT = Path(__file__).resolve().parent.parent
 
 _RAW = "nursery.start task parked in own CancelScope"
@@ -339,6 +339,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             concurrent["ours"],
             baseline=f"{agents} echo tasks x {turns} round trips",
             raw=concurrent["raw"],
+            min_ratio=0.5,
         )
     )
     rows.append(
