@@ -394,13 +394,8 @@ class AcpConnection:
         )
 
     async def _load(self, params: LoadSessionParams, replay: bool) -> LoadSessionResult:
-        if self.persistence is None:
-            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
         session_id = params.session_id
-        try:
-            self.persistence.check_session_id(session_id)
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        self._check_stored_id(session_id)
         _check_cwd(params.cwd, must_exist=False)
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
@@ -409,18 +404,7 @@ class AcpConnection:
         self.loading.add(session_id)
         self.starting[session_id] = []
         try:
-            try:
-                handle = await self.runtime.agents.resume(
-                    agent_id=session_id,
-                    session_id=session_id,
-                    owner=self.owner,
-                    client=self._client(session_id),
-                    mcp_servers=servers,
-                )
-            except SessionNotFound as exc:
-                raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
-            except PersistenceError as exc:
-                raise RpcError(INTERNAL_ERROR, str(exc)) from None
+            handle = await self._resume(session_id, servers)
             session = handle.agent.session
             stored_cwd = session.header.cwd
             if stored_cwd != params.cwd:
@@ -443,12 +427,7 @@ class AcpConnection:
     async def _fork(self, params: ForkSessionParams) -> NewSessionResult:
         """A new session holding the stored one's whole log, taken live here (not replayed:
         the client has the original's history)."""
-        if self.persistence is None:
-            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
-        try:
-            self.persistence.check_session_id(params.session_id)
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        self._check_stored_id(params.session_id)
         _check_cwd(params.cwd, must_exist=True)
         for directory in params.additional_directories:
             _check_cwd(directory, must_exist=True, field="additionalDirectories")
@@ -468,13 +447,7 @@ class AcpConnection:
             raise RpcError(INTERNAL_ERROR, str(exc)) from None
         self.starting[session_id] = []
         try:
-            handle = await self.runtime.agents.resume(
-                agent_id=session_id,
-                session_id=session_id,
-                owner=self.owner,
-                client=self._client(session_id),
-                mcp_servers=servers,
-            )
+            handle = await self._resume(session_id, servers)
             await self._install(session_id, handle)
         finally:
             self._forget_starting(session_id)
@@ -482,6 +455,30 @@ class AcpConnection:
         return NewSessionResult(
             session_id, self.presenter.modes(session), self.presenter.config_options(session)
         )
+
+    def _check_stored_id(self, session_id: str) -> None:
+        """Refuse, as the protocol answers it, a stored session this bridge could not read."""
+        if self.persistence is None:
+            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
+        try:
+            self.persistence.check_session_id(session_id)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+
+    async def _resume(self, session_id: str, servers: list[McpServer]) -> AgentHandle:
+        """Take a stored session live here, owned by this connection."""
+        try:
+            return await self.runtime.agents.resume(
+                agent_id=session_id,
+                session_id=session_id,
+                owner=self.owner,
+                client=self._client(session_id),
+                mcp_servers=servers,
+            )
+        except SessionNotFound as exc:
+            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
 
     async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
         """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
@@ -506,12 +503,8 @@ class AcpConnection:
 
     async def _delete(self, params: SessionParams) -> Empty:
         """Idempotent: a session open here is closed first; one live elsewhere is refused."""
-        if self.persistence is None:
-            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
-        try:
-            self.persistence.check_session_id(params.session_id)
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+        self._check_stored_id(params.session_id)
+        assert self.persistence is not None
         record = self.records.pop(params.session_id, None)
         if record is not None:
             await self._release(record)
