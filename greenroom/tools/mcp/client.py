@@ -35,6 +35,7 @@ when a session has servers, so a runtime without them never pays for it.
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import logging
 import math
@@ -58,14 +59,16 @@ from mcp.shared._stream_protocols import ReadStream, WriteStream
 from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
-import greenroom
 from greenroom.actors.types import ToolOutcome
 from greenroom.protocol.events import ToolError
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
 
 logger = logging.getLogger("greenroom.mcp")
 
-CLIENT_INFO = types.Implementation(name="greenroom", version=greenroom.__version__)
+# From the installed metadata: importing the package itself would sit this floor above the runtime.
+CLIENT_INFO = types.Implementation(
+    name="greenroom", version=importlib.metadata.version("greenroom")
+)
 
 #: The longest line a stdio server may write, in bytes; a longer one ends its connection.
 MAX_MESSAGE: Final = 32 * 1024 * 1024
