@@ -460,7 +460,9 @@ class LoopAgent:
             message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
-        self._held = [] if message.tool_calls else None
+        if not message.tool_calls:
+            return False, hit_limit
+        self._held = []
         try:
             await self._run_tools(turn, step, message.tool_calls)
         finally:
@@ -469,7 +471,7 @@ class LoopAgent:
             held, self._held = self._held or [], None
             for context in held:
                 self._session.append(context)
-        return bool(message.tool_calls), hit_limit
+        return True, hit_limit
 
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
         """Run the step's calls in order; a run of calls whose tools are concurrent runs at once.

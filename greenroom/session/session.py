@@ -32,12 +32,15 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
 
 E = TypeVar("E", bound=SessionEvent)
+_now = time.time
 
 #: A session's settings and answers before its log has any (shared: most sessions never do).
 _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
 #: Events that change nothing the session reads off its log (the most frequent among them).
-_PLAIN: Final = frozenset({AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart})
+_PLAIN: Final[frozenset[type]] = frozenset(
+    {AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart}
+)
 
 
 class History(Sequence[Message]):
@@ -185,13 +188,18 @@ class Session:
 
     def append(self, event: E) -> E:
         """Stamp ``seq`` and ``time`` (wall seconds), log `event`, sink it, tell ``on_append``."""
-        force_setattr(event, "seq", len(self._events))
-        force_setattr(event, "time", time.time())
-        self._record(event)
-        if self._sink is not None:
-            self._sink.append(event)
-        if self.on_append is not None:
-            self.on_append(self, event)
+        events = self._events
+        force_setattr(event, "seq", len(events))
+        force_setattr(event, "time", _now())
+        events.append(event)
+        if type(event) not in _PLAIN:
+            self._read(event)
+        sink = self._sink
+        if sink is not None:
+            sink.append(event)
+        on_append = self.on_append
+        if on_append is not None:
+            on_append(self, event)
         return event
 
     @property
@@ -219,9 +227,13 @@ class Session:
         return History(self._messages, len(self._messages))
 
     def _record(self, event: SessionEvent) -> None:
+        """Log a seed event (stamped already)."""
         self._events.append(event)
-        if type(event) in _PLAIN:
-            return
+        if type(event) not in _PLAIN:
+            self._read(event)
+
+    def _read(self, event: SessionEvent) -> None:
+        """Take from `event` what the session reads off its log."""
         match event:
             case TurnStart(turn=turn):
                 self._open_turn = self._last_turn = turn
