@@ -150,6 +150,7 @@ class AgentLife:
         "_sessions",
         "_spawner",
         "_spawning",
+        "_spawns_settled",
         "agent",
         "client",
         "depth",
@@ -187,7 +188,8 @@ class AgentLife:
         self._parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
         self._children: list[AgentHandle] | None = None  # made on the first spawn
-        self._spawning = 0
+        self._spawning: set[trio.CancelScope] = set()  # the spawns in flight
+        self._spawns_settled: trio.Event | None = None  # made when `end_children` waits
         self.agent = build(self)
         self.handle = AgentHandle(self.agent, self)
 
@@ -201,7 +203,7 @@ class AgentLife:
     @property
     def live_children(self) -> int:
         """The live children and those starting: what a limit on children counts."""
-        return len(self._children or ()) + self._spawning
+        return len(self._children or ()) + len(self._spawning)
 
     async def spawn(
         self,
@@ -215,22 +217,29 @@ class AgentLife:
         """`AgentHandle.spawn`; the child is one of `children` until its life exits."""
         if self.disposing:
             raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
-        self._spawning += 1
+        # Its own scope, so that the parent's end (`end_children`) can call it off.
+        scope = trio.CancelScope()
+        self._spawning.add(scope)
         try:
-            handle = await self._spawner(
-                self,
-                agent_id=agent_id,
-                session_id=session_id,
-                options=options,
-                tools=tools,
-                mcp_servers=mcp_servers,
-            )
+            with scope:
+                handle = await self._spawner(
+                    self,
+                    agent_id=agent_id,
+                    session_id=session_id,
+                    options=options,
+                    tools=tools,
+                    mcp_servers=mcp_servers,
+                )
         finally:
-            self._spawning -= 1
+            self._spawning.discard(scope)
+            if not self._spawning and self._spawns_settled is not None:
+                self._spawns_settled.set()
+        if scope.cancelled_caught:  # the factory left nothing of it behind
+            raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
         if self._children is None:
             self._children = []
         self._children.append(handle)
-        if self.disposing:  # the parent began its end while the child started
+        if self.disposing:  # the parent began its end as the child went live
             await handle.dispose()
         return handle
 
@@ -240,12 +249,23 @@ class AgentLife:
             child.agent.cancel(reason)
 
     async def end_children(self) -> None:
-        """Dispose every child at once and wait for all of them. Shields itself."""
-        if not self._children:
+        """Refuse new children, call off the spawns in flight and wait for them, then
+        dispose every child at once and wait for all of them. Shields itself.
+
+        A spawn in flight either leaves nothing (it raises `SpawnRefused`) or
+        its child is already one of `children` when this disposes them.
+        """
+        self.disposing = True
+        if not self._children and not self._spawning:
             return
         with trio.CancelScope(shield=True):
+            if self._spawning:
+                self._spawns_settled = trio.Event()
+                for spawning in self._spawning:
+                    spawning.cancel(reason="disposed")
+                await self._spawns_settled.wait()
             async with trio.open_nursery() as disposing:
-                for child in list(self._children):
+                for child in list(self._children or ()):
                     disposing.start_soon(child.dispose)
 
     def _left(self, child: AgentHandle) -> None:

@@ -1,0 +1,92 @@
+"""Sub-agents attacked: races of spawn, cancel and disposal, hostile models and callers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.actors.types import Agent, SpawnRefused
+from greenroom.models import Hang, Say
+from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader, TurnEnd
+from greenroom.session.persistence import JsonlPersistence, SessionLog
+from greenroom.tools.subagents import SUBAGENT_STARTED, task_plugin
+from tests.persistence_helpers import Delegating
+from tests.test_subagents import Routed, ends, record, results, task
+
+
+class GatedCreate(Delegating):
+    """`create` of a session other than the first waits for `gate`: a spawn held in flight."""
+
+    def __init__(self, inner: JsonlPersistence, *, free: set[str]) -> None:
+        super().__init__(inner)
+        self.free = free
+        self.gate = trio.Event()
+        self.waiting = trio.Event()
+
+    async def create(self, header: SessionHeader) -> SessionLog:
+        if header.id not in self.free:
+            self.waiting.set()
+            await self.gate.wait()
+        return await super().create(header)
+
+
+async def test_a_parent_disposed_while_a_spawn_is_in_flight_outlives_no_child(
+    tmp_path: Path,
+) -> None:
+    store = GatedCreate(JsonlPersistence(tmp_path), free={"p"})
+    model = Routed({"parent": [[Hang()]], "child:": [[Hang()]]})
+    async with open_runtime(model=model, persistence=store) as rt:  # type: ignore[arg-type]
+        seen = record(rt)
+        parent = await rt.agents.create(agent_id="p", session_id="p")
+        outcome: list[object] = []
+
+        async def spawn() -> None:
+            try:
+                outcome.append(await parent.spawn(agent_id="c", session_id="c"))
+            except Exception as exc:
+                outcome.append(exc)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(spawn)
+            await store.waiting.wait()
+            parent.agent.send("parent: hang")
+            await trio.sleep(1)
+            async with trio.open_nursery() as disposing:
+                disposing.start_soon(parent.dispose)
+                await trio.sleep(1)
+                store.gate.set()
+            # The parent's dispose has returned: no child of it is live, none will be.
+            assert rt.agents.list() == []
+        (refused,) = outcome
+        assert isinstance(refused, SpawnRefused), refused
+        assert "being disposed" in str(refused)
+        assert rt.agents.list() == []
+        assert [sid for sid, e in seen if isinstance(e, TurnEnd)] == ["p"]
+        assert parent.agent.status == "disposed"
+        assert parent.agent.session.events[-1] == ends(parent.agent.session)[-1]
+        assert ends(parent.agent.session)[-1].reason == DISPOSED
+
+
+@pytest.mark.xfail(strict=True, reason="the child gets its prompt after the cancel")
+async def test_a_cancel_as_the_task_call_starts_its_child_reaches_the_child() -> None:
+    model = Routed({"parent": [[task("child: hang")], [Say("after")]], "child:": [[Hang()]]})
+    async with open_runtime(model=model) as rt:  # type: ignore[arg-type]
+        await rt.plug("tool-task", task_plugin)
+        rt.hooks.on(SUBAGENT_STARTED, lambda parent, _call, _child: parent.cancel("now"))
+        parent = await rt.agents.create(agent_id="p", session_id="p")
+        children: list[Agent] = []
+        rt.hooks.on(SUBAGENT_STARTED, lambda _p, _c, child: children.append(child))
+        before = trio.current_time()
+        parent.agent.send("parent: go")
+        await parent.agent.when_idle()
+        # The cancel is prompt: it does not wait out the child's closing grace.
+        assert trio.current_time() - before < 1
+        assert ends(parent.agent.session)[-1].reason == Aborted("now")
+        (child,) = children
+        assert [e.reason for e in ends(child.session)] in ([], [Aborted("now")])
+        (result,) = results(parent.agent.session)
+        assert result.error is not None
+        assert result.error.code == "aborted"
