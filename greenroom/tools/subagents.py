@@ -100,6 +100,9 @@ async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome
     """Run the child's one turn; its final answer, or an error result saying why not."""
     agent = child.agent
     try:
+        # A cancel of the caller that came while the child was starting found it
+        # idle, so it cancelled nothing there: honour it before the child gets work.
+        await trio.lowlevel.checkpoint_if_cancelled()
         agent.send(prompt, source=AgentSource(parent.id))
         await agent.when_idle()
     except BaseException:
