@@ -5,7 +5,6 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
-import pytest
 import trio
 
 from greenroom import open_runtime
@@ -99,7 +98,6 @@ def _connections() -> list[AcpConnection]:
     return [o for o in gc.get_objects() if isinstance(o, AcpConnection)]
 
 
-@pytest.mark.xfail(strict=True, reason="the entry goes only on a turn/end")
 async def test_acp_forgets_a_task_calls_child_that_ended_without_a_turn(tmp_path: Path) -> None:
     model = Routed({"parent": [[task("child: never runs")], [Say("after")]]})
     async with bridge(tmp_path, model) as b:  # type: ignore[arg-type]

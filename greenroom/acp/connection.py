@@ -40,7 +40,7 @@ import greenroom
 from greenroom.acp import frames
 from greenroom.acp.client import ClientRequests, session_client
 from greenroom.acp.presenter import Presenter, iso_time
-from greenroom.actors.events import AGENT_TURN_END
+from greenroom.actors.events import AGENT_STATUS, AGENT_TURN_END
 from greenroom.actors.life import AgentHandle
 from greenroom.actors.types import Agent, SessionClient
 from greenroom.protocol.acp import (
@@ -93,6 +93,7 @@ from greenroom.protocol.events import (
     Errored,
     MaxTokens,
     SessionEvent,
+    StatusName,
     ToolCall,
     TurnEnd,
     TurnEndReason,
@@ -204,6 +205,7 @@ class AcpConnection:
         runtime.hooks.on(AGENT_TURN_END, self._on_turn_end, scope=self.scope)
         runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
         runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
+        runtime.hooks.on(AGENT_STATUS, self._on_status, scope=self.scope)
 
     # -- frames out --------------------------------------------------------------------
 
@@ -562,6 +564,12 @@ class AcpConnection:
     def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
         if parent.session.id in self.records:
             self._subagents[child.session.id] = _Subagent(parent.session.id, call_id)
+
+    def _on_status(self, agent: Agent, status: StatusName) -> None:
+        # A child can end without the turn/end `_progress` forgets it at: a cancel
+        # that dropped its turn before it began, a disposal before its prompt.
+        if status == "disposed" and self._subagents:
+            self._subagents.pop(agent.session.id, None)
 
     def _progress(self, child_id: str, subagent: _Subagent, event: SessionEvent) -> None:
         """The child's messages and tool calls so far, as the content of its ``task`` call."""
