@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 from pathlib import Path
 
+import pytest
 import trio
 
 from greenroom import open_runtime
@@ -121,3 +122,25 @@ async def test_acp_forgets_a_task_calls_child_that_ended_without_a_turn(tmp_path
         assert ends(child.session) == []
         (connection,) = _connections()
         assert connection._subagents == {}
+
+
+async def test_spawn_refuses_tools_given_as_one_string() -> None:
+    async with open_runtime() as rt:
+        parent = await rt.agents.create(agent_id="p", session_id="p")
+        # A str is a Sequence[str]: "read" would allow the tools "r", "e", "a" and "d".
+        with pytest.raises(TypeError, match="tools"):
+            await parent.spawn(agent_id="c", session_id="c", tools="read")
+        assert parent.agent.session.id == "p"
+        assert [a.id for a in rt.agents.list()] == ["p"]
+
+
+@pytest.mark.parametrize("at_turn", [True, False, -1, 2, 10**30])
+async def test_fork_refuses_a_turn_the_log_does_not_have(tmp_path: Path, at_turn: int) -> None:
+    store = JsonlPersistence(tmp_path)
+    async with open_runtime(persistence=store) as rt:
+        original = await rt.agents.create(agent_id="o", session_id="o")
+        original.agent.send("one")
+        await original.agent.when_idle()
+        with pytest.raises(ValueError, match="cannot fork it at turn"):
+            await rt.agents.fork("o", "f", at_turn=at_turn)
+        assert [s.header.id for s in await store.list()] == ["o"]

@@ -312,6 +312,8 @@ class AgentFactory:
                 f"agent {parent.agent.id!r} has {parent.live_children - 1} live children,"
                 f" the most it may have at once"
             )
+        if isinstance(tools, str):  # a str is a Sequence[str], of one-letter names
+            raise TypeError(f"tools must be a sequence of tool names, not the str {tools!r}")
         self._check(session_id, mcp_servers)
         above = parent.agent.session.header
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
@@ -341,7 +343,7 @@ def _up_to(
     if at_turn is None:
         return events
     last = max((e.turn for e in events if isinstance(e, TurnEnd)), default=0)
-    if not 0 <= at_turn <= last:
+    if isinstance(at_turn, bool) or not 0 <= at_turn <= last:  # True is not turn 1
         raise ValueError(
             f"session {session_id!r} has turns 1..{last}; cannot fork it at turn {at_turn!r}"
         )

@@ -117,7 +117,8 @@ class AgentHandle:
         ``mcp_servers``. It is this agent's: this agent's cancel cancels it,
         and disposing this agent disposes it first. Raises `SpawnRefused`
         past the runtime's `SpawnLimits` or once this agent is being
-        disposed, and what `AgentFactory.create` raises.
+        disposed (a spawn in flight then leaves nothing), `TypeError` for a
+        str as ``tools``, and what `AgentFactory.create` raises.
         """
         return await self._life.spawn(
             agent_id=agent_id,
