@@ -189,7 +189,7 @@ class AgentLife:
         self._parent = parent
         self.depth: int = 0 if parent is None else parent.depth + 1
         self._children: list[AgentHandle] | None = None  # made on the first spawn
-        self._spawning: set[trio.CancelScope] = set()  # the spawns in flight
+        self._spawning: set[trio.CancelScope] | None = None  # the spawns in flight, once any
         self._spawns_settled: trio.Event | None = None  # made when `end_children` waits
         self.agent = build(self)
         self.handle = AgentHandle(self.agent, self)
@@ -204,7 +204,7 @@ class AgentLife:
     @property
     def live_children(self) -> int:
         """The live children and those starting: what a limit on children counts."""
-        return len(self._children or ()) + len(self._spawning)
+        return len(self._children or ()) + len(self._spawning or ())
 
     async def spawn(
         self,
@@ -220,6 +220,8 @@ class AgentLife:
             raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
         # Its own scope, so that the parent's end (`end_children`) can call it off.
         scope = trio.CancelScope()
+        if self._spawning is None:
+            self._spawning = set()
         self._spawning.add(scope)
         try:
             with scope:
