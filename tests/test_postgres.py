@@ -169,11 +169,19 @@ async def test_a_holder_cut_off_never_writes_into_a_session_made_anew_under_its_
         with trio.fail_after(LIMIT):
             old = await first.create(SessionHeader(id="s", created_at=1))
             with psycopg.connect(postgres_dsn, autocommit=True) as db:  # the holder cut off
-                db.execute(
-                    "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
-                    " WHERE pid <> pg_backend_pid() AND datname = current_database()"
-                    " AND backend_type = 'client backend'"
-                )
+                cut = [
+                    pid
+                    for pid, _ in db.execute(
+                        "SELECT pid, pg_terminate_backend(pid) FROM pg_stat_activity"
+                        " WHERE pid <> pg_backend_pid() AND datname = current_database()"
+                        " AND backend_type = 'client backend'"
+                    )
+                ]
+                # A terminated backend lets its advisory locks go when it has exited.
+                while db.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE pid = ANY(%s)", (cut,)
+                ).fetchone() != (0,):
+                    await trio.sleep(0.01)
             second = PostgresPersistence(postgres_dsn)
             await second.delete("s")
             new = await second.create(SessionHeader(id="s", created_at=2))
