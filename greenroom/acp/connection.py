@@ -30,7 +30,7 @@ import logging
 import math
 import os
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import msgspec
@@ -190,7 +190,7 @@ class AcpConnection:
         self.loading: set[str] = set()
         #: Sessions starting here, with what their MCP servers did meanwhile.
         self.starting: dict[str, list[str]] = {}
-        self._server_states: dict[str, dict[str, str]] = {}  # session -> server -> last state
+        self._unannounced: list[SessionRecord] = []  # installed, their answer not yet sent
         self._subagents: dict[str, _Subagent] = {}  # by the child's session id
         self.closed = False
         self.scope = Scope("acp connection")
@@ -376,9 +376,9 @@ class AcpConnection:
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         session_id = str(uuid.uuid4())
-        self.starting[session_id] = []
-        try:
-            handle = await self.runtime.agents.create(
+        return await self._go_live(
+            session_id,
+            self.runtime.agents.create(
                 agent_id=session_id,
                 session_id=session_id,
                 cwd=params.cwd,
@@ -386,13 +386,7 @@ class AcpConnection:
                 owner=self.owner,
                 client=self._client(session_id),
                 mcp_servers=servers,
-            )
-            await self._install(session_id, handle)
-        finally:
-            self._forget_starting(session_id)
-        session = handle.agent.session
-        return NewSessionResult(
-            session_id, self.presenter.modes(session), self.presenter.config_options(session)
+            ),
         )
 
     async def _load(self, params: LoadSessionParams, replay: bool) -> LoadSessionResult:
@@ -424,7 +418,7 @@ class AcpConnection:
             )
         finally:
             self.loading.discard(session_id)
-            self._forget_starting(session_id)
+            self.starting.pop(session_id, None)
 
     async def _fork(self, params: ForkSessionParams) -> NewSessionResult:
         """A new session holding the stored one's whole log, taken live here (not replayed:
@@ -447,12 +441,19 @@ class AcpConnection:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
         except PersistenceError as exc:
             raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return await self._go_live(session_id, self._resume(session_id, servers))
+
+    async def _go_live(
+        self, session_id: str, start: Coroutine[object, object, AgentHandle]
+    ) -> NewSessionResult:
+        """Run `start` (a create or a resume of `session_id`) and keep the session here;
+        what its servers do meanwhile is told after the answer."""
         self.starting[session_id] = []
         try:
-            handle = await self._resume(session_id, servers)
+            handle = await start
             await self._install(session_id, handle)
         finally:
-            self._forget_starting(session_id)
+            self.starting.pop(session_id, None)
         session = handle.agent.session
         return NewSessionResult(
             session_id, self.presenter.modes(session), self.presenter.config_options(session)
@@ -530,9 +531,9 @@ class AcpConnection:
         if self.closed:
             await handle.dispose()
             raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
-        self.records[session_id] = SessionRecord(
-            session_id, handle, self.starting.pop(session_id, [])
-        )
+        record = SessionRecord(session_id, handle, self.starting.pop(session_id, []))
+        self.records[session_id] = record
+        self._unannounced.append(record)
 
     def _record(self, session_id: str) -> SessionRecord:
         record = self.records.get(session_id)
@@ -595,9 +596,7 @@ class AcpConnection:
         session_id = agent.session.id
         if session_id not in self.records and session_id not in self.starting:
             return  # another connection's session
-        states = self._server_states.setdefault(session_id, {})
-        before = states.get(status.server, "starting")
-        states[status.server] = status.state
+        before = status.previous
         if status.state == before or (status.state == "ready" and before == "starting"):
             return
         notice = status.describe() + "\n"
@@ -610,7 +609,8 @@ class AcpConnection:
             self._tell(session_id, notice)
 
     def _announce(self) -> None:
-        for record in self.records.values():
+        records, self._unannounced = self._unannounced, []
+        for record in records:
             notices, record.notices = record.notices, None
             for notice in notices or ():
                 self._tell(record.session_id, notice)
@@ -639,17 +639,10 @@ class AcpConnection:
             return
         self.respond(pending.request_id, PromptResult(_stop_reason(reason, pending.cancelled)))
 
-    def _forget_starting(self, session_id: str) -> None:
-        """A start is over: installed (its notices went to its record), or failed."""
-        self.starting.pop(session_id, None)
-        if session_id not in self.records:
-            self._server_states.pop(session_id, None)
-
     async def _release(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
         self._abandon(record)
         await record.handle.dispose()
-        self._server_states.pop(record.session_id, None)
 
     def _abandon(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""

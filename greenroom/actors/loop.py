@@ -643,10 +643,9 @@ class LoopAgent:
         write in a worker thread can only be abandoned, never interrupted).
         A failure is an ``agent/error`` (and a log line); the sink keeps the
         events, and the next flush (the next turn's, or the log's close at
-        the end of the life) writes them. Without a sink it returns at once.
+        the end of the life) writes them. Without a sink it returns at once
+        (`Session.flush` has nothing to do).
         """
-        if not self._session.persistent:
-            return
         try:
             await self._session.flush()
         except Exception as exc:

@@ -56,12 +56,14 @@ McpState: TypeAlias = Literal["starting", "ready", "failed", "gave-up"]
 
 
 class McpStatus(msgspec.Struct, frozen=True, gc=False):
-    """What became of one of a session's servers: its state, why, and how many tools it offers."""
+    """What became of one of a session's servers: its state, why, how many tools it offers,
+    and the state it left (``previous``), so a reader can tell a change from a repeat."""
 
     server: str
     state: McpState
     message: str = ""
     tools: int = 0
+    previous: McpState = "starting"
 
     def describe(self) -> str:
         """One line for a person: what happened to the server, and what it means for the session."""

@@ -252,9 +252,10 @@ class ServerSlot:
         self.settled.set()
 
     def _set(self, state: McpState, message: str, tools: int = 0) -> None:
-        self.state = state
+        previous, self.state = self.state, state
         assert self._agent is not None
-        self._owner.report(self._agent, McpStatus(self.spec.name, state, message, tools))
+        status = McpStatus(self.spec.name, state, message, tools, previous)
+        self._owner.report(self._agent, status)
 
     def _entries(self, tools: list[mcp_types.Tool]) -> dict[str, ToolEntry]:
         entries: dict[str, ToolEntry] = {}
