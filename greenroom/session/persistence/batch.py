@@ -16,7 +16,13 @@ from typing import Protocol, TypeAlias, TypeVar
 import trio
 
 from greenroom.protocol.events import SessionEvent
-from greenroom.session.persistence.base import LeaseLost, SyncPolicy
+from greenroom.session.persistence.base import (
+    LeaseLost,
+    PersistenceError,
+    SeqMismatch,
+    SessionNotFound,
+    SyncPolicy,
+)
 from greenroom.session.persistence.writer import Job, Writer
 
 logger = logging.getLogger("greenroom.persistence")
@@ -47,6 +53,28 @@ class Append(Job):
         self.epoch = epoch
         self.events = events
         self.sync = sync
+
+
+def refused_append(
+    job: Append, where: str, stored: tuple[int, int] | None, by: str
+) -> PersistenceError | None:
+    """Why an append's fenced update matched no row, read off the session's stored
+    ``(epoch, next_seq)`` (None: no such session); None if the append had landed already
+    (a retried commit whose answer was lost). ``by`` names who takes sessions over."""
+    session_id, first = job.session_id, job.events[0].seq
+    if stored is None:
+        return SessionNotFound(f"no stored session {session_id!r} in {where}")
+    epoch, next_seq = stored
+    if epoch != job.epoch:
+        return LeaseLost(
+            f"session {session_id!r} was taken over by {by} (epoch {epoch}, this life"
+            f" held {job.epoch}); nothing written to {where}"
+        )
+    if next_seq == job.events[-1].seq + 1:
+        return None
+    return SeqMismatch(
+        f"session {session_id!r}: append starts at seq {first}, but {where} holds {next_seq} events"
+    )
 
 
 class Sync(Job):

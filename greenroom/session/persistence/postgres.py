@@ -47,7 +47,6 @@ from greenroom.session.persistence.base import (
     LeaseLost,
     NotASessionLog,
     PersistenceError,
-    SeqMismatch,
     SessionExists,
     SessionLocked,
     SessionNotFound,
@@ -56,7 +55,13 @@ from greenroom.session.persistence.base import (
     UnsupportedVersion,
     repair,
 )
-from greenroom.session.persistence.batch import Append, BatchLog, Call, run_call
+from greenroom.session.persistence.batch import (
+    Append,
+    BatchLog,
+    Call,
+    refused_append,
+    run_call,
+)
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
@@ -283,19 +288,10 @@ class PostgresPersistence:
             row = db.execute(
                 "SELECT epoch, next_seq FROM greenroom_sessions WHERE id = %s", (job.session_id,)
             ).fetchone()
-            if row is None:
-                raise SessionNotFound(f"no stored session {job.session_id!r} in {self.where}")
-            if row[0] != job.epoch:
-                raise LeaseLost(
-                    f"session {job.session_id!r} was taken over by another node (epoch"
-                    f" {row[0]}, this life held {job.epoch}); nothing written to {self.where}"
-                )
-            if row[1] == after:
+            refusal = refused_append(job, self.where, row, "another node")
+            if refusal is None:
                 return  # a retry of a commit that had landed: written already
-            raise SeqMismatch(
-                f"session {job.session_id!r}: append starts at seq {first},"
-                f" but {self.where} holds {row[1]} events"
-            )
+            raise refusal
         db.execute(
             "INSERT INTO greenroom_batches (session_id, first_seq, next_seq, lines)"
             " VALUES (%s, %s, %s, %s)",

@@ -34,10 +34,8 @@ from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHead
 from greenroom.session.persistence.base import (
     SYNC_POLICIES,
     CorruptLog,
-    LeaseLost,
     NotASessionLog,
     PersistenceError,
-    SeqMismatch,
     SessionExists,
     SessionNotFound,
     StoredSession,
@@ -45,7 +43,14 @@ from greenroom.session.persistence.base import (
     UnsupportedVersion,
     repair,
 )
-from greenroom.session.persistence.batch import Append, BatchLog, Call, Sync, run_call
+from greenroom.session.persistence.batch import (
+    Append,
+    BatchLog,
+    Call,
+    Sync,
+    refused_append,
+    run_call,
+)
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
@@ -266,17 +271,10 @@ class SqlitePersistence:
             row = self._db.execute(
                 "SELECT epoch, next_seq FROM sessions WHERE id = ?", (job.session_id,)
             ).fetchone()
-            if row is None:
-                raise SessionNotFound(f"no stored session {job.session_id!r} in {self.path}")
-            if row[0] != job.epoch:
-                raise LeaseLost(
-                    f"session {job.session_id!r} was taken over (epoch {row[0]}, this life"
-                    f" holds {job.epoch}); nothing written to {self.path}"
-                )
-            raise SeqMismatch(
-                f"session {job.session_id!r}: append starts at seq {first},"
-                f" but {self.path} holds {row[1]} events"
-            )
+            refusal = refused_append(job, self.path, row, "another process")
+            if refusal is None:
+                return  # this range of the log is stored already
+            raise refusal
         self._db.execute(
             "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
             (job.session_id, first, after, _encoder.encode_lines(events)),
