@@ -94,7 +94,9 @@ class HoldClockWhileThreadsWork(trio.abc.Instrument):
         self.clock = clock
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0 or writers_busy()
+        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0 or writers_busy(
+            trio.lowlevel.current_trio_token()
+        )
         threshold = math.inf if busy else 0.0
         if self.clock.autojump_threshold != threshold:
             self.clock.autojump_threshold = threshold

@@ -24,9 +24,10 @@ J = TypeVar("J", bound="Job")
 _writers: weakref.WeakSet[Writer[Job]] = weakref.WeakSet()
 
 
-def writers_busy() -> bool:
-    """True while any writer has a batch in its thread (a test clock holds still meanwhile)."""
-    return any(writer.busy for writer in list(_writers))
+def writers_busy(token: trio.lowlevel.TrioToken) -> bool:
+    """True while any writer works on a job of the run `token` names (a test clock holds
+    still meanwhile). A writer stuck on another run's job (a test before) does not count."""
+    return any(writer.serves(token) for writer in list(_writers))
 
 
 class Job:
@@ -67,12 +68,13 @@ class Writer(Generic[J]):
     job of the batch without an error gets that exception.
     """
 
-    __slots__ = ("__weakref__", "_lock", "_queue", "_work", "busy")
+    __slots__ = ("__weakref__", "_in_flight", "_lock", "_queue", "_work", "busy")
 
     def __init__(self, work: Callable[[Sequence[J]], None]) -> None:
         self._work = work
         self._lock = threading.Lock()
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
+        self._in_flight: list[trio.lowlevel.TrioToken] = []  # the runs of the batch in work
         self.busy = False
         _writers.add(self)  # type: ignore[arg-type]
 
@@ -86,11 +88,17 @@ class Writer(Generic[J]):
             self.busy = True
         trio.lowlevel.start_thread_soon(self._drain, _ignore)
 
+    def serves(self, token: trio.lowlevel.TrioToken) -> bool:
+        """True while a job of the run `token` names is queued or in work."""
+        with self._lock:
+            return token in self._in_flight or any(t is token for _, t in self._queue)
+
     def _drain(self) -> None:
         """The worker thread: batches until the queue is empty."""
         while True:
             with self._lock:
                 batch, self._queue = self._queue, []
+                self._in_flight = [token for _, token in batch]
                 if not batch:
                     self.busy = False
                     return
