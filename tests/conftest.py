@@ -8,13 +8,18 @@ deadlock makes the clock jump straight to it, so the test fails in real
 milliseconds instead of hanging the suite. Each test also runs with a
 `TaskLeakCheck` instrument: a task spawned while the test ran that is still
 alive when the test's own task ends outlived the runtime that should have
-owned it, and fails the test.
+owned it, and fails the test. A test still running after `WALL_LIMIT` real
+seconds (a hang no clock can see: a thread stuck, the clock held) stops the
+suite with every thread's traceback instead of hanging CI.
 """
 
 from __future__ import annotations
 
+import faulthandler
 import itertools
 import math
+import os
+import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
@@ -29,6 +34,8 @@ from tests.pg_server import PgServer
 
 #: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
 VIRTUAL_DEADLINE = 3600.0
+#: Real seconds any one test may take, its fixtures included; the whole suite takes less.
+WALL_LIMIT = 240.0
 
 hypothesis.settings.register_profile("greenroom", deadline=None, max_examples=60)
 hypothesis.settings.load_profile("greenroom")
@@ -170,6 +177,23 @@ def postgres_dsn(pg_server: PgServer) -> str:
     with psycopg.connect(pg_server.dsn, autocommit=True) as db:
         db.execute(f"CREATE SCHEMA {schema}")
     return f"{pg_server.dsn}&options=-csearch_path%3D{schema}"
+
+
+_real_stderr = pytest.StashKey[int]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # Output capture replaces fd 2 around each test; the tracebacks go to the real one.
+    config.stash[_real_stderr] = os.dup(sys.__stderr__.fileno() if sys.__stderr__ else 2)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    faulthandler.dump_traceback_later(WALL_LIMIT, exit=True, file=item.config.stash[_real_stderr])
+    try:
+        return (yield)
+    finally:
+        faulthandler.cancel_dump_traceback_later()
 
 
 @pytest.hookimpl(trylast=True)

@@ -11,7 +11,6 @@ is settled on the Trio thread, through the submitting run's token.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import weakref
 from collections.abc import Callable, Sequence
@@ -25,8 +24,9 @@ _writers: weakref.WeakSet[Writer[Job]] = weakref.WeakSet()
 
 
 def writers_busy(token: trio.lowlevel.TrioToken) -> bool:
-    """True while any writer works on a job of the run `token` names (a test clock holds
-    still meanwhile). A writer stuck on another run's job (a test before) does not count."""
+    """True while any writer holds a job of the run `token` names that is not settled yet
+    (a test clock holds still meanwhile). A writer stuck on another run's job (a test
+    before) does not count."""
     return any(writer.serves(token) for writer in list(_writers))
 
 
@@ -68,14 +68,16 @@ class Writer(Generic[J]):
     job of the batch without an error gets that exception.
     """
 
-    __slots__ = ("__weakref__", "_in_flight", "_lock", "_queue", "_work", "busy")
+    __slots__ = ("__weakref__", "_draining", "_lock", "_queue", "_unsettled", "_work")
 
     def __init__(self, work: Callable[[Sequence[J]], None]) -> None:
         self._work = work
         self._lock = threading.Lock()
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
-        self._in_flight: list[trio.lowlevel.TrioToken] = []  # the runs of the batch in work
-        self.busy = False
+        self._draining = False  # a worker thread is taking batches off the queue
+        # Jobs submitted and not yet settled, per run. Counted down on the run's own thread,
+        # as the job is settled, so whoever checks after that step sees it done.
+        self._unsettled: dict[trio.lowlevel.TrioToken, int] = {}
         _writers.add(self)  # type: ignore[arg-type]
 
     def submit(self, job: J) -> None:
@@ -83,24 +85,24 @@ class Writer(Generic[J]):
         token = trio.lowlevel.current_trio_token()
         with self._lock:
             self._queue.append((job, token))
-            if self.busy:
+            self._unsettled[token] = self._unsettled.get(token, 0) + 1
+            if self._draining:
                 return
-            self.busy = True
+            self._draining = True
         trio.lowlevel.start_thread_soon(self._drain, _ignore)
 
     def serves(self, token: trio.lowlevel.TrioToken) -> bool:
-        """True while a job of the run `token` names is queued or in work."""
+        """True while a job of the run `token` names is queued, in work or not yet settled."""
         with self._lock:
-            return token in self._in_flight or any(t is token for _, t in self._queue)
+            return token in self._unsettled
 
     def _drain(self) -> None:
         """The worker thread: batches until the queue is empty."""
         while True:
             with self._lock:
                 batch, self._queue = self._queue, []
-                self._in_flight = [token for _, token in batch]
                 if not batch:
-                    self.busy = False
+                    self._draining = False
                     return
             try:
                 self._work([job for job, _ in batch])
@@ -109,8 +111,22 @@ class Writer(Generic[J]):
                     if job.error is None:
                         job.error = exc
             for job, token in batch:
-                with contextlib.suppress(trio.RunFinishedError):  # the run that waited is gone
-                    token.run_sync_soon(job.settle)
+                try:
+                    token.run_sync_soon(self._settle, job, token)
+                except trio.RunFinishedError:  # the run that waited is gone
+                    self._count_settled(token)
+
+    def _settle(self, job: J, token: trio.lowlevel.TrioToken) -> None:
+        self._count_settled(token)
+        job.settle()
+
+    def _count_settled(self, token: trio.lowlevel.TrioToken) -> None:
+        with self._lock:
+            left = self._unsettled[token] - 1
+            if left:
+                self._unsettled[token] = left
+            else:
+                del self._unsettled[token]
 
 
 def _ignore(outcome: object) -> None:
