@@ -51,6 +51,9 @@ class Delegating:
     async def list(self) -> list[SessionHeader]:
         return await self.inner.list()
 
+    async def delete(self, session_id: str) -> None:
+        await self.inner.delete(session_id)
+
 
 class GatedOpen(Delegating):
     """`open` (a resume, an ACP load) waits for `gate` before it reads."""

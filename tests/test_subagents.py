@@ -30,6 +30,7 @@ from greenroom.session.persistence import JsonlPersistence
 from greenroom.supervisor import Supervisor
 from greenroom.tools import Tool
 from greenroom.tools.subagents import task_plugin
+from tests.persistence_helpers import Delegating, DelegatingLog
 
 
 class Routed:
@@ -311,6 +312,38 @@ async def test_fork_copies_a_prefix_and_leaves_the_original_alone(tmp_path: Path
         _, events = await store.load("w")
         assert _plain(events) == _plain(original.agent.session.events)
         assert whole.forked_from == "o"
+
+
+@pytest.mark.parametrize("how", ["flush fails", "cancelled"])
+async def test_a_fork_that_fails_part_way_leaves_no_partial_copy(tmp_path: Path, how: str) -> None:
+    store = JsonlPersistence(tmp_path)
+    copying = trio.Event()
+
+    class Bent(DelegatingLog):
+        async def flush(self) -> None:
+            copying.set()
+            if how == "flush fails":
+                raise OSError(28, "No space left on device")
+            await trio.sleep_forever()
+
+    persistence = Delegating(store)
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=persistence) as rt:
+        original = await rt.agents.create(agent_id="o", session_id="o")
+        original.agent.send("one")
+        await original.agent.when_idle()
+        persistence.log_type = Bent
+        if how == "flush fails":
+            with pytest.raises(OSError, match="No space left"):
+                await rt.agents.fork("o", "f")
+        else:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(rt.agents.fork, "o", "f")
+                await copying.wait()
+                nursery.cancel_scope.cancel()
+        persistence.log_type = DelegatingLog
+        assert [s.header.id for s in await store.list()] == ["o"]
+        again = await rt.agents.fork("o", "f")  # the id is free again
+        assert again.forked_from == "o"
 
 
 def _first_of_turn(handle: AgentHandle, turn: int) -> int:

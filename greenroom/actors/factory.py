@@ -191,7 +191,8 @@ class AgentFactory:
         untouched. The fork is not live: `resume` takes it. Raises
         `RuntimeError` without persistence, `SessionNotFound`, `SessionExists`
         for a stored `new_session_id`, `ValueError` for a turn the log does not
-        have or a bad id, before anything is stored.
+        have or a bad id, before anything is stored. A copy that fails or is
+        cancelled part way is deleted before the error reaches the caller.
         """
         if self._persistence is None:
             raise RuntimeError(
@@ -212,11 +213,15 @@ class AgentFactory:
             )
             log = await self._persistence.create(fork)
             try:
-                for event in kept:
-                    log.append(event)
-                await log.flush()
-            finally:
-                await log.close()
+                try:
+                    for event in kept:
+                        log.append(event)
+                    await log.flush()
+                finally:
+                    await log.close()
+            except BaseException as exc:
+                await _unstore(self._persistence, new_session_id, exc)
+                raise
         return fork
 
     def _check(self, session_id: str, mcp_servers: Sequence[McpServer]) -> None:
@@ -397,3 +402,16 @@ class _OnlyTools:
                 error=ToolError(name="ToolError", code="unknown-tool"),
             )
         return await self._inner.execute(invocation)
+
+
+async def _unstore(persistence: Persistence, session_id: str, cause: BaseException) -> None:
+    """Delete a session whose copy failed or was cancelled part way, so no partial copy
+    stays stored; shielded, bounded by `CLOSING_GRACE`. A delete that fails too is told
+    on `cause` (which the caller raises) rather than hiding it."""
+    with trio.move_on_after(CLOSING_GRACE, shield=True) as bound:
+        try:
+            await persistence.delete(session_id)
+        except Exception as exc:
+            cause.add_note(f"the partial fork {session_id!r} is still stored: {exc!r}")
+    if bound.cancelled_caught:
+        cause.add_note(f"the partial fork {session_id!r} may still be stored: its delete timed out")
