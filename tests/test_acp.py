@@ -547,6 +547,10 @@ async def test_the_echo_model_runs_a_bash_prompt_after_asking(tmp_path: Path) ->
             [{"name": "a", "command": "x", "args": [], "env": [{"name": "A=B", "value": ""}]}],
             "mcpServers[0].env",
         ),
+        (
+            [{"name": f"s{i}", "command": "x", "args": [], "env": []} for i in range(65)],
+            "mcpServers: 65 servers given; a session may have at most 64",
+        ),
     ],
 )
 async def test_bad_mcp_servers_are_invalid_params_naming_the_entry(

@@ -26,7 +26,14 @@ from greenroom.actors.events import AGENT_ERROR
 from greenroom.actors.types import Agent, PermissionRequest
 from greenroom.models.scripted import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import Aborted, Completed, ToolCall, ToolResult, TurnEnd
-from greenroom.protocol.mcp import McpHttpServer, McpServerError, McpStatus, McpStdioServer
+from greenroom.protocol.mcp import (
+    MAX_SERVERS,
+    McpHttpServer,
+    McpServerError,
+    McpStatus,
+    McpStdioServer,
+    check_servers,
+)
 from greenroom.tools.mcp import MCP_STATUS, tool_name
 
 pytestmark = pytest.mark.real_clock
@@ -388,3 +395,10 @@ def test_tool_names_are_namespaced_safe_and_stable() -> None:
     assert len(long) == 64
     assert long == tool_name("s" * 40, "t" * 40)
     assert long != tool_name("s" * 40, "t" * 39 + "u")
+
+
+def test_a_session_may_have_max_servers_and_not_one_more() -> None:
+    servers = [McpStdioServer(name=f"s{i}", command="x") for i in range(MAX_SERVERS + 1)]
+    check_servers(servers[:MAX_SERVERS])
+    with pytest.raises(ValueError, match=f"{MAX_SERVERS + 1} servers given"):
+        check_servers(servers)

@@ -98,14 +98,24 @@ def safe_name(part: str) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "_", part)
 
 
+#: The most servers one session may have: each may be a process, and a client's list
+#: of thousands would be a fork bomb (and each name is checked against the others).
+MAX_SERVERS = 64
+
+
 def check_servers(servers: Sequence[McpServer]) -> None:
-    """Raise `ValueError` naming the first entry (``mcpServers[i].field``) that cannot start.
+    """Raise `ValueError` naming the first entry (``mcpServers[i].field``) that cannot start,
+    or the count when there are more than `MAX_SERVERS`.
 
     Besides a bad field, that is a name whose tools could be named like another
     server's: ``mcp__<safe name>__<tool>`` must tell whose a tool is, so no
     safe name followed by ``__`` may begin another's (``my server`` and
     ``my_server``; ``a`` and ``a__b``, whose tools ``b__c`` and ``c`` meet).
     """
+    if len(servers) > MAX_SERVERS:
+        raise ValueError(
+            f"mcpServers: {len(servers)} servers given; a session may have at most {MAX_SERVERS}"
+        )
     seen: dict[str, int] = {}  # each safe name followed by "__", and whose it is
     for index, server in enumerate(servers):
         where = f"mcpServers[{index}]"
