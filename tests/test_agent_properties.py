@@ -6,11 +6,13 @@ import itertools
 
 import hypothesis
 import hypothesis.strategies as st
+import pytest
 import trio
 import trio.testing
 
 from greenroom import open_runtime
 from greenroom.actors.events import AGENT_STATUS
+from greenroom.actors.types import SpawnLimits, SpawnRefused
 from greenroom.models import ScriptedModel
 from greenroom.protocol.events import SteeringMessage, UserMessage
 from tests.agents_helpers import assert_enclosed
@@ -101,6 +103,8 @@ async def test_random_interleavings_keep_the_invariants(
     assert live_tasks() == tasks_before
 
 
+LIMITS = SpawnLimits()  # the runtime's default: a family past it is refused
+
 FAMILY_OPS = st.lists(
     st.one_of(
         st.tuples(st.just("spawn"), st.integers(0, 3), st.none()),
@@ -118,6 +122,9 @@ FAMILY_OPS = st.lists(
     suppress_health_check=[hypothesis.HealthCheck.function_scoped_fixture], max_examples=60
 )
 @hypothesis.given(ops=FAMILY_OPS)
+# Past each limit: a chain deeper than max_depth, more than max_children at once.
+@hypothesis.example(ops=[("spawn", i, None) for i in range(LIMITS.max_depth + 1)])
+@hypothesis.example(ops=[("spawn", 0, None)] * (LIMITS.max_children + 1) + [("dispose", 1, None)])
 async def test_random_interleavings_over_a_family_keep_the_invariants(
     ops: list[tuple[str, int | None, object]], autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -130,6 +137,9 @@ async def test_random_interleavings_over_a_family_keep_the_invariants(
         parent_of: dict[int, int] = {}
         pending: dict[int, set[str]] = {0: set()}
         dropped: set[str] = set()
+
+        def depth(index: int) -> int:
+            return 0 if index not in parent_of else 1 + depth(parent_of[index])
 
         def descendants(index: int) -> list[int]:
             found = [index]
@@ -157,6 +167,13 @@ async def test_random_interleavings_over_a_family_keep_the_invariants(
                 continue
             if op == "spawn":
                 n = len(handles)
+                live = [c for c, p in parent_of.items() if p == index]
+                live = [c for c in live if handles[c].agent.status != "disposed"]
+                if depth(index) >= LIMITS.max_depth or len(live) >= LIMITS.max_children:
+                    with pytest.raises(SpawnRefused):
+                        await handle.spawn(agent_id=f"a{n}", session_id=f"s{n}")
+                    assert rt.agents.get(f"a{n}") is None
+                    continue
                 handles.append(await handle.spawn(agent_id=f"a{n}", session_id=f"s{n}"))
                 parent_of[n] = index
                 pending[n] = set()
