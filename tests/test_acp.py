@@ -21,7 +21,7 @@ import trio.testing
 
 from greenroom.acp import connection
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
-from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader
+from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader, ToolResult
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
@@ -680,6 +680,48 @@ async def test_a_task_calls_child_streams_into_the_call_and_a_cancel_stops_it(
         await b.peer.notify("session/cancel", {"sessionId": session})
         assert (await b.peer.response(request))["result"]["stopReason"] == "cancelled"
         assert turn_ends(child.session.events)[-1][1] == Aborted("session/cancel")
+
+
+@pytest.mark.real_clock
+async def test_a_childs_permission_is_asked_on_the_clients_session(tmp_path: Path) -> None:
+    from greenroom.tools.subagents import task_plugin
+    from tests.test_subagents import Routed, task
+
+    model = Routed(
+        {
+            "parent": [[task("child: run it")], [Say("done")]],
+            # The child's call id is its parent's too ("call-1"): the ask must tell them apart.
+            "child: run": [
+                [CallTool("bash", {"command": "echo from-child", "description": "echo"})],
+                [Say("ran it")],
+            ],
+        }
+    )
+    with trio.fail_after(20):
+        async with bridge(tmp_path, model, bash=True) as b:  # type: ignore[arg-type]
+            await b.runtime.plug("tool-task", task_plugin)
+            session = await b.peer.new_session(str(tmp_path))
+            prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "parent"}]}
+            assert (await b.peer.call("session/prompt", prompt))["result"]["stopReason"] == (
+                "end_turn"
+            )
+            assert b.persistence is not None
+            (asked,) = [f for f in b.peer.frames if f.get("method") == "session/request_permission"]
+            (child,) = [s for s in await b.persistence.list() if s.header.parent_session]
+            assert asked["params"]["sessionId"] == session
+            call = asked["params"]["toolCall"]
+            assert call["toolCallId"].startswith(f"{child.header.id}/")
+            assert call["title"] == "echo from-child"
+            _, events = await b.persistence.load(child.header.id)
+            ran = [e for e in events if isinstance(e, ToolResult)]
+            assert [(e.is_error, e.content) for e in ran] == [(False, "from-child\n[exit code: 0]")]
+            sent = {
+                f["params"]["sessionId"]
+                for f in b.peer.frames
+                if "sessionId" in f.get("params", {})
+            }
+            assert sent == {session}
+            validate(b.peer)
 
 
 async def test_session_fork_takes_a_copy_live_and_leaves_the_original(tmp_path: Path) -> None:

@@ -121,18 +121,29 @@ class ClientRequests:
 
 
 class AcpPermissions:
-    """A session's permission requests, asked of the client (``session/request_permission``)."""
+    """A session's permission requests, asked of the client (``session/request_permission``).
 
-    __slots__ = ("_requests",)
+    Always on the client's session: a sub-agent's session is not one the
+    client knows, so a child's (or grandchild's) request is asked on the
+    client's session its family grew from, the call id prefixed with the
+    child's session id (a child's call ids are its model's and may repeat the
+    parent's).
+    """
 
-    def __init__(self, requests: ClientRequests) -> None:
+    __slots__ = ("_requests", "_session_id")
+
+    def __init__(self, requests: ClientRequests, session_id: str) -> None:
         self._requests = requests
+        self._session_id = session_id
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        call_id = request.call_id
+        if request.session_id != self._session_id:
+            call_id = f"{request.session_id}/{call_id}"
         asked = RequestPermissionParams(
-            request.session_id,
+            self._session_id,
             PermissionToolCall(
-                request.call_id,
+                call_id,
                 request.title or request.tool,
                 request.kind,
                 "pending",
@@ -180,7 +191,7 @@ def session_client(
     (an edit reads before it writes; half of it on disk would split them).
     """
     files = AcpFiles(requests, session_id) if read and write else None
-    return SessionClient(permissions=AcpPermissions(requests), files=files)
+    return SessionClient(permissions=AcpPermissions(requests, session_id), files=files)
 
 
 def _arguments(arguments: str) -> object:
