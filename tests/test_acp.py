@@ -21,7 +21,14 @@ import trio.testing
 
 from greenroom.acp import connection
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
-from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader, ToolResult
+from greenroom.protocol.events import (
+    COMPLETED,
+    DISPOSED,
+    Aborted,
+    SessionHeader,
+    ToolResult,
+    UserMessage,
+)
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
@@ -192,6 +199,34 @@ async def test_cancel_answers_every_queued_prompt_and_spares_the_other_session(
         assert texts(b.peer.updates(other)) == "a b"
         busy_log = b.runtime.sessions.get(busy).events  # type: ignore[union-attr]
         assert "later" not in str(busy_log)
+
+
+async def test_cancel_request_of_a_queued_prompt_withdraws_only_that_prompt(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel([[Say("working"), Wait(1)]], delay=0.01)
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+
+        async def prompt(text: str) -> int:
+            params = {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+            return await b.peer.request("session/prompt", params)
+
+        running = await prompt("run")
+        await b.peer.wait_for(lambda f: f.get("method") == "session/update")
+        withdrawn, kept = await prompt("withdrawn one"), await prompt("kept one")
+        await b.peer.notify("$/cancel_request", {"requestId": withdrawn})
+        assert (await b.peer.response(withdrawn))["result"] == {"stopReason": "cancelled"}
+        assert (await b.peer.response(running))["result"] == {"stopReason": "end_turn"}
+        assert (await b.peer.response(kept))["result"] == {"stopReason": "end_turn"}
+        log = b.runtime.sessions.get(session).events  # type: ignore[union-attr]
+        assert [e.content for e in log if isinstance(e, UserMessage)] == ["run", "kept one"]
+        assert [reason for _, reason in turn_ends(log)] == [COMPLETED, COMPLETED]
+        # The running prompt's own cancel request is the session's cancel.
+        running = await prompt("one two three four five six")
+        await trio.sleep(0.025)  # the echo says a word every 0.01 s: mid-stream
+        await b.peer.notify("$/cancel_request", {"requestId": running})
+        assert (await b.peer.response(running))["result"] == {"stopReason": "cancelled"}
 
 
 async def test_steering_joins_the_running_turn(tmp_path: Path) -> None:

@@ -33,6 +33,7 @@ from greenroom.protocol.events import (
     StepStart,
     TurnEnd,
     TurnStart,
+    UserMessage,
 )
 from greenroom.protocol.model import ModelRequest, StreamChunk, TextDelta, UserTurn
 from greenroom.session import SESSION_EVENT, Session, SessionIdInUse
@@ -68,6 +69,23 @@ async def test_a_burst_is_one_turn_and_a_send_during_a_turn_waits_for_the_next()
         assert turn_ends(events) == [(1, COMPLETED), (2, COMPLETED)]
         assert_enclosed(events)
         assert agent.status == "idle"
+
+
+async def test_withdraw_takes_back_only_a_prompt_no_turn_took() -> None:
+    async with open_runtime(model=ScriptedModel([[Say("working"), Wait(1)]])) as rt:
+        agent = await new_agent(rt)
+        running = agent.send("one")
+        await trio.sleep(0.5)
+        assert agent.status == "running"
+        later, withdrawn, last = agent.send("two"), agent.send("three"), agent.send("four")
+        assert agent.withdraw(withdrawn)
+        assert not agent.withdraw(withdrawn)  # gone already
+        assert not agent.withdraw(running)  # its turn took it: cancel stops that
+        await agent.when_idle()
+        assert user_messages_by_turn(agent.session.events) == {1: ["one"], 2: ["two", "four"]}
+        logged = {e.message_id for e in agent.session.events if isinstance(e, UserMessage)}
+        assert logged == {running, later, last}
+        assert turn_ends(agent.session.events) == [(1, COMPLETED), (2, COMPLETED)]
 
 
 # -- 2. steer --------------------------------------------------------------------

@@ -360,8 +360,16 @@ class AcpConnection:
 
     def _cancel_request(self, request_id: RequestId) -> None:
         for record in self.records.values():
-            if any(p.request_id == request_id for p in record.pending.values()):
-                self._cancel(record.session_id)
+            for message_id, pending in record.pending.items():
+                if pending.request_id != request_id:
+                    continue
+                # A prompt still queued is withdrawn alone; the running one is the
+                # session's cancel (queue-aware: what waits behind it is dropped too).
+                if pending.turn is None and record.handle.agent.withdraw(message_id):
+                    del record.pending[message_id]
+                    self.respond(request_id, PromptResult("cancelled"))
+                else:
+                    self._cancel(record.session_id)
                 return
         scope = self._in_flight.get(request_id)
         if scope is not None:

@@ -61,6 +61,14 @@ class Inbox:
         self.flush_requested = True
         self._wake()
 
+    def withdraw(self, message_id: str) -> bool:
+        """Take a prompt back out of the queued FIFO; False if it is not there (any more)."""
+        for index, prompt in enumerate(self._queued):
+            if prompt.message_id == message_id:
+                del self._queued[index]
+                return True
+        return False
+
     def drain(self) -> list[Prompt]:
         drained, self._queued = self._queued, []
         return drained

@@ -208,6 +208,12 @@ class LoopAgent:
         self._hooks.emit(AGENT_QUEUED, self, prompt.message_id, True)
         return prompt.message_id
 
+    def withdraw(self, message_id: str) -> bool:
+        """Take back a prompt `send` queued that no turn has taken yet; True if it was still
+        queued. The rest of the queue and the running turn are untouched (`cancel` stops
+        those). A prompt a turn took, or one steered into a running turn, is not withdrawn."""
+        return self._inbox.withdraw(message_id)
+
     def inject(self, content: str, *, source: MessageSource | None = None) -> str:
         """Add context without running the model.
 
