@@ -194,7 +194,7 @@ def test_allow_once_asks_runs_and_renders_the_edit(tmp_path: Path) -> None:
     assert (asked.tool_call_id, asked.kind, asked.title) == ("c1", "edit", "a.txt")
     assert editor.statuses("c1") == ["pending", "in_progress", "completed"]
     start = next(u for u in editor.updates if isinstance(u, schema.ToolCallStart))
-    assert [loc.path for loc in start.locations or []] == ["a.txt"]
+    assert [loc.path for loc in start.locations or []] == [str(work / "a.txt")]  # absolute
     done = [u for u in editor.updates if isinstance(u, schema.ToolCallProgress)][-1]
     diffs = [c for c in done.content or [] if isinstance(c, schema.FileEditToolCallContent)]
     assert [(d.path, d.old_text, d.new_text) for d in diffs] == [(str(work / "a.txt"), None, "new")]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 from collections.abc import Iterator, Mapping, Sequence
 
 from greenroom.actors.types import DEFAULT_MODE, MODES
@@ -109,7 +110,10 @@ class Presenter:
                 window = self._context_windows.get(self._model(session), 0)
                 yield UsageUpdate(used, max(window, used))
             case ToolCall(call_id=call_id, arguments=arguments):
-                locations = [ToolLocation(loc.path, loc.line) for loc in event.locations]
+                cwd = session.header.cwd
+                locations = [
+                    ToolLocation(_absolute(cwd, loc.path), loc.line) for loc in event.locations
+                ]
                 yield ToolCallStart(
                     call_id,
                     event.title or event.name,
@@ -139,6 +143,14 @@ class Presenter:
 def iso_time(seconds: float) -> str:
     """Wall-clock seconds as ACP's ``updatedAt``: ISO 8601, UTC."""
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
+
+
+def _absolute(cwd: str | None, path: str) -> str:
+    """A tool's location as ACP wants every path: absolute (a model's relative path is
+    the session's cwd's, as the file tools read it)."""
+    if cwd is None or os.path.isabs(path):
+        return path
+    return os.path.normpath(os.path.join(cwd, path))
 
 
 def _arguments(arguments: str) -> object:
