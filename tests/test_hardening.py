@@ -41,23 +41,23 @@ async def test_a_cancel_sent_as_a_request_acts_and_is_answered(tmp_path: Path, m
 
 async def test_a_last_frame_without_its_newline_is_served(tmp_path: Path) -> None:
     async with bridge(tmp_path, ScriptedModel()) as b:
-        await b.peer.send_raw(b'{"jsonrpc":"2.0","id":"last","method":"authenticate"}')
+        await b.peer.send_raw(b'{"jsonrpc":"2.0","id":"last","method":"session/list","params":{}}')
         await b.peer.close()
         await b.served.wait()
-        assert (await b.peer.response("last"))["result"] == {}  # type: ignore[arg-type]
+        assert "result" in await b.peer.response("last")  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("bad_id", ["1.5", '{"a":1}', "true", "[1]"])
 async def test_an_id_of_the_wrong_type_is_named(tmp_path: Path, bad_id: str) -> None:
     async with bridge(tmp_path, ScriptedModel()) as b:
         await b.peer.send_raw(
-            b'{"jsonrpc":"2.0","id":%s,"method":"authenticate"}\n' % bad_id.encode()
+            b'{"jsonrpc":"2.0","id":%s,"method":"session/list"}\n' % bad_id.encode()
         )
         error = await b.peer.wait_for(lambda f: "error" in f)
         assert error["id"] is None
         assert error["error"]["code"] == -32600
         assert error["error"]["message"].startswith("id must be a string, an integer or null")
-        assert (await b.peer.call("authenticate", {}))["result"] == {}
+        assert "result" in await b.peer.call("session/list", {})
 
 
 @pytest.mark.parametrize("depth", [1_000, 100_000])

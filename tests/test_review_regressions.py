@@ -158,7 +158,7 @@ async def test_an_os_error_in_a_request_is_an_answer_and_the_connection_lives(
         )
         assert answer["error"]["code"] == -32603
         assert "Permission denied" in answer["error"]["message"]
-        assert (await b.peer.call("authenticate", {}))["result"] == {}
+        assert "result" in await b.peer.call("session/list", {})
 
 
 async def test_a_slow_teardown_still_answers_every_prompt(tmp_path: Path) -> None:

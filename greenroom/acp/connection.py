@@ -53,6 +53,7 @@ from greenroom.protocol.acp import (
     REQUEST_CANCELLED,
     RESOURCE_NOT_FOUND,
     AgentMessageChunk,
+    AuthenticateParams,
     CancelRequestParams,
     ContentBlock,
     Empty,
@@ -281,7 +282,13 @@ class AcpConnection:
             session = self._configure(option.session_id, option.config_id, option.value)
             self.respond(request_id, SetConfigOptionResult(self.presenter.config_options(session)))
         elif method == "authenticate":
-            self.respond(request_id, Empty())
+            chosen = _decode(AuthenticateParams, params).method_id
+            # `authMethods` is empty: no method id is one of ours, and none is needed.
+            raise RpcError(
+                INVALID_PARAMS,
+                f"invalid params: methodId {chosen!r} is not an advertised auth method"
+                " (this agent advertises none: it needs no authentication)",
+            )
         elif method == "session/new":
             self._spawn(request_id, self._new, _decode(NewSessionParams, params))
         elif method == "session/load":

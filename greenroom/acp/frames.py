@@ -58,6 +58,7 @@ NO_PARAMS: Final = msgspec.Raw(b"{}")
 class _Envelope(msgspec.Struct, gc=False):
     """A JSON-RPC frame with every member left raw, so each is checked on its own."""
 
+    jsonrpc: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     id: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     method: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
     params: msgspec.Raw | msgspec.UnsetType = msgspec.UNSET
@@ -67,6 +68,7 @@ class _Envelope(msgspec.Struct, gc=False):
 
 _envelope = msgspec.json.Decoder(_Envelope)
 _id = msgspec.json.Decoder(int | str | None)
+_version = msgspec.json.Decoder(object)
 _method = msgspec.json.Decoder(str)
 
 
@@ -109,6 +111,10 @@ def _classify(envelope: _Envelope) -> Frame:
         method = _method.decode(envelope.method)
     except msgspec.ValidationError:
         return Bad(request_id, INVALID_REQUEST, "method must be a string")
+    # Checked on what the peer asks, not on its replies to us: a sloppy reply still
+    # settles the request it answers.
+    if envelope.jsonrpc is msgspec.UNSET or _version.decode(envelope.jsonrpc) != "2.0":
+        return Bad(request_id, INVALID_REQUEST, 'jsonrpc must be "2.0"')
     params = NO_PARAMS if envelope.params is msgspec.UNSET else envelope.params
     if envelope.id is msgspec.UNSET:
         return Notification(method, params)

@@ -148,6 +148,10 @@ class SetModeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     mode_id: str
 
 
+class AuthenticateParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    method_id: str
+
+
 class SetConfigOptionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     session_id: str
     config_id: str
@@ -182,7 +186,7 @@ class CancelRequestParams(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
 
 
 class Empty(msgspec.Struct, frozen=True, gc=False):
-    """``{}``: what ``authenticate``, ``session/load``, ``session/close`` answer."""
+    """``{}``: what ``session/load``, ``session/close`` answer."""
 
 
 class PromptCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
