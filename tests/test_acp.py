@@ -73,6 +73,7 @@ async def test_initialize_advertises_what_the_bridge_does(tmp_path: Path) -> Non
             "close": {},
             "delete": {},
             "fork": {},
+            "additionalDirectories": {},
         }
         assert caps["_meta"] == {"claudeCode": {"promptQueueing": True}}
         assert answer["_meta"] == {"steering": {"supported": True}}
@@ -532,6 +533,52 @@ async def test_list_filters_by_cwd_pages_with_a_cursor_and_delete_is_idempotent(
         load = {"sessionId": sessions[0], "cwd": "/tmp", "mcpServers": []}
         assert (await b.peer.call("session/load", load))["error"]["code"] == -32002
         validate(b.peer)
+
+
+async def test_load_and_resume_take_the_additional_roots_sent_now(tmp_path: Path) -> None:
+    from greenroom.tools.files import files_plugin
+
+    work, shared, other = tmp_path / "work", tmp_path / "shared", tmp_path / "other"
+    for directory in (work, shared, other):
+        directory.mkdir()
+    (shared / "a.txt").write_text("in shared")
+    (other / "b.txt").write_text("in other")
+
+    def read(path: Path) -> CallTool:
+        return CallTool("read_file", {"path": str(path)})
+
+    steps = [read(shared / "a.txt"), Say("1"), read(shared / "a.txt"), Say("2")]
+    model = ScriptedModel([[step] for step in [*steps, read(other / "b.txt"), Say("3")]], delay=0)
+    async with bridge(tmp_path / "store", model) as b:
+        await b.runtime.plug("tool-files", files_plugin)
+        new = {"cwd": str(work), "mcpServers": [], "additionalDirectories": [str(shared)]}
+        session = (await b.peer.call("session/new", new))["result"]["sessionId"]
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        await b.peer.call("session/prompt", prompt)
+        await b.peer.call("session/close", {"sessionId": session})
+        # Loaded without the field: no additional roots, the stored one included.
+        load = {"sessionId": session, "cwd": str(work), "mcpServers": []}
+        assert "result" in await b.peer.call("session/load", load)
+        await b.peer.call("session/prompt", prompt)
+        await b.peer.call("session/close", {"sessionId": session})
+        resume = {**load, "additionalDirectories": [str(other)]}
+        assert "result" in await b.peer.call("session/resume", resume)
+        await b.peer.call("session/prompt", prompt)
+        agent = b.runtime.agents.by_session(session)
+        assert agent is not None
+        results = [e for e in agent.session.events if isinstance(e, ToolResult)]
+        assert [(r.is_error, r.content.split(":")[0]) for r in results] == [
+            (False, "in shared"),
+            (True, "read_file"),  # refused: outside the session's directories
+            (False, "in other"),
+        ]
+        assert "outside the session's directories" in results[1].content
+        bad = {**load, "additionalDirectories": ["relative"]}
+        answer = await b.peer.call("session/load", bad)
+        assert answer["error"]["code"] == -32602
+        assert "additionalDirectories must be an absolute path" in answer["error"]["message"]
+    header, _ = await JsonlPersistence(tmp_path / "store").load(session)
+    assert header.additional_directories == [str(shared)]  # the stored header is untouched
 
 
 async def test_a_long_list_pages(tmp_path: Path) -> None:

@@ -408,6 +408,8 @@ class AcpConnection:
         session_id = params.session_id
         self._check_stored_id(session_id)
         _check_cwd(params.cwd, must_exist=False)
+        for directory in params.additional_directories:
+            _check_cwd(directory, must_exist=True, field="additionalDirectories")
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         if session_id in self.records or session_id in self.loading:
@@ -415,7 +417,8 @@ class AcpConnection:
         self.loading.add(session_id)
         self.starting[session_id] = []
         try:
-            handle = await self._resume(session_id, servers)
+            # The roots are the ones sent now (none if omitted), never the stored ones.
+            handle = await self._resume(session_id, servers, params.additional_directories)
             session = handle.agent.session
             stored_cwd = session.header.cwd
             if stored_cwd != params.cwd:
@@ -483,8 +486,14 @@ class AcpConnection:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
 
-    async def _resume(self, session_id: str, servers: list[McpServer]) -> AgentHandle:
-        """Take a stored session live here, owned by this connection."""
+    async def _resume(
+        self,
+        session_id: str,
+        servers: list[McpServer],
+        additional_directories: list[str] | None = None,
+    ) -> AgentHandle:
+        """Take a stored session live here, owned by this connection (with the stored
+        additional roots unless others are given)."""
         try:
             return await self.runtime.agents.resume(
                 agent_id=session_id,
@@ -492,6 +501,7 @@ class AcpConnection:
                 owner=self.owner,
                 client=self._client(session_id),
                 mcp_servers=servers,
+                additional_directories=additional_directories,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None

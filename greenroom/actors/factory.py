@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
 
+import msgspec
 import trio
 
 from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned, Spawner
@@ -43,7 +44,7 @@ from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import SessionStore, new_header
 from greenroom.session.persistence import Persistence, SessionLog
-from greenroom.session.store import check_session_id
+from greenroom.session.store import check_directory, check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
 #: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
@@ -153,6 +154,7 @@ class AgentFactory:
         owner: Owner | None = None,
         client: SessionClient | None = None,
         mcp_servers: Sequence[McpServer] = (),
+        additional_directories: Sequence[str] | None = None,
     ) -> AgentHandle:
         """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
@@ -161,6 +163,8 @@ class AgentFactory:
         while the session is live in another process, and a
         `PersistenceError` naming what the store could not read. Its MCP
         servers are not stored: give them again (as an editor does on load).
+        `additional_directories`, if given, are this life's extra roots instead
+        of the stored ones (the stored header is not rewritten).
         """
         if self._persistence is None:
             raise RuntimeError(
@@ -168,8 +172,17 @@ class AgentFactory:
                 " (pass persistence= to open_runtime)"
             )
         self._check(session_id, mcp_servers)
+        if additional_directories is not None:
+            if isinstance(additional_directories, str):
+                raise TypeError("additional_directories must be a sequence of paths, not a str")
+            for path in additional_directories:
+                check_directory(session_id, "additional directory", path)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header, events, log = await self._persistence.open(session_id)
+            if additional_directories is not None:
+                header = msgspec.structs.replace(
+                    header, additional_directories=list(additional_directories)
+                )
             plan = _Plan(agent_id, options, owner, client, mcp_servers)
             return await self._start(header, events, log, plan)
 

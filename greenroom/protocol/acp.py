@@ -131,9 +131,13 @@ class NewSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
 
 
 class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """``session/load`` and ``session/resume``: the additional roots are sent again each
+    time (omitted: none), never restored from the stored session."""
+
     session_id: str
     cwd: str
     mcp_servers: list[dict[str, Any]] = []
+    additional_directories: list[str] = []
 
 
 class ForkSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
@@ -201,6 +205,7 @@ class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
     close: Empty = Empty()
     delete: Empty = Empty()
     fork: Empty = Empty()
+    additional_directories: Empty = Empty()
 
 
 class McpCapabilities(msgspec.Struct, frozen=True, gc=False):

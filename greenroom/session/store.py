@@ -100,14 +100,10 @@ def new_header(
 ) -> SessionHeader:
     """The header of a new session, created now. Rejects a bad id and a relative directory."""
     check_session_id(session_id)
-    for name, path in [
-        ("cwd", cwd),
-        *(("additional directory", d) for d in additional_directories),
-    ]:
-        if path is not None and not os.path.isabs(path):
-            raise ValueError(
-                f"session {session_id!r}: {name} must be an absolute path, got {path!r}"
-            )
+    if cwd is not None:
+        check_directory(session_id, "cwd", cwd)
+    for path in additional_directories:
+        check_directory(session_id, "additional directory", path)
     return SessionHeader(
         id=session_id,
         created_at=time.time_ns() // 1_000_000,
@@ -116,6 +112,12 @@ def new_header(
         parent_session=parent_session,
         forked_from=forked_from,
     )
+
+
+def check_directory(session_id: str, name: str, path: str) -> None:
+    """Refuse a relative directory for session `session_id`, naming it as `name`."""
+    if not os.path.isabs(path):
+        raise ValueError(f"session {session_id!r}: {name} must be an absolute path, got {path!r}")
 
 
 def check_session_id(session_id: object) -> None:
