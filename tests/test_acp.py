@@ -20,7 +20,7 @@ import trio
 import trio.testing
 
 from greenroom.acp import connection
-from greenroom.models import CallTool, Hang, Say, ScriptedModel, Think, Wait
+from greenroom.models import CallTool, End, Hang, Say, ScriptedModel, Think, Wait
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
@@ -142,6 +142,15 @@ async def test_a_queued_prompt_is_answered_by_its_own_turn(tmp_path: Path) -> No
         assert b.peer.index_of(one) < b.peer.index_of(two)
         log = b.runtime.sessions.get(session).events  # type: ignore[union-attr]
         assert [t for t, _ in turn_ends(log)] == [1, 2]
+
+
+async def test_a_refusal_is_answered_refusal(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel([[Say("I can"), End("refusal")]])) as b:
+        session = await b.peer.new_session()
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "bad"}]}
+        assert (await b.peer.call("session/prompt", prompt))["result"] == {"stopReason": "refusal"}
+        assert (await b.peer.call("session/prompt", prompt))["result"] == {"stopReason": "end_turn"}
+        validate(b.peer)
 
 
 async def test_cancel_right_after_prompt_leaves_at_most_one_turn(tmp_path: Path) -> None:

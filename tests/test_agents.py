@@ -20,10 +20,11 @@ from greenroom.actors.events import (
 )
 from greenroom.actors.registry import AgentIdInUse
 from greenroom.actors.types import Agent
-from greenroom.models import CallTool, Fail, Hang, Say, ScriptedModel, Wait
+from greenroom.models import CallTool, End, Fail, Hang, Say, ScriptedModel, Wait
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
+    REFUSED,
     Aborted,
     ContextMessage,
     Errored,
@@ -31,6 +32,7 @@ from greenroom.protocol.events import (
     SessionEvent,
     SteeringMessage,
     StepStart,
+    ToolCall,
     TurnEnd,
     TurnStart,
     UserMessage,
@@ -86,6 +88,43 @@ async def test_withdraw_takes_back_only_a_prompt_no_turn_took() -> None:
         logged = {e.message_id for e in agent.session.events if isinstance(e, UserMessage)}
         assert logged == {running, later, last}
         assert turn_ends(agent.session.events) == [(1, COMPLETED), (2, COMPLETED)]
+
+
+async def test_a_refused_turn_stays_in_the_log_and_out_of_the_models_history(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(
+        [[Say("fine")], [Say("I can"), CallTool("bash", {"command": "rm"}), End("refusal")]],
+        delay=0,
+    )
+    store = JsonlPersistence(tmp_path)
+    async with open_runtime(model=model, persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        for text in ("hello", "do the bad thing"):
+            agent.send(text)
+            await agent.when_idle()
+        before = model.requests[-1].messages
+        agent.send("something else")
+        await agent.when_idle()
+        events = agent.session.events
+        assert turn_ends(events) == [(1, COMPLETED), (2, REFUSED), (3, COMPLETED)]
+        assert not [e for e in events if isinstance(e, ToolCall)]  # a refusal's call never runs
+        assert user_messages_by_turn(events)[2] == ["do the bad thing"]
+        assert [m.content for m in model.requests[-1].messages if isinstance(m, UserTurn)] == [
+            "hello",
+            "something else",
+        ]
+        assert [m.content for m in before if isinstance(m, UserTurn)] == [  # snapshot kept
+            "hello",
+            "do the bad thing",
+        ]
+        await handle.dispose()
+        resumed = await rt.agents.resume(agent_id="a", session_id="s")
+        history = resumed.agent.session.messages()
+        assert "do the bad thing" not in str(list(history))
+        assert "I can" not in str(list(history))
+        await resumed.dispose()
 
 
 # -- 2. steer --------------------------------------------------------------------

@@ -91,6 +91,7 @@ STREAMS: dict[str, dict[str, list[bytes]]] = {
             "[DONE]",
         ),
         "length": sse(oai({"content": "cut sh"}), oai(finish="length"), "[DONE]"),
+        "refusal": sse(oai({"content": "I can"}), oai(finish="content_filter"), "[DONE]"),
     },
     "anthropic": {
         "text": sse(
@@ -139,6 +140,13 @@ STREAMS: dict[str, dict[str, list[bytes]]] = {
             ant_delta(0, {"type": "text_delta", "text": "cut sh"}),
             ant_stop_block(0),
             *ant_end("max_tokens"),
+        ),
+        "refusal": sse(
+            ant_start(),
+            ant_block(0, {"type": "text", "text": ""}),
+            ant_delta(0, {"type": "text_delta", "text": "I can"}),
+            ant_stop_block(0),
+            *ant_end("refusal"),
         ),
     },
 }
@@ -229,6 +237,15 @@ async def test_reasoning_and_length_finish(kind: str) -> None:
     assert [c.text for c in of(ReasoningDelta, thought)] == ["Let me think."]
     assert "".join(c.text for c in of(TextDelta, thought)) == "Yes."
     assert cut[-1] == Finish("max-tokens")
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+async def test_a_provider_refusal_finishes_refusal(kind: str) -> None:
+    with trio.fail_after(LIMIT):
+        async with sse_server([Reply(pieces=STREAMS[kind]["refusal"])]) as server:
+            chunks = await collect(adapter(kind, server.url))
+    assert "".join(c.text for c in of(TextDelta, chunks)) == "I can"
+    assert chunks[-1] == Finish("refusal")
 
 
 @pytest.mark.parametrize("kind", ADAPTERS)

@@ -93,6 +93,7 @@ from greenroom.protocol.events import (
     Completed,
     Errored,
     MaxTokens,
+    Refused,
     SessionEvent,
     StatusName,
     ToolCall,
@@ -788,6 +789,8 @@ def _stop_reason(reason: TurnEndReason, cancelled: bool) -> StopReason:
         return "end_turn"
     if isinstance(reason, MaxTokens):
         return "max_tokens"
+    if isinstance(reason, Refused):
+        return "refusal"
     return "cancelled"  # aborted, disposed, interrupted
 
 

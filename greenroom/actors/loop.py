@@ -61,6 +61,7 @@ from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
     MAX_TOKENS,
+    REFUSED,
     USER,
     Aborted,
     AssistantChunk,
@@ -87,6 +88,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import (
     Finish,
+    FinishReason,
     ModelRequest,
     ReasoningDelta,
     TextDelta,
@@ -410,12 +412,14 @@ class LoopAgent:
             self._session.append(StepStart(turn=turn, step=step))
             self._hooks.emit(AGENT_STEP_START, self, turn, step)
             try:
-                called_tools, hit_limit = await self._step(turn, step)
+                called_tools, finish = await self._step(turn, step)
             except StepFailed as failure:
                 self._hooks.emit(AGENT_ERROR, self, turn, step, failure)
                 return Errored(step=step, message=str(failure), code=failure.code)
             self._close_step(turn)
-            if hit_limit:
+            if finish == "refusal":  # no step follows a refusal, whatever is waiting
+                return REFUSED
+            if finish == "max-tokens":
                 reason = MAX_TOKENS
             default = called_tools or self._inbox.steering > 0
             go_on = default
@@ -427,8 +431,8 @@ class LoopAgent:
             if not go_on:
                 return reason
 
-    async def _step(self, turn: int, step: int) -> tuple[bool, bool]:
-        """One model call and its tool calls. Returns (called tools, hit max-tokens)."""
+    async def _step(self, turn: int, step: int) -> tuple[bool, FinishReason | None]:
+        """One model call and its tool calls. Returns (called tools, how the model finished)."""
         request = ModelRequest(
             messages=self._session.messages(),
             model=self._options.model,
@@ -453,13 +457,14 @@ class LoopAgent:
             raise StepFailed(
                 finish.message or f"model finished with {finish.reason}", finish.reason
             )
-        hit_limit = finish is not None and finish.reason == "max-tokens"
+        reason = None if finish is None else finish.reason
+        cut = reason in ("max-tokens", "refusal")  # a cut-off call must not run
         message = AssistantMessage(
             turn=turn,
             step=step,
             content="".join(reply.text),
             reasoning="".join(reply.reasoning),
-            tool_calls=[] if hit_limit else reply.calls,
+            tool_calls=[] if cut else reply.calls,
             usage=reply.usage,
         )
         if self._hooks.has(AGENT_STEP_RESULT):
@@ -467,7 +472,7 @@ class LoopAgent:
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
         if not message.tool_calls:
-            return False, hit_limit
+            return False, reason
         self._held = []
         try:
             await self._run_tools(turn, step, message.tool_calls)
@@ -477,7 +482,7 @@ class LoopAgent:
             held, self._held = self._held or [], None
             for context in held:
                 self._session.append(context)
-        return True, hit_limit
+        return True, reason
 
     async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
         """Run the step's calls in order; a run of calls whose tools are concurrent runs at once.

@@ -40,6 +40,7 @@ _FINISH: dict[str, FinishReason] = {
     "pause_turn": "stop",
     "tool_use": "tool-calls",
     "max_tokens": "max-tokens",
+    "refusal": "refusal",
 }
 
 

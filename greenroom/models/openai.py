@@ -36,6 +36,7 @@ _FINISH: dict[str, FinishReason] = {
     "tool_calls": "tool-calls",
     "function_call": "tool-calls",
     "length": "max-tokens",
+    "content_filter": "refusal",
 }
 
 

@@ -111,14 +111,22 @@ class MaxTokens(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="ma
     """A step hit the model's output limit; its tool calls were dropped."""
 
 
+class Refused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="refusal"):
+    """The model refused (a content filter, a safety stop). The turn stays in the log,
+    but the model never sees it again: the next request's history leaves it out."""
+
+
 class Interrupted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="interrupted"):
     """The process died mid-turn; written by crash repair on load, never live."""
 
 
-TurnEndReason: TypeAlias = Completed | Aborted | Errored | Disposed | MaxTokens | Interrupted
+TurnEndReason: TypeAlias = (
+    Completed | Aborted | Errored | Disposed | MaxTokens | Refused | Interrupted
+)
 COMPLETED: Final = Completed()
 DISPOSED: Final = Disposed()
 MAX_TOKENS: Final = MaxTokens()
+REFUSED: Final = Refused()
 
 # -- the events --------------------------------------------------------------
 

@@ -7,7 +7,7 @@ from typing import Literal, TypeAlias
 
 import msgspec
 
-FinishReason: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "error", "aborted"]
+FinishReason: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "refusal", "error", "aborted"]
 
 # -- stream chunks -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from greenroom.protocol.events import (
     ContextMessage,
     MessageSource,
     PermissionRule,
+    Refused,
     SessionEvent,
     SessionHeader,
     SteeringMessage,
@@ -126,6 +127,7 @@ class Session:
         "_messages",
         "_open_turn",
         "_sink",
+        "_turn_messages",
         "config",
         "header",
         "on_append",
@@ -153,6 +155,7 @@ class Session:
         self.title_seq = -1
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
+        self._turn_messages = 0  # where the open turn's messages begin in `_messages`
         self._last_turn = 0
         self._open_turn: int | None = None
         for index, event in enumerate(seed):
@@ -237,8 +240,13 @@ class Session:
         match event:
             case TurnStart(turn=turn):
                 self._open_turn = self._last_turn = turn
-            case TurnEnd():
+                self._turn_messages = len(self._messages)
+            case TurnEnd(reason=reason):
                 self._open_turn = None
+                if type(reason) is Refused:
+                    # The model never sees a refused turn again. A new list: a `History`
+                    # snapshot already handed out keeps what it saw.
+                    self._messages = self._messages[: self._turn_messages]
             case UserMessage(content=content):
                 self._messages.append(UserTurn(content))
                 if self.title is None:

@@ -18,6 +18,7 @@ from greenroom.protocol.events import (
     MaxTokens,
     MessageSource,
     PluginSource,
+    Refused,
     SessionEvent,
     SessionHeader,
     SteeringMessage,
@@ -124,6 +125,8 @@ def describe_reason(reason: TurnEndReason) -> str:
             return "disposed"
         case MaxTokens():
             return "max-tokens"
+        case Refused():
+            return "refused by the model (left out of its history)"
         case Interrupted():
             return "interrupted (the process stopped mid-turn)"
     raise AssertionError(reason)

@@ -38,6 +38,7 @@ from greenroom.protocol.events import (
     Completed,
     Errored,
     MaxTokens,
+    Refused,
     ToolError,
     TurnEnd,
 )
@@ -123,6 +124,8 @@ async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome
         return ToolOutcome(answer or "(the sub-agent gave no answer)")
     if isinstance(reason, Errored):
         return _error(f"task: the sub-agent failed: {reason.message}", "subagent-failed")
+    if isinstance(reason, Refused):
+        return _error("task: the sub-agent's model refused the task", "subagent-refused")
     if isinstance(reason, Aborted):
         return _error(f"task: the sub-agent was cancelled: {reason.reason}", "subagent-cancelled")
     return _error("task: the sub-agent was disposed before it answered", "subagent-failed")
