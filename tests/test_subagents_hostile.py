@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from greenroom import open_runtime
+from greenroom import Runtime, open_runtime
 from greenroom.acp.connection import AcpConnection
 from greenroom.actors.events import AGENT_STATUS
 from greenroom.actors.types import Agent, SpawnRefused
@@ -95,8 +95,9 @@ async def test_a_cancel_as_the_task_call_starts_its_child_reaches_the_child() ->
         assert result.error.code == "aborted"
 
 
-def _connections() -> list[AcpConnection]:
-    return [o for o in gc.get_objects() if isinstance(o, AcpConnection)]
+def _connections(runtime: Runtime) -> list[AcpConnection]:
+    """The connections serving `runtime` (an earlier test's may not be collected yet)."""
+    return [o for o in gc.get_objects() if isinstance(o, AcpConnection) and o.runtime is runtime]
 
 
 async def test_acp_forgets_a_task_calls_child_that_ended_without_a_turn(tmp_path: Path) -> None:
@@ -120,7 +121,7 @@ async def test_acp_forgets_a_task_calls_child_that_ended_without_a_turn(tmp_path
         (child,) = children
         assert child.status == "disposed"
         assert ends(child.session) == []
-        (connection,) = _connections()
+        (connection,) = _connections(b.runtime)
         assert connection._subagents == {}
 
 
