@@ -73,14 +73,17 @@ class Peer:
         frame = {"jsonrpc": "2.0", "method": method, "params": params}
         await self.send_raw(json.dumps(frame).encode() + b"\n")
 
-    async def request(self, method: str, params: dict[str, Any] | None = None) -> int:
-        """Send a request; returns its id (await `response` for the answer)."""
+    async def request(self, method: str, params: dict[str, Any] | None = None) -> str:
+        """Send a request; returns its id (await `response` for the answer). The ids
+        (``peer-1``, ...) are not ones a test's raw or fuzzed frames use, so an answer
+        to one of those is never taken for the answer to one of ours."""
         self._next_id += 1
-        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": self._next_id, "method": method}
+        request_id = f"peer-{self._next_id}"
+        frame: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
         if params is not None:
             frame["params"] = params
         await self.send_raw(json.dumps(frame).encode() + b"\n")
-        return self._next_id
+        return request_id
 
     async def wait_for(self, match: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
         while True:
@@ -89,7 +92,7 @@ class Peer:
                     return frame
             await self._arrived.wait()
 
-    async def response(self, request_id: int | None) -> dict[str, Any]:
+    async def response(self, request_id: str | int | None) -> dict[str, Any]:
         return await self.wait_for(
             lambda f: f.get("id") == request_id and ("result" in f or "error" in f)
         )

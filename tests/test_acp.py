@@ -501,6 +501,8 @@ async def test_a_ten_megabyte_line_is_refused_and_the_next_frame_served(tmp_path
         max_size=8,
     )
 )
+# A frame answered with an id the test's own requests also use (found in CI).
+@hypothesis.example(lines=[b'{"jsonrpc": null, "id": 2}', b'{"jsonrpc":"2.0","id":1}'])
 async def test_the_reader_survives_anything(
     lines: list[bytes], tmp_path_factory: pytest.TempPathFactory, autojump_clock: object
 ) -> None:
