@@ -138,12 +138,19 @@ def _safe(url: str) -> str:
 _PASSWORD = re.compile(r"(://[^:/@]*:).*(?=@)|([?&]password=)[^&]*")
 
 
-def _add_store(parser: argparse.ArgumentParser, default: str) -> None:
+def _add_store(
+    parser: argparse.ArgumentParser, default: str, *, from_env: bool = True, nested: bool = False
+) -> None:
+    if nested:  # given after a subcommand too: it must not reset what the outer parser read
+        start: object = argparse.SUPPRESS
+    else:
+        start = os.environ.get("GREENROOM_STORE") if from_env else None
+    where = "$GREENROOM_STORE, else " if from_env else ""
     parser.add_argument(
         "--store",
-        default=os.environ.get("GREENROOM_STORE"),
-        help="where sessions live: jsonl:DIR, sqlite:PATH or postgresql://... (default:"
-        f" $GREENROOM_STORE, else {default})",
+        default=start,
+        help="where sessions live: jsonl:DIR, sqlite:PATH or postgresql://..."
+        f" (default: {where}{default})",
     )
 
 
@@ -170,7 +177,8 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="keep the sessions here (default: $GREENROOM_HOME/demo, emptied at each run)",
     )
-    _add_store(demo, "jsonl under the state dir")
+    # Not from $GREENROOM_STORE: the demo keeps to its own sessions unless told otherwise.
+    _add_store(demo, "jsonl under the state dir", from_env=False)
     acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
         "--model",
@@ -201,9 +209,11 @@ def main(argv: list[str] | None = None) -> int:
     verbs = sessions.add_subparsers(dest="verb", required=True)
     listing = verbs.add_parser("list", help="one line per stored session")
     _add_state_dir(listing, nested=True)
+    _add_store(listing, "jsonl:STATE-DIR/sessions", nested=True)
     show = verbs.add_parser("show", help="the transcript of one session")
     show.add_argument("session_id")
     _add_state_dir(show, nested=True)
+    _add_store(show, "jsonl:STATE-DIR/sessions", nested=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -260,6 +270,9 @@ def _sessions(
                 print(line)
     except (PersistenceError, ValueError) as exc:
         print(f"greenroom sessions: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `| head` read enough: say nothing more, and no traceback
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 1
     return 0
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import secrets
 import shutil
 import sys
 from collections import deque
@@ -163,14 +164,15 @@ def _turns(session: Session) -> dict[int, list[SessionEvent]]:
 
 
 async def story(
-    runtime: Runtime, narrator: Narrator, pace: float, store: Persistence, work: Path
+    runtime: Runtime, narrator: Narrator, pace: float, store: Persistence, work: Path, tag: str
 ) -> None:
-    """The demo's body: each beat runs, then checks what the log shows."""
+    """The demo's body: each beat runs, then checks what the log shows. Each agent's
+    session id is its name followed by `tag`."""
     say = narrator.say
     agents = runtime.agents
     watch = Watch(runtime)
     handles = {
-        name: await agents.create(agent_id=name, session_id=name, cwd=str(work))
+        name: await agents.create(agent_id=name, session_id=name + tag, cwd=str(work))
         for name in ("planner", "builder", "reviewer")
     }
     planner, builder, reviewer = (handles[n].agent for n in ("planner", "builder", "reviewer"))
@@ -216,7 +218,7 @@ async def story(
     builder.send(f"bash: sleep {max(0.5, 4 * pace):.1f}; echo built")
     await builder.when_idle()
     (task,) = runtime.bash.list()
-    say(f"builder started {task.id} in the background, owned by session 'builder'")
+    say(f"builder started {task.id} in the background, owned by session 'builder{tag}'")
     refusal = await runtime.tools.execute(
         ToolInvocation("peek", "bash_output", json.dumps({"task_id": task.id}), reviewer)
     )
@@ -232,7 +234,7 @@ async def story(
     narrator.check(
         "ownership survives the reload",
         f"owner still {owner!r}; reviewer still refused",
-        owner == "builder" and again.is_error,
+        owner == "builder" + tag and again.is_error,
     )
     await watch.until(lambda: any(isinstance(e, ContextMessage) for e in builder.session.events))
     notice = next(e for e in builder.session.events if isinstance(e, ContextMessage))
@@ -243,7 +245,7 @@ async def story(
     await watch.until(lambda: planner.status == "running")
     await trio.sleep(4 * 0.3 * pace)
     await handles["planner"].dispose()
-    _, stored = await store.load("planner")
+    _, stored = await store.load("planner" + tag)
     closing = stored[-1]
     shown = describe_reason(closing.reason) if isinstance(closing, TurnEnd) else "missing"
     say(f"planner disposed mid-turn; read back from disk: last event is turn/end {shown}")
@@ -254,7 +256,7 @@ async def story(
     )
 
     # 7. A resume continues the turn numbering.
-    resumed = await agents.resume(agent_id="planner-again", session_id="planner")
+    resumed = await agents.resume(agent_id="planner-again", session_id="planner" + tag)
     before = resumed.agent.session.last_turn
     resumed.agent.send("pick up where we left off")
     await resumed.agent.when_idle()
@@ -297,9 +299,11 @@ async def run_story(
     live: bool = False,
     pace: float = 1.0,
     store: Persistence | None = None,
+    tag: str = "",
 ) -> list[tuple[str, str, bool]]:
     """Tell the story with state in `state_dir` (sessions in `store`, default JSONL under
-    it); returns the summary rows (what, result, ok)."""
+    it, each named after its agent followed by `tag`); returns the summary rows (what,
+    result, ok)."""
     store = store or JsonlPersistence(state_dir / "sessions")
     work = state_dir / "work"
     work.mkdir(parents=True, exist_ok=True)
@@ -320,7 +324,7 @@ async def run_story(
                             await trio.sleep(0.1)
 
                     nursery.start_soon(redraw)
-                await story(runtime, narrator, pace, store, work)
+                await story(runtime, narrator, pace, store, work, tag)
                 nursery.cancel_scope.cancel()
         if live:  # the last frame stays on the main screen, above the summary
             out.write("\n".join(fit(live_view(runtime, narrator))) + "\n")
@@ -366,15 +370,20 @@ def alternate_screen(out: TextIO, live: bool) -> Iterator[None]:
 def run_demo(*, plain: bool, state_dir: Path, fresh: bool, store: Persistence | None) -> int:
     """Run the story with its state in `state_dir` (emptied first if `fresh`: it is the demo's
     own) and its sessions in `store` (default JSONL under `state_dir`), then say where they
-    are."""
+    are. In a store or state directory that is not the demo's own, the sessions' names get
+    a suffix of this run's: nothing stored there is touched, and a second run works."""
     live = not plain and sys.stdout.isatty() and os.environ.get("TERM") != "dumb"
     if fresh:
         for part in ("sessions", "work"):
             shutil.rmtree(state_dir / part, ignore_errors=True)
-    summary = trio.run(lambda: run_story(state_dir, live=live, store=store))
+    tag = "" if fresh and store is None else f"-{secrets.token_hex(4)}"
+    summary = trio.run(lambda: run_story(state_dir, live=live, store=store, tag=tag))
     if store is None:
         print(
             f"\nthe demo's sessions are in {state_dir / 'sessions'}:"
             f" greenroom sessions list --state-dir {state_dir}"
         )
+    else:
+        names = ", ".join(name + tag for name in ("planner", "builder", "reviewer"))
+        print(f"\nthe demo's sessions in the store you gave: {names}")
     return 0 if all(ok for _, _, ok in summary) else 1

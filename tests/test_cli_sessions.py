@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import msgspec
@@ -93,3 +95,31 @@ def test_sessions_list_shows_children_under_their_parent(
     assert sorted(ids) == sorted(["parent", "  └ child", "    └ grandchild", "other", "fork"])
     assert "parent parent" in listed[at + 1]
     assert any(line.startswith("fork ") and "forked from parent" in line for line in listed)
+
+
+@pytest.mark.real_clock  # a real subprocess
+async def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path)
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="long")
+        for n in range(300):  # a transcript far past a pipe's buffer
+            handle.agent.send(f"prompt number {n} with a few more words to echo back")
+            await handle.agent.when_idle()
+        await handle.dispose()
+    command = [sys.executable, "-m", "greenroom", "sessions", "--store", f"jsonl:{tmp_path}"]
+    with trio.fail_after(30):
+        for verb in (["show", "long"], ["list"]):
+            # `| head -1`: read one line, then close the pipe.
+            process = await trio.lowlevel.open_process(
+                [*command, *verb], stdout=subprocess.PIPE, stderr=subprocess.PIPE
+            )
+            assert process.stdout is not None
+            assert process.stderr is not None
+            first = await process.stdout.receive_some(100)
+            await process.stdout.aclose()
+            errors = b""
+            while chunk := await process.stderr.receive_some():
+                errors += chunk
+            await process.wait()
+            assert first
+            assert b"Traceback" not in errors, errors.decode()

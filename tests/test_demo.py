@@ -37,6 +37,19 @@ async def test_the_plain_demo_tells_every_beat_and_all_check_out(tmp_path: Path)
     assert text.rstrip().splitlines()[-1].startswith("a resume continues the turn numbering")
 
 
+async def test_a_second_run_into_the_same_store_tells_it_again(tmp_path: Path) -> None:
+    from greenroom.session.persistence import JsonlPersistence
+
+    with trio.fail_after(60):
+        first = await run_story(tmp_path, out=io.StringIO(), pace=0.15, tag="-one")
+        second = await run_story(tmp_path, out=io.StringIO(), pace=0.15, tag="-two")
+    assert all(ok for _, _, ok in first + second), (first, second)
+    stored = {s.header.id for s in await JsonlPersistence(tmp_path / "sessions").list()}
+    assert stored == {
+        f"{name}-{run}" for name in ("planner", "builder", "reviewer") for run in ("one", "two")
+    }
+
+
 async def test_the_live_view_fits_80x24_on_the_alternate_screen_and_gives_it_back(
     tmp_path: Path,
 ) -> None:
