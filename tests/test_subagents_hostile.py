@@ -135,7 +135,7 @@ async def test_spawn_refuses_tools_given_as_one_string() -> None:
         assert [a.id for a in rt.agents.list()] == ["p"]
 
 
-@pytest.mark.parametrize("at_turn", [True, False, -1, 2, 10**30])
+@pytest.mark.parametrize("at_turn", [True, False, -1, 2, 10**30, "1", 1.0, 1.5])
 async def test_fork_refuses_a_turn_the_log_does_not_have(tmp_path: Path, at_turn: int) -> None:
     store = JsonlPersistence(tmp_path)
     async with open_runtime(persistence=store) as rt:

@@ -361,7 +361,8 @@ def _up_to(
     if at_turn is None:
         return events
     last = max((e.turn for e in events if isinstance(e, TurnEnd)), default=0)
-    if isinstance(at_turn, bool) or not 0 <= at_turn <= last:  # True is not turn 1
+    # Only an int: True is not turn 1, nor 1.0 or "1" a turn.
+    if type(at_turn) is not int or not 0 <= at_turn <= last:
         raise ValueError(
             f"session {session_id!r} has turns 1..{last}; cannot fork it at turn {at_turn!r}"
         )
