@@ -90,6 +90,35 @@ async def test_withdraw_takes_back_only_a_prompt_no_turn_took() -> None:
         assert turn_ends(agent.session.events) == [(1, COMPLETED), (2, COMPLETED)]
 
 
+async def test_withdrawing_what_an_idle_agent_had_queued_releases_when_idle() -> None:
+    async with open_runtime(model=ScriptedModel()) as rt:
+        agent = await new_agent(rt)
+        message = agent.send("one")
+        idle = agent.when_idle()  # registered while something is queued
+        assert agent.withdraw(message)
+        await idle
+        assert agent.session.events == []
+        assert agent.status == "idle"
+
+
+async def test_a_withdraw_as_the_turn_starts_runs_no_turn() -> None:
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        agent = await new_agent(rt)
+        sent: list[str] = []
+
+        def withdraw_in_window_2(agent_: Agent, status: str) -> None:
+            if status == "running" and sent:
+                agent_.withdraw(sent.pop())
+
+        rt.hooks.on(AGENT_STATUS, withdraw_in_window_2)
+        sent.append(agent.send("one"))
+        await agent.when_idle()
+        assert agent.session.events == []  # no turn/end without its turn/start
+        agent.send("two")
+        await agent.when_idle()
+        assert turn_ends(agent.session.events) == [(1, COMPLETED)]
+
+
 async def test_a_refused_turn_stays_in_the_log_and_out_of_the_models_history(
     tmp_path: Path,
 ) -> None:

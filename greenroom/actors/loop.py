@@ -213,8 +213,13 @@ class LoopAgent:
     def withdraw(self, message_id: str) -> bool:
         """Take back a prompt `send` queued that no turn has taken yet; True if it was still
         queued. The rest of the queue and the running turn are untouched (`cancel` stops
-        those). A prompt a turn took, or one steered into a running turn, is not withdrawn."""
-        return self._inbox.withdraw(message_id)
+        those). A prompt a turn took, or one steered into a running turn, is not withdrawn.
+        Withdrawing the last thing an idle agent had queued releases its `when_idle`."""
+        if not self._inbox.withdraw(message_id):
+            return False
+        if self._status == "idle" and not self._inbox.queued:
+            self._release_idle_waiters()
+        return True
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str:
         """Add context without running the model.
@@ -328,6 +333,9 @@ class LoopAgent:
                     continue
                 self._set_status("running")
                 if self._cancelled_before_turn():  # window 2: an agent/status listener
+                    continue
+                if not inbox.queued:  # ... or it withdrew everything: no turn to run
+                    self._set_status("idle")
                     continue
                 await self._turn(self._session.last_turn + 1)
                 inbox.requeue_steering()
