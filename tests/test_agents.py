@@ -156,6 +156,24 @@ async def test_a_refused_turn_stays_in_the_log_and_out_of_the_models_history(
         await resumed.dispose()
 
 
+async def test_context_that_arrived_during_a_refused_turn_stays_in_the_history() -> None:
+    model = ScriptedModel([[Say("no"), Wait(1), End("refusal")]], delay=0)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        agent.send("bad")
+        await trio.sleep(0.5)
+        agent.inject("background task bash-1 finished: exit 0")  # lands in the open turn
+        await agent.when_idle()
+        assert turn_ends(agent.session.events) == [(1, REFUSED)]
+        agent.send("what happened to the build?")
+        await agent.when_idle()
+        seen = [m.content for m in model.requests[-1].messages if isinstance(m, UserTurn)]
+        assert seen == [
+            '<context source="user">background task bash-1 finished: exit 0</context>',
+            "what happened to the build?",
+        ]
+
+
 # -- 2. steer --------------------------------------------------------------------
 
 
