@@ -812,6 +812,17 @@ async def test_a_childs_permission_is_asked_on_the_clients_session(tmp_path: Pat
             call = asked["params"]["toolCall"]
             assert call["toolCallId"].startswith(f"{child.header.id}/")
             assert call["title"] == "echo from-child"
+            # Once options only: an "always" would be kept by the child's session alone.
+            offered = [o["optionId"] for o in asked["params"]["options"]]
+            assert offered == ["allow_once", "reject_once"]
+            # The question, a tool call of the client's session now, is closed there.
+            closed = [
+                f["params"]["update"]
+                for f in b.peer.frames
+                if f.get("method") == "session/update"
+                and f["params"]["update"].get("toolCallId") == call["toolCallId"]
+            ]
+            assert [u["status"] for u in closed] == ["completed"]
             _, events = await b.persistence.load(child.header.id)
             ran = [e for e in events if isinstance(e, ToolResult)]
             assert [(e.is_error, e.content) for e in ran] == [(False, "from-child\n[exit code: 0]")]
@@ -822,6 +833,37 @@ async def test_a_childs_permission_is_asked_on_the_clients_session(tmp_path: Pat
             }
             assert sent == {session}
             validate(b.peer)
+
+
+async def test_an_answer_a_childs_question_did_not_offer_is_a_refusal(tmp_path: Path) -> None:
+    from greenroom.tools.subagents import task_plugin
+    from tests.test_subagents import Routed, task
+
+    async def always(request: dict[str, Any]) -> dict[str, Any]:
+        return {"outcome": {"outcome": "selected", "optionId": "allow_always"}}
+
+    model = Routed(
+        {
+            "parent": [[task("child: write it")], [Say("done")]],
+            "child: write": [[CallTool("write_file", {"path": "x", "content": "y"})], [Say("ok")]],
+        }
+    )
+    async with bridge(tmp_path, model) as b:  # type: ignore[arg-type]
+        from greenroom.tools.files import files_plugin
+
+        await b.runtime.plug("tool-task", task_plugin)
+        await b.runtime.plug("tool-files", files_plugin)
+        b.peer.answer = always
+        session = await b.peer.new_session(str(tmp_path))
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "parent"}]}
+        await b.peer.call("session/prompt", prompt)
+        assert b.persistence is not None
+        (child,) = [s for s in await b.persistence.list() if s.header.parent_session]
+        _, events = await b.persistence.load(child.header.id)
+        (result,) = [e for e in events if isinstance(e, ToolResult)]
+        assert result.is_error
+        assert "refused" in result.content
+        assert not (tmp_path / "x").exists()
 
 
 async def test_session_fork_takes_a_copy_live_and_leaves_the_original(tmp_path: Path) -> None:

@@ -33,6 +33,9 @@ from greenroom.protocol.acp import (
     RequestId,
     RequestPermissionParams,
     RequestPermissionResult,
+    SessionNotificationParams,
+    ToolCallProgress,
+    ToolStatus,
     WriteTextFileParams,
 )
 from greenroom.protocol.events import PermissionDecision
@@ -45,6 +48,9 @@ OPTIONS: Final = [
     PermissionOption("reject_once", "Reject", "reject_once"),
     PermissionOption("reject_always", "Always reject", "reject_always"),
 ]
+#: A sub-agent's question: an "always" answer would be remembered in the child's session,
+#: which ends with its task, so the client's session would ask again. Not offered.
+ONCE: Final = [o for o in OPTIONS if o.kind.endswith("_once")]
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
@@ -103,6 +109,11 @@ class ClientRequests:
             raise ClientError(f"{method}: the client's answer does not fit: {exc}") from None
         return decoded
 
+    def notify(self, method: str, params: msgspec.Struct) -> None:
+        """Send a notification (it is never answered); nothing once closing."""
+        if not self._closed:
+            self._send(Notification(method, params))
+
     def reply(self, request_id: RequestId, result: msgspec.Raw | None, error: str | None) -> None:
         """A reply from the client; one to nothing waiting (withdrawn, unknown) is dropped."""
         waiting = self._waiting.get(request_id) if isinstance(request_id, str) else None
@@ -127,7 +138,10 @@ class AcpPermissions:
     client knows, so a child's (or grandchild's) request is asked on the
     client's session its family grew from, the call id prefixed with the
     child's session id (a child's call ids are its model's and may repeat the
-    parent's).
+    parent's), and with the once options only (`ONCE`). The client keeps the
+    question as a tool call of its session; once answered it is closed there
+    (``completed`` when allowed: the child's run shows in its ``task`` call,
+    ``failed`` when refused), so it never hangs as pending.
     """
 
     __slots__ = ("_requests", "_session_id")
@@ -137,9 +151,9 @@ class AcpPermissions:
         self._session_id = session_id
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
-        call_id = request.call_id
+        call_id, options = request.call_id, OPTIONS
         if request.session_id != self._session_id:
-            call_id = f"{request.session_id}/{call_id}"
+            call_id, options = f"{request.session_id}/{call_id}", ONCE
         asked = RequestPermissionParams(
             self._session_id,
             PermissionToolCall(
@@ -149,15 +163,23 @@ class AcpPermissions:
                 "pending",
                 _arguments(request.arguments),
             ),
-            OPTIONS,
+            options,
         )
         answer = await self._requests.call(
             "session/request_permission", asked, RequestPermissionResult
         )
         chosen = answer.outcome.option_id
-        if answer.outcome.outcome == "selected" and chosen in _DECISIONS:
-            return _DECISIONS[chosen]
-        return "reject_once"  # the client cancelled the question, or named no option of ours
+        decision: PermissionDecision = "reject_once"  # cancelled, or no option of this ask
+        offered = any(o.option_id == chosen for o in options)
+        if answer.outcome.outcome == "selected" and chosen is not None and offered:
+            decision = _DECISIONS[chosen]
+        if options is ONCE:
+            status: ToolStatus = "completed" if decision == "allow_once" else "failed"
+            update = ToolCallProgress(call_id, status)
+            self._requests.notify(
+                "session/update", SessionNotificationParams(self._session_id, update)
+            )
+        return decision
 
 
 _DECISIONS: Final[dict[str, PermissionDecision]] = {o.option_id: o.kind for o in OPTIONS}
