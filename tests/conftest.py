@@ -35,7 +35,7 @@ from tests.pg_server import PgServer
 #: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
 VIRTUAL_DEADLINE = 3600.0
 #: Real seconds any one test may take, its fixtures included; the whole suite takes less.
-WALL_LIMIT = 240.0
+WALL_LIMIT = 600.0
 
 hypothesis.settings.register_profile("greenroom", deadline=None, max_examples=60)
 hypothesis.settings.load_profile("greenroom")
