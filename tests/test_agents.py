@@ -174,6 +174,15 @@ async def test_context_that_arrived_during_a_refused_turn_stays_in_the_history()
         ]
 
 
+async def test_a_cancel_as_a_refusal_ends_its_step_wins_at_window_4() -> None:
+    async with open_runtime(model=ScriptedModel([[Say("no"), End("refusal")]])) as rt:
+        agent = await new_agent(rt)
+        rt.hooks.on(AGENT_STEP_END, lambda agent_, turn, step: agent_.cancel("late"))
+        agent.send("bad")
+        await agent.when_idle()
+        assert turn_ends(agent.session.events) == [(1, Aborted("late"))]
+
+
 # -- 2. steer --------------------------------------------------------------------
 
 

@@ -425,15 +425,19 @@ class LoopAgent:
                 self._hooks.emit(AGENT_ERROR, self, turn, step, failure)
                 return Errored(step=step, message=str(failure), code=failure.code)
             self._close_step(turn)
-            if finish == "refusal":  # no step follows a refusal, whatever is waiting
-                return REFUSED
             if finish == "max-tokens":
                 reason = MAX_TOKENS
-            default = called_tools or self._inbox.steering > 0
-            go_on = default
-            if self._hooks.has(AGENT_TURN_CONTINUATION):
-                go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, default, self, turn)
-            go_on = go_on or self._inbox.steering > 0  # steering that is waiting forces a step
+            go_on = False
+            if finish == "refusal":  # no step follows a refusal, whatever is waiting
+                reason = REFUSED
+            else:
+                default = called_tools or self._inbox.steering > 0
+                go_on = default
+                if self._hooks.has(AGENT_TURN_CONTINUATION):
+                    go_on = await self._hooks.waterfall(
+                        AGENT_TURN_CONTINUATION, default, self, turn
+                    )
+                go_on = go_on or self._inbox.steering > 0  # waiting steering forces a step
             if (cancelled := self._take_cancel()) is not None:  # window 4: the continuation
                 return Aborted(cancelled)
             if not go_on:
