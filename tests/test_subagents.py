@@ -12,13 +12,14 @@ import trio
 
 from greenroom import Runtime, open_runtime
 from greenroom.actors.life import AgentHandle
-from greenroom.actors.types import Agent, SpawnLimits, SpawnRefused
+from greenroom.actors.types import Agent, PermissionRequest, SpawnLimits, SpawnRefused
 from greenroom.models import CallTool, Fail, Hang, Say, ScriptedModel, Wait
 from greenroom.models.scripted import Action
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
     Aborted,
+    PermissionDecision,
     SessionEvent,
     ToolResult,
     TurnEnd,
@@ -117,6 +118,69 @@ async def test_a_task_call_returns_the_childs_answer_from_a_session_naming_its_p
         again = await rt.agents.resume(agent_id="again", session_id=child_id)
         assert again.agent.session.last_turn == 1
         await again.dispose()
+
+
+class Edit(msgspec.Struct):
+    path: str
+
+
+async def _edit(args: Edit, _invocation: object) -> str:
+    return f"edited {args.path}"
+
+
+EDIT = Tool("edit", "Edit a file.", Edit, _edit, kind="edit")  # type: ignore[arg-type]
+
+
+class Asked:
+    """A permissions policy that answers from a list and remembers what it was asked."""
+
+    def __init__(self, *answers: PermissionDecision) -> None:
+        self.answers = list(answers)
+        self.asked: list[tuple[str, str]] = []
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        await trio.lowlevel.checkpoint()
+        self.asked.append((request.session_id, request.tool))
+        return self.answers.pop(0)
+
+
+async def test_a_child_runs_under_its_familys_mode_and_remembered_answers() -> None:
+    model = Routed(
+        {
+            "parent": [[CallTool("edit", {"path": "a"})], [task("child: edit b")], [Say("ok")]],
+            "other": [[task("kid: edit c")], [Say("ok")]],
+            "child:": [[CallTool("edit", {"path": "b"})], [Say("done")]],
+            "kid:": [[CallTool("edit", {"path": "c"})], [Say("done")]],
+        }
+    )
+    policy = Asked("allow_always")
+    async with open_runtime(model=model, permissions=policy, tools=[EDIT]) as rt:  # type: ignore[arg-type]
+        await rt.plug("tool-task", task_plugin)
+        seen = record(rt)
+        parent = await rt.agents.create(agent_id="p", session_id="p")
+        parent.agent.send("parent: edit a, then have a child edit b")
+        await parent.agent.when_idle()
+        # The parent's "always" covers its child's call: asked once, on the parent's own.
+        assert policy.asked == [("p", "edit")]
+        assert [r.content for r in results(parent.agent.session)] == ["edited a", "done"]
+        assert _child_results(seen, "p", "q") == [("edited b", None)]
+        other = await rt.agents.create(agent_id="q", session_id="q")
+        other.agent.configure("mode", "read-only")
+        other.agent.send("other: have a child edit c")
+        await other.agent.when_idle()
+        # The child of a read-only session is read-only too: refused, nobody asked.
+        assert policy.asked == [("p", "edit")]
+        assert _child_results(seen, "p", "q")[1][1] == "read-only"
+
+
+def _child_results(
+    seen: list[tuple[str, SessionEvent]], *parents: str
+) -> list[tuple[str, str | None]]:
+    return [
+        (e.content, e.error.code if e.error else None)
+        for sid, e in seen
+        if sid not in parents and isinstance(e, ToolResult)
+    ]
 
 
 async def test_several_task_calls_of_one_step_run_at_once() -> None:

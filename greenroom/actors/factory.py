@@ -270,6 +270,8 @@ class AgentFactory:
         plan: _Plan,
     ) -> AgentHandle:
         session = self._sessions.prepare(header, seed=seed, sink=log)
+        if plan.parent is not None:
+            session.parent = plan.parent.agent.session
         servers = None
         tools: ToolExecutor = self._tools
         if plan.mcp_servers and self._servers is not None:

@@ -132,6 +132,7 @@ class Session:
         "config",
         "header",
         "on_append",
+        "parent",
         "permissions",
         "title",
         "title_seq",
@@ -145,6 +146,9 @@ class Session:
         sink: SessionSink | None = None,
     ) -> None:
         self.header = header
+        #: The live session of the agent that spawned this one, if any: its family's
+        #: root governs this session's mode, and their remembered answers apply here.
+        self.parent: Session | None = None
         self._sink = sink
         self.on_append: Callable[[Session, SessionEvent], None] | None = None
         #: The settings in force (``config/set``: the last one of each key), read off the log.

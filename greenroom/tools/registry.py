@@ -32,6 +32,7 @@ from greenroom.actors.types import (
 from greenroom.hooks import Hooks, WaterfallHook
 from greenroom.protocol.events import PermissionDecision, PermissionRule, ToolError, ToolKind
 from greenroom.protocol.model import ToolSchema
+from greenroom.session import Session
 
 logger = logging.getLogger("greenroom.tools")
 
@@ -198,11 +199,14 @@ class ToolRegistry:
         edits through), then its remembered "always" answers, then whoever
         the session's front end asks (or the runtime's policy). An "always"
         answer is logged (``permission/rule``), so it outlives the process.
+        A sub-agent's session runs under its family's: the root's mode, and
+        the first remembered answer of the session or an ancestor.
         """
         if tool.kind not in ASKS_PERMISSION:
             return None
         session = invocation.agent.session if invocation.agent is not None else None
-        mode = session.config.get("mode", DEFAULT_MODE) if session is not None else DEFAULT_MODE
+        family = _family(session)
+        mode = family[-1].config.get("mode", DEFAULT_MODE) if family else DEFAULT_MODE
         if mode == "read-only":
             return _error(
                 f"refused: {tool.name} ({tool.kind}) cannot run, the session is read-only",
@@ -211,7 +215,9 @@ class ToolRegistry:
             )
         if mode == "accept-edits" and tool.kind != "execute":
             return None
-        remembered = session.permissions.get(tool.name) if session is not None else None
+        remembered = next(
+            (s.permissions[tool.name] for s in family if tool.name in s.permissions), None
+        )
         if remembered is not None:
             return None if remembered else _refused(tool.name, "always")
         client = invocation.client
@@ -233,6 +239,15 @@ class ToolRegistry:
         if decision.endswith("_always") and session is not None:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
         return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+def _family(session: Session | None) -> list[Session]:
+    """`session`, its parent, ..., its root (empty without a session)."""
+    family = []
+    while session is not None:
+        family.append(session)
+        session = session.parent
+    return family
 
 
 def _view(entry: ToolEntry, arguments: str) -> ToolView:
