@@ -50,6 +50,7 @@ class _Session:
         self.header = _Header(session_id)
         self.config: dict[str, str] = {}  # the default mode: the runtime's policy decides
         self.permissions: dict[str, bool] = {}
+        self.parent = None  # a top-level session: its own settings govern
 
 
 class FakeAgent:
