@@ -173,6 +173,13 @@ def of(kind: type[Any], chunks: list[StreamChunk]) -> list[Any]:
     return [c for c in chunks if isinstance(c, kind)]
 
 
+async def one_stream(kind: str, stream: str) -> list[StreamChunk]:
+    """The chunks `kind`'s adapter makes of the canned stream `stream`, served once."""
+    with trio.fail_after(LIMIT):
+        async with sse_server([Reply(pieces=STREAMS[kind][stream])]) as server:
+            return await collect(adapter(kind, server.url))
+
+
 # -- the wire formats --------------------------------------------------------------------------
 
 
@@ -205,9 +212,7 @@ async def test_plain_text_and_usage(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_tool_call_split_into_many_fragments(kind: str) -> None:
-    with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["tool"])]) as server:
-            chunks = await collect(adapter(kind, server.url))
+    chunks = await one_stream(kind, "tool")
     (call,) = of(ToolCallChunk, chunks)
     assert call.name == "bash"
     assert json.loads(call.arguments) == {"command": "ls -la", "description": "list"}
@@ -217,9 +222,7 @@ async def test_a_tool_call_split_into_many_fragments(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_two_parallel_tool_calls(kind: str) -> None:
-    with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["two-tools"])]) as server:
-            chunks = await collect(adapter(kind, server.url))
+    chunks = await one_stream(kind, "two-tools")
     assert [(c.call_id, c.name, json.loads(c.arguments)) for c in of(ToolCallChunk, chunks)] == [
         ("call_A", "read", {"path": "a.txt"}),
         ("call_B", "bash", {"command": "pwd"}),
@@ -241,9 +244,7 @@ async def test_reasoning_and_length_finish(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_provider_refusal_finishes_refusal(kind: str) -> None:
-    with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["refusal"])]) as server:
-            chunks = await collect(adapter(kind, server.url))
+    chunks = await one_stream(kind, "refusal")
     assert "".join(c.text for c in of(TextDelta, chunks)) == "I can"
     assert chunks[-1] == Finish("refusal")
 
