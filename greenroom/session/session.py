@@ -127,7 +127,6 @@ class Session:
         "_messages",
         "_open_turn",
         "_sink",
-        "_turn_context",
         "_turn_messages",
         "config",
         "header",
@@ -161,7 +160,6 @@ class Session:
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
-        self._turn_context: list[Message] | None = None  # the open turn's context, if any
         self._last_turn = 0
         self._open_turn: int | None = None
         for index, event in enumerate(seed):
@@ -246,7 +244,15 @@ class Session:
         tool calls leave the history. Context that arrived meanwhile (a background task's
         notice) was not the turn's own and stays. A new list: a `History` snapshot already
         handed out keeps what it saw."""
-        kept = self._turn_context or []
+        events = self._events
+        start = len(events) - 1
+        while start > 0 and not isinstance(events[start], TurnStart):
+            start -= 1
+        kept: list[Message] = [
+            UserTurn(_wrap("context", e.source, e.content))
+            for e in events[start:]
+            if isinstance(e, ContextMessage)
+        ]
         self._messages = self._messages[: self._turn_messages] + kept
 
     def _read(self, event: SessionEvent) -> None:
@@ -255,12 +261,10 @@ class Session:
             case TurnStart(turn=turn):
                 self._open_turn = self._last_turn = turn
                 self._turn_messages = len(self._messages)
-                self._turn_context = None
             case TurnEnd(reason=reason):
                 self._open_turn = None
                 if type(reason) is Refused:
                     self._forget_refused_turn()
-                self._turn_context = None
             case UserMessage(content=content):
                 self._messages.append(UserTurn(content))
                 if self.title is None:
@@ -270,11 +274,7 @@ class Session:
             case ToolResult(call_id=call_id, content=content, is_error=is_error):
                 self._messages.append(ToolTurn(call_id, content, is_error))
             case ContextMessage(content=content, source=source):
-                context = UserTurn(_wrap("context", source, content))
-                self._messages.append(context)
-                if self._turn_context is None:
-                    self._turn_context = []
-                self._turn_context.append(context)
+                self._messages.append(UserTurn(_wrap("context", source, content)))
             case SteeringMessage(content=content, source=source):
                 self._messages.append(UserTurn(_wrap("steering", source, content)))
             case ConfigSet(key=key, value=value):
