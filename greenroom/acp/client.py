@@ -151,9 +151,9 @@ class AcpPermissions:
         self._session_id = session_id
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
-        call_id, options = request.call_id, OPTIONS
-        if request.session_id != self._session_id:
-            call_id, options = f"{request.session_id}/{call_id}", ONCE
+        child = request.session_id != self._session_id
+        call_id = f"{request.session_id}/{request.call_id}" if child else request.call_id
+        options = ONCE if child else OPTIONS
         asked = RequestPermissionParams(
             self._session_id,
             PermissionToolCall(
@@ -168,21 +168,17 @@ class AcpPermissions:
         answer = await self._requests.call(
             "session/request_permission", asked, RequestPermissionResult
         )
-        chosen = answer.outcome.option_id
-        decision: PermissionDecision = "reject_once"  # cancelled, or no option of this ask
-        offered = any(o.option_id == chosen for o in options)
-        if answer.outcome.outcome == "selected" and chosen is not None and offered:
-            decision = _DECISIONS[chosen]
-        if options is ONCE:
+        chosen = answer.outcome.option_id if answer.outcome.outcome == "selected" else None
+        # Cancelled, or an option this question did not offer: a refusal.
+        refused: PermissionDecision = "reject_once"
+        decision = next((o.kind for o in options if o.option_id == chosen), refused)
+        if child:
             status: ToolStatus = "completed" if decision == "allow_once" else "failed"
             update = ToolCallProgress(call_id, status)
             self._requests.notify(
                 "session/update", SessionNotificationParams(self._session_id, update)
             )
         return decision
-
-
-_DECISIONS: Final[dict[str, PermissionDecision]] = {o.option_id: o.kind for o in OPTIONS}
 
 
 class AcpFiles:

@@ -387,8 +387,7 @@ class AcpConnection:
 
     async def _new(self, params: NewSessionParams) -> NewSessionResult:
         _check_cwd(params.cwd, must_exist=True)
-        for directory in params.additional_directories:
-            _check_cwd(directory, must_exist=True, field="additionalDirectories")
+        _check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         session_id = str(uuid.uuid4())
@@ -409,8 +408,7 @@ class AcpConnection:
         session_id = params.session_id
         self._check_stored_id(session_id)
         _check_cwd(params.cwd, must_exist=False)
-        for directory in params.additional_directories:
-            _check_cwd(directory, must_exist=True, field="additionalDirectories")
+        _check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         if session_id in self.records or session_id in self.loading:
@@ -444,8 +442,7 @@ class AcpConnection:
         the client has the original's history)."""
         self._check_stored_id(params.session_id)
         _check_cwd(params.cwd, must_exist=True)
-        for directory in params.additional_directories:
-            _check_cwd(directory, must_exist=True, field="additionalDirectories")
+        _check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
         self._require_open()
         session_id = str(uuid.uuid4())
@@ -761,6 +758,12 @@ def _check_cwd(cwd: str, *, must_exist: bool, field: str = "cwd") -> None:
         raise RpcError(
             INVALID_PARAMS, f"invalid params: {field} {cwd!r:.80} is not an existing directory"
         )
+
+
+def _check_roots(directories: list[str]) -> None:
+    """``additionalDirectories``: each absolute, without NUL, an existing directory."""
+    for directory in directories:
+        _check_cwd(directory, must_exist=True, field="additionalDirectories")
 
 
 def _offset(cursor: str | None) -> int:
