@@ -1,4 +1,4 @@
-"""`AnthropicModel`: the Messages API streaming wire format, natively on Trio over httpx
+"""`AnthropicModel`: the Messages API streaming wire format, natively on Trio over httpx2
 (see `greenroom.models.http`).
 
 Requires the ``anthropic`` extra (``pip install 'greenroom[anthropic]'``).

@@ -1,9 +1,9 @@
 """What the HTTP model adapters share: server-sent events, retries, errors without secrets.
 
-The adapters use httpx, which runs natively under Trio (through anyio's Trio
-backend): no asyncio bridge and no thread left reading. An official vendor
-SDK would pull in asyncio-only pieces, so greenroom speaks the two wire
-formats itself; httpx is their only dependency (a core one).
+The adapters use httpx2, which runs natively under Trio (through anyio's Trio
+backend): no asyncio bridge and no thread left reading. It is the project's one
+HTTP stack (the MCP client's too). An official vendor SDK would pull in
+asyncio-only pieces, so greenroom speaks the two wire formats itself.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Final
 
-import httpx
+import httpx2
 import msgspec
 import trio
 
@@ -36,7 +36,7 @@ class ModelConfigError(ModelError):
 
 def check_base_url(base_url: str) -> str:
     """`base_url` without a trailing slash; raises `ValueError` unless it is http(s) with a host."""
-    url = httpx.URL(base_url)
+    url = httpx2.URL(base_url)
     if url.scheme not in ("http", "https") or not url.host:
         raise ValueError(
             f"base URL {base_url!r} must start with http:// or https:// and name a host"
@@ -52,7 +52,7 @@ class SseEvent(msgspec.Struct, frozen=True, gc=False):
     data: str
 
 
-async def sse_events(response: httpx.Response) -> AsyncGenerator[SseEvent, None]:
+async def sse_events(response: httpx2.Response) -> AsyncGenerator[SseEvent, None]:
     """The server-sent events of `response`, as they arrive (``event:`` + joined ``data:``)."""
     event = "message"
     data: list[str] = []
@@ -150,7 +150,7 @@ async def open_stream(
     body: bytes,
     attempts: int,
     backoff: Backoff,
-) -> AsyncIterator[httpx.Response]:
+) -> AsyncIterator[httpx2.Response]:
     """POST `body` and yield the streaming response once the status is 2xx.
 
     429 and 5xx are retried (at most `attempts` tries in all), waiting what
@@ -159,8 +159,8 @@ async def open_stream(
     API key cannot leak into a log, an error or the session log. Leaving the
     context (a cancel included) closes the response and its connection.
     """
-    timeout = httpx.Timeout(READ_TIMEOUT, connect=30.0)
-    async with httpx.AsyncClient(timeout=timeout) as client:
+    timeout = httpx2.Timeout(READ_TIMEOUT, connect=30.0)
+    async with httpx2.AsyncClient(timeout=timeout) as client:
         for attempt in range(1, attempts + 1):
             try:
                 async with client.stream("POST", url, headers=headers, content=body) as response:
@@ -170,7 +170,7 @@ async def open_stream(
                     detail = await _error_detail(response)
                     status = response.status_code
                     retry_after = response.headers.get("retry-after")
-            except httpx.TransportError as exc:
+            except httpx2.TransportError as exc:
                 raise ModelError(f"{url}: {type(exc).__name__}: {exc}", "connection") from None
             if status in (401, 403):
                 raise ModelConfigError(
@@ -196,7 +196,7 @@ async def open_stream(
             await trio.sleep(delay)
 
 
-async def _error_detail(response: httpx.Response) -> str:
+async def _error_detail(response: httpx2.Response) -> str:
     raw = await response.aread()
     try:
         payload = msgspec.json.decode(raw)

@@ -1,5 +1,5 @@
 """`OpenAIChatModel`: the Chat Completions streaming wire format (OpenAI, vLLM, Ollama, llama.cpp,
-DeepSeek and most gateways), natively on Trio over httpx (see `greenroom.models.http`).
+DeepSeek and most gateways), natively on Trio over httpx2 (see `greenroom.models.http`).
 
 Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
 """
