@@ -51,16 +51,15 @@ def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
         key = environ.get(f"{prefix}_API_KEY")
         if not key:
             raise ValueError(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
+        # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
+        base = environ.get(f"{prefix}_BASE_URL")
         if kind == "openai":
             from greenroom.models.openai import OpenAIChatModel
 
-            base = environ.get("OPENAI_BASE_URL", "https://api.openai.com/v1")
             return OpenAIChatModel(base, key, detail)
         from greenroom.models.anthropic import AnthropicModel
 
-        return AnthropicModel(
-            environ.get("ANTHROPIC_BASE_URL", "https://api.anthropic.com"), key, detail
-        )
+        return AnthropicModel(base, key, detail)
     raise ValueError(
         f"--model {spec!r}: unknown model kind {kind!r} (known: scripted, openai, anthropic)"
     )

@@ -17,7 +17,7 @@ from greenroom.models.http import (
     DEFAULT_BACKOFF,
     DEFAULT_CONTEXT_WINDOW,
     HttpModel,
-    check_base_url,
+    endpoint,
 )
 from greenroom.protocol.model import (
     AssistantTurn,
@@ -34,6 +34,7 @@ from greenroom.protocol.model import (
 )
 
 API_VERSION: Final = "2023-06-01"
+DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 _FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -45,21 +46,29 @@ _FINISH: dict[str, FinishReason] = {
 
 
 class AnthropicModel(HttpModel):
-    """Streams ``POST {base_url}/v1/messages``; tool inputs are assembled from their JSON deltas."""
+    """Streams ``POST {base_url}/v1/messages``; tool inputs are assembled from their JSON deltas.
+
+    ``base_url`` and ``api_key`` default to ``ANTHROPIC_BASE_URL`` and
+    ``ANTHROPIC_API_KEY`` (the URL then to the public API), as in the
+    ``greenroom`` command (`greenroom.models.http.endpoint`).
+    """
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str,
-        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
         *,
         max_tokens: int = 8192,
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
+        if not model:
+            raise TypeError("AnthropicModel: name the model (model=...)")
+        base_url, api_key = endpoint(base_url, api_key, "anthropic", DEFAULT_BASE_URL)
         super().__init__(
-            check_base_url(base_url) + "/v1/messages",
+            base_url + "/v1/messages",
             {
                 "x-api-key": api_key,
                 "anthropic-version": API_VERSION,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import aclosing, asynccontextmanager
@@ -45,6 +46,24 @@ def check_base_url(base_url: str) -> str:
         # Errors and logs name the endpoint; credentials in it would travel with them.
         raise ValueError("a base URL must not carry credentials (user:password@); use the key")
     return base_url.rstrip("/")
+
+
+def endpoint(
+    base_url: str | None, api_key: str | None, provider: str, default_url: str
+) -> tuple[str, str]:
+    """The base URL and key an adapter uses: each as given, else ``{PROVIDER}_BASE_URL`` /
+    ``{PROVIDER}_API_KEY`` from the environment, else (the URL only) `default_url`.
+
+    The one rule for code and the ``greenroom`` command alike. Raises `ValueError`
+    naming the variable when no key is given or set, and for a base URL
+    `check_base_url` refuses.
+    """
+    prefix = provider.upper()
+    key = api_key or os.environ.get(f"{prefix}_API_KEY")
+    if not key:
+        raise ValueError(f"no API key for {provider}: pass api_key= or set {prefix}_API_KEY")
+    url = base_url or os.environ.get(f"{prefix}_BASE_URL") or default_url
+    return check_base_url(url), key
 
 
 class SseEvent(msgspec.Struct, frozen=True, gc=False):

@@ -7,7 +7,7 @@ Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Final
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
@@ -15,7 +15,7 @@ from greenroom.models.http import (
     DEFAULT_BACKOFF,
     DEFAULT_CONTEXT_WINDOW,
     HttpModel,
-    check_base_url,
+    endpoint,
 )
 from greenroom.protocol.model import (
     AssistantTurn,
@@ -31,6 +31,7 @@ from greenroom.protocol.model import (
     UserTurn,
 )
 
+DEFAULT_BASE_URL: Final = "https://api.openai.com/v1"
 _FINISH: dict[str, FinishReason] = {
     "stop": "stop",
     "tool_calls": "tool-calls",
@@ -41,20 +42,28 @@ _FINISH: dict[str, FinishReason] = {
 
 
 class OpenAIChatModel(HttpModel):
-    """Streams ``POST {base_url}/chat/completions``; tool calls assembled from their fragments."""
+    """Streams ``POST {base_url}/chat/completions``; tool calls assembled from their fragments.
+
+    ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` and
+    ``OPENAI_API_KEY`` (the URL then to the public API), as in the
+    ``greenroom`` command (`greenroom.models.http.endpoint`).
+    """
 
     def __init__(
         self,
-        base_url: str,
-        api_key: str,
-        model: str,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        model: str | None = None,
         *,
         attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
     ) -> None:
+        if not model:
+            raise TypeError("OpenAIChatModel: name the model (model=...)")
+        base_url, api_key = endpoint(base_url, api_key, "openai", DEFAULT_BASE_URL)
         super().__init__(
-            check_base_url(base_url) + "/chat/completions",
+            base_url + "/chat/completions",
             {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
             model,
             attempts,
