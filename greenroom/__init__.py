@@ -5,6 +5,7 @@ from greenroom.actors.life import AgentHandle
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
 from greenroom.runtime import Runtime, open_runtime
+from greenroom.tools.typed import tool
 
 __version__ = "0.1.0"
 
@@ -19,4 +20,5 @@ __all__ = [
     "SpawnLimits",
     "SpawnRefused",
     "open_runtime",
+    "tool",
 ]

@@ -9,8 +9,8 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from contextlib import aclosing, asynccontextmanager
 from functools import partial
 from typing import Any
 
@@ -20,16 +20,18 @@ from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Permissions, SpawnLimits
 from greenroom.hooks import Hooks
-from greenroom.models.base import ModelAdapter
+from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
 from greenroom.session import SessionStore
 from greenroom.session.persistence import Persistence
+from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.tools import Tool, ToolRegistry
 from greenroom.tools.bash import BashExecutor, LocalBashExecutor
 from greenroom.tools.bash.tools import release_owner
 from greenroom.tools.mcp import McpHub
 from greenroom.tools.plugins import Plugin, PluginContext
+from greenroom.tools.typed import as_tool
 
 
 class Runtime:
@@ -146,8 +148,9 @@ async def open_runtime(
     persistence: Persistence | None = None,
     permissions: Permissions | None = None,
     spawn_limits: SpawnLimits | None = None,
-    tools: Iterable[Tool[Any]] = (),
+    tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
     workdir: str | None = None,
+    max_tool_result: int = DEFAULT_MAX_TOOL_RESULT,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
@@ -165,20 +168,32 @@ async def open_runtime(
     reverse creation order, each through the same path as
     `AgentHandle.dispose` (closing ``turn/end``, flush, its session's bash
     tasks ended, unregister, detach); then the plugins stop; then the bash
-    executor kills and reaps whatever is left. ``workdir`` is where a bash
+    executor kills and reaps whatever is left; last, the model adapters' pooled
+    connections close (opened lazily, reused by every step, turn and session of
+    the runtime: `greenroom.models.base.open_models`). ``workdir`` is where a bash
     command without one runs (default: the current directory).
+    ``max_tool_result`` is the most characters of any text of a tool's result
+    the log and the model get (default 100,000; the rest is cut with a marker
+    naming a spill file that holds it all; the spill files are removed when
+    the runtime closes); not a positive int: `ValueError`. ``tools`` are
+    registered for every agent: `Tool`s, and functions decorated with
+    `greenroom.tool`; anything else (a plain function, a plugin) raises
+    `TypeError` saying what a tool is, before anything starts.
     """
     hooks = Hooks()
     sessions = SessionStore(hooks)
-    tool_registry = ToolRegistry(hooks, permissions)
+    tool_registry = ToolRegistry(hooks, permissions, max_tool_result=max_tool_result)
     if models is None:
         models = {"default": model if model is not None else ScriptedModel()}
     elif model is not None or not models:
         raise ValueError("give open_runtime either model= or a non-empty models=, not both")
     for tool in tools:
-        tool_registry.register(tool)
-    # The nesting is the teardown order: agents, then plugins, then bash tasks.
+        tool_registry.register(as_tool(tool))
+    # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
+    # spill files of cut tool results.
     async with (
+        open_models(models.values()),  # closed last: the model adapters' pooled connections
+        aclosing(tool_registry),
         LocalBashExecutor(workdir or os.getcwd()) as bash,
         Supervisor(name=f"{name}:plugins") as plugins,
         Supervisor(name=f"{name}:agents") as supervisor,

@@ -17,6 +17,7 @@ from greenroom.hooks import EmitHook, Hooks
 from greenroom.supervisor import Scope
 from greenroom.tools.bash.seam import BashExecutor
 from greenroom.tools.registry import Tool, ToolRegistry
+from greenroom.tools.typed import as_tool
 
 P = ParamSpec("P")
 
@@ -41,9 +42,10 @@ class PluginContext:
         self.agents = agents
         self.bash = bash
 
-    def register_tool(self, tool: Tool[Any]) -> None:
-        """Register `tool` for as long as the plugin runs."""
-        self.scope.add(self.tools.register(tool))
+    def register_tool(self, tool: Tool[Any] | Callable[..., Any]) -> None:
+        """Register `tool` (a `Tool`, or a function decorated with `greenroom.tool`) for as
+        long as the plugin runs; anything else raises `TypeError`."""
+        self.scope.add(self.tools.register(as_tool(tool)))
 
     def on(self, hook: EmitHook[P], listener: Callable[P, object]) -> None:
         """Listen to `hook` for as long as the plugin runs."""
