@@ -25,7 +25,10 @@ Then, greenroom alone, with a client that grants every permission at once:
 the p50 round trip of a prompt that makes one ``bash`` call (the echo model
 runs ``bash: true``) already allowed always, against the same session's
 prompt with no tool; and what asking permission adds to that call (a fresh
-session, asked every time), against one client round trip (``authenticate``).
+session, asked every time), against one client round trip: ``initialize`` again, with
+the same parameters (the one request every ACP agent must answer, and answers without side
+effects when repeated alike; ``authenticate`` was used before and is refused by an agent that
+advertises no auth method, as greenroom does).
 
 Every prompt must answer ``end_turn`` and every prompt's one chunk must reach
 the client's ``session_update`` (counted per session), or the run fails. The
@@ -261,7 +264,7 @@ async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
             "no tool": await _timed(n, lambda: prompt(approved, _PROMPT)),
             "approved": await _timed(n, lambda: prompt(approved, "bash: true")),
             "asking": await _timed(n, lambda: prompt(asking, "bash: true")),
-            "client round trip": await _timed(n, lambda: conn.authenticate(method_id="none")),
+            "client round trip": await _timed(n, lambda: conn.initialize(protocol_version=1)),
         }
         if client.asked - asked_before != n:
             raise RuntimeError(f"asked {client.asked - asked_before} times, expected {n}")
@@ -334,7 +337,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             f"what asking permission adds to a bash call, p50 (N={n_tools})",
             "us",
             [t["asking"] - t["approved"] for t in tools],
-            baseline="one client round trip (authenticate)",
+            baseline="one client round trip (initialize, repeated alike)",
             raw=[t["client round trip"] for t in tools],
             max_ratio=1.0,
         ),

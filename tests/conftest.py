@@ -159,7 +159,11 @@ def _checked_run(
 
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PgServer]:
-    """The suite's throwaway PostgreSQL server, started on first use (see tests/pg_server.py)."""
+    """A throwaway PostgreSQL server of this worker's, started on first use (tests/pg_server.py).
+
+    Always a cluster of the suite's own, even with ``GREENROOM_TEST_DSN``: a test that asks for
+    it by name stops and starts it.
+    """
     server = PgServer().start()
     try:
         yield server
@@ -167,16 +171,32 @@ def pg_server() -> Iterator[PgServer]:
         server.remove()
 
 
+def _schema_name() -> str:
+    # Unique across xdist workers and suites sharing one GREENROOM_TEST_DSN server.
+    return f"test_{os.getpid()}_{next(_schemas)}"
+
+
 _schemas = itertools.count(1)
 
 
 @pytest.fixture
-def postgres_dsn(pg_server: PgServer) -> str:
-    """A DSN whose tables live in a schema of this test's own."""
-    schema = f"test_{next(_schemas)}"
-    with psycopg.connect(pg_server.dsn, autocommit=True) as db:
+def postgres_dsn(request: pytest.FixtureRequest) -> str:
+    """A DSN whose tables live in a schema of this test's own.
+
+    The server is ``$GREENROOM_TEST_DSN`` when it is set (a running server), else this worker's
+    throwaway one (`pg_server`); always that one for a test that asks for it by name (it stops
+    and starts the server under its schema).
+    """
+    shared = os.environ.get("GREENROOM_TEST_DSN")
+    if shared and "pg_server" not in request.fixturenames:
+        base = shared
+    else:
+        base = request.getfixturevalue("pg_server").dsn
+    schema = _schema_name()
+    with psycopg.connect(base, autocommit=True) as db:
         db.execute(f"CREATE SCHEMA {schema}")
-    return f"{pg_server.dsn}&options=-csearch_path%3D{schema}"
+    separator = "&" if "?" in base else "?"
+    return f"{base}{separator}options=-csearch_path%3D{schema}"
 
 
 _real_stderr = pytest.StashKey[int]()
@@ -194,6 +214,13 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
         return (yield)
     finally:
         faulthandler.cancel_dump_traceback_later()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_itemcollected(item: pytest.Item) -> None:
+    # Before `-m` selects: `-m postgres` runs every test that needs the server.
+    if {"pg_server", "postgres_dsn"} & set(getattr(item, "fixturenames", ())):
+        item.add_marker(pytest.mark.postgres)
 
 
 @pytest.hookimpl(trylast=True)

