@@ -8,6 +8,12 @@ then whom its front end asks, or the runtime's policy), and only then runs
 it. Every failure on the way (an unknown tool, bad JSON, a missing or
 mistyped field, a refusal, a tool that raises) becomes an error result for
 the model, naming what was wrong; only a cancel propagates.
+
+Every result leaves `execute` bounded: a text (its output, each side of each
+of its diffs) longer than ``max_tool_result`` characters is cut with a
+marker saying how much was cut and naming a spill file that holds the whole
+text. The loop logs the result as it comes back, so neither the log nor the
+model's history ever holds more.
 """
 
 from __future__ import annotations
@@ -30,9 +36,16 @@ from greenroom.actors.types import (
     ToolView,
 )
 from greenroom.hooks import Hooks, WaterfallHook
-from greenroom.protocol.events import PermissionDecision, PermissionRule, ToolError, ToolKind
+from greenroom.protocol.events import (
+    FileDiff,
+    PermissionDecision,
+    PermissionRule,
+    ToolError,
+    ToolKind,
+)
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import Session
+from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, SpillDir, TextCap
 
 logger = logging.getLogger("greenroom.tools")
 
@@ -119,16 +132,32 @@ class ToolRegistry:
     ``permissions`` is the policy for calls whose session has no front end
     that asks (default `AllowAll`). ``describe`` and ``execute`` take the
     ``extra`` tools of one session (its MCP servers'), looked up before the
-    registry's own and run through the same gate.
+    registry's own and run through the same gate. ``max_tool_result`` bounds
+    every text of a result (see the module); the spill files of cut results
+    live in a private temporary directory until `aclose` (the runtime's end).
+    A ``max_tool_result`` that is not a positive int is a `ValueError`.
     """
 
-    __slots__ = ("_entries", "_hooks", "_permissions", "_schemas")
+    __slots__ = ("_cap", "_entries", "_hooks", "_permissions", "_schemas", "_spills")
 
-    def __init__(self, hooks: Hooks, permissions: Permissions | None = None) -> None:
+    def __init__(
+        self,
+        hooks: Hooks,
+        permissions: Permissions | None = None,
+        *,
+        max_tool_result: int = DEFAULT_MAX_TOOL_RESULT,
+    ) -> None:
+        self._spills = SpillDir("greenroom-results-")
+        self._cap = TextCap(max_tool_result, self._spills, option="max_tool_result")
         self._hooks = hooks
         self._permissions: Permissions = permissions or AllowAll()
         self._entries: dict[str, ToolEntry] = {}
         self._schemas: list[ToolSchema] = []
+
+    async def aclose(self) -> None:
+        """Remove every spill file of a cut result (at once, even in a cancelled scope);
+        a result cut later names no file."""
+        self._spills.close()
 
     def register(self, tool: Tool[Any]) -> Callable[[], None]:
         """Add `tool`; a second tool of the same name raises. Returns the remover."""
@@ -157,6 +186,27 @@ class ToolRegistry:
 
     async def execute(
         self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry] = NO_TOOLS
+    ) -> ToolOutcome:
+        """Run one call through the gate; its result, every text of it bounded."""
+        outcome = await self._execute(invocation, extra)
+        cap = self._cap
+        if len(outcome.content) <= cap.limit and not any(
+            len(diff.new_text) > cap.limit or len(diff.old_text or "") > cap.limit
+            for diff in outcome.diffs
+        ):
+            return outcome
+        diffs = [
+            FileDiff(
+                diff.path,
+                await cap(diff.new_text),
+                None if diff.old_text is None else await cap(diff.old_text),
+            )
+            for diff in outcome.diffs
+        ]
+        return msgspec.structs.replace(outcome, content=await cap(outcome.content), diffs=diffs)
+
+    async def _execute(
+        self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry]
     ) -> ToolOutcome:
         try:
             invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)

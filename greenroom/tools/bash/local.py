@@ -29,11 +29,8 @@ import logging
 import math
 import os
 import re
-import secrets
-import shutil
 import signal
 import subprocess
-import tempfile
 from collections.abc import Callable
 from types import TracebackType
 from typing import Final
@@ -41,6 +38,7 @@ from typing import Final
 import trio
 
 from greenroom.hooks import Disposers, Listeners
+from greenroom.spill import SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
@@ -85,7 +83,7 @@ class _Capture:
 
     __slots__ = ("_spill_fd", "_spills", "read_to", "spill_path", "tail", "total")
 
-    def __init__(self, spills: Callable[[], str]) -> None:
+    def __init__(self, spills: SpillDir) -> None:
         self._spills = spills
         self.tail = bytearray()
         self.total = 0
@@ -105,8 +103,7 @@ class _Capture:
 
     def _open_spill(self) -> None:
         try:
-            path = os.path.join(self._spills(), f"{secrets.token_hex(8)}.out")
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            fd, path = self._spills.create(".out")
         except OSError:
             logger.warning("could not open a spill file; output beyond the tail is lost")
             self.spill_path = None
@@ -154,13 +151,13 @@ class _Command:
 
     __slots__ = ("process", "stderr", "stdout")
 
-    def __init__(self, process: trio.Process, spills: Callable[[], str]) -> None:
+    def __init__(self, process: trio.Process, spills: SpillDir) -> None:
         self.process = process
         self.stdout = _Capture(spills)
         self.stderr = _Capture(spills)
 
     @classmethod
-    async def spawn(cls, spec: BashExecSpec, spills: Callable[[], str]) -> _Command:
+    async def spawn(cls, spec: BashExecSpec, spills: SpillDir) -> _Command:
         process = await trio.lowlevel.open_process(
             ["bash", "-c", spec.command],
             stdin=subprocess.DEVNULL,
@@ -289,7 +286,7 @@ class LocalBashExecutor:
         self._listeners: Listeners[BashTask] = Listeners("bash task completions")
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = trio.open_nursery()
-        self._spill_dir: str | None = None
+        self._spills = SpillDir("greenroom-bash-")
         self._closed = False
 
     async def __aenter__(self) -> LocalBashExecutor:
@@ -314,8 +311,7 @@ class LocalBashExecutor:
                 self.kill(record.id)
         for record in self._tasks.values():
             await record.done.wait()
-        if self._spill_dir is not None:
-            shutil.rmtree(self._spill_dir, ignore_errors=True)
+        self._spills.close()
 
     # -- the seam ------------------------------------------------------------------
 
@@ -440,8 +436,3 @@ class LocalBashExecutor:
         if record is None:
             raise UnknownTask(task_id)
         return record
-
-    def _spills(self) -> str:
-        if self._spill_dir is None:
-            self._spill_dir = tempfile.mkdtemp(prefix="greenroom-bash-")  # mode 0700
-        return self._spill_dir

@@ -26,8 +26,8 @@ Where the SDK's defaults do not fit, and what is done instead:
 
 A server's answers are bounded too: its tool list (`MAX_TOOL_PAGES` pages,
 and a list after ``tools/list_changed`` within ``start_timeout``, like the
-first), and a result's text (`MAX_RESULT` characters; the model sees where
-it was cut).
+first); a result's text is bounded where every tool's is, by the registry
+(``max_tool_result``: cut, the whole kept in a spill file the result names).
 
 This module imports the SDK; `greenroom.tools.mcp.servers` imports it only
 when a session has servers, so a runtime without them never pays for it.
@@ -72,8 +72,6 @@ CLIENT_INFO = types.Implementation(
 
 #: The longest line a stdio server may write, in bytes; a longer one ends its connection.
 MAX_MESSAGE: Final = 32 * 1024 * 1024
-#: The most characters of a tool's result the model is given; the rest is cut, and said so.
-MAX_RESULT: Final = 100_000
 #: The most pages a server's tool list may have.
 MAX_TOOL_PAGES: Final = 100
 #: A stopping stdio server's time to exit once its stdin is closed, then once SIGTERMed
@@ -208,14 +206,12 @@ def _says_why(error: Exception) -> bool:
 
 def outcome(result: types.CallToolResult) -> ToolOutcome:
     """A tool's result as the model and the editor see it: its text, else its structured
-    content as JSON; media and resources named by type and address."""
+    content as JSON; media and resources named by type and address. Whole: the
+    registry cuts it (`ToolRegistry.execute`), keeping all of it in a spill file."""
     parts = [_text(block) for block in result.content]
     if not parts and result.structured_content is not None:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     text = "\n".join(parts)
-    if len(text) > MAX_RESULT:
-        cut = len(text) - MAX_RESULT
-        text = f"{text[:MAX_RESULT]}\n[{cut} more characters of this result were cut]"
     if result.is_error:
         return ToolOutcome(
             text or "the tool reported an error",

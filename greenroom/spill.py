@@ -1,0 +1,134 @@
+"""Bounded texts: a long text is cut with a marker, its whole kept in a spill file.
+
+* `SpillDir`: a private directory (0700, made on first use) of spill files
+  (0600, created exclusively, never reused), removed whole by `close`. Bash's
+  output streams and long tool results each keep one.
+* `cut`: the first ``limit`` characters of a text and a marker line saying how
+  much was cut and where the whole text is. A text that already ended with a
+  marker (it was cut before, by a tool or by the registry) keeps that marker
+  after the new one, so a reader always learns where the whole text is.
+* `find_marker`: the marker a text ends with, if any (``greenroom sessions
+  show`` prints it beside a short preview).
+* `TextCap`: the cut of one configured limit, spilling the whole text first.
+
+Limits count characters (what a model's context and an editor's view count),
+not bytes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import threading
+from typing import Final
+
+import trio
+
+#: The most characters of a tool's result the model and the log are given, by default
+#: (``open_runtime(max_tool_result=...)``): about 25,000 tokens.
+DEFAULT_MAX_TOOL_RESULT: Final = 100_000
+
+_MARKER: Final = re.compile(r"\[(\d+) more characters of (\d+) were cut; [^\n]*\]")
+_MARKER_REACH: Final = 8192  # a marker is one line at the end: a path is at most 4096 bytes
+
+
+class SpillDir:
+    """A private directory of spill files; nothing exists until the first file is made.
+
+    Safe to use from worker threads (a long result is written from one).
+    After `close` no file can be made (`OSError`), so a thread abandoned by a
+    cancel cannot leave a directory behind.
+    """
+
+    __slots__ = ("_closed", "_lock", "_path", "_prefix")
+
+    def __init__(self, prefix: str) -> None:
+        self._prefix = prefix
+        self._path: str | None = None
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def create(self, suffix: str) -> tuple[int, str]:
+        """A new empty file, open for writing (its descriptor, its path); raises `OSError`."""
+        with self._lock:
+            if self._closed:
+                raise OSError(f"the spill directory {self._path or self._prefix!r} is closed")
+            if self._path is None:
+                self._path = tempfile.mkdtemp(prefix=self._prefix)  # mode 0700
+            path = os.path.join(self._path, f"{secrets.token_hex(8)}{suffix}")
+        return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
+
+    def keep(self, text: str, suffix: str = ".txt") -> str:
+        """Write all of `text` (UTF-8) to a new file; its path. A failed write leaves no file."""
+        fd, path = self.create(suffix)
+        try:
+            view = memoryview(text.encode("utf-8", "replace"))
+            while view:
+                view = view[os.write(fd, view) :]
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+            raise
+        finally:
+            os.close(fd)
+        return path
+
+    def close(self) -> None:
+        """Remove the directory and every file in it; idempotent."""
+        with self._lock:
+            self._closed = True
+            path, self._path = self._path, None
+        if path is not None:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def cut(text: str, limit: int, whole: str) -> str:
+    """`text` if it has at most `limit` characters; else its first `limit` and a marker line
+    ``[N more characters of M were cut; <whole>]`` (`whole` says where the whole text is), followed
+    by the marker `text` already ended with, if it had one."""
+    if len(text) <= limit:
+        return text
+    marker = f"\n[{len(text) - limit} more characters of {len(text)} were cut; {whole}]"
+    earlier = find_marker(text)
+    return f"{text[:limit]}{marker}\n{earlier}" if earlier else f"{text[:limit]}{marker}"
+
+
+def find_marker(text: str) -> str | None:
+    """The marker line `text` ends with (as `cut` writes it), or None."""
+    start = text.rfind("\n[", max(0, len(text) - _MARKER_REACH))
+    if start < 0:
+        return None
+    line = text[start + 1 :]
+    return line if _MARKER.fullmatch(line) else None
+
+
+class TextCap:
+    """Cuts a text past `limit` characters, keeping the whole of it in a spill file first.
+
+    ``option`` names the setting `limit` came from: a limit that is not a
+    positive int is a `ValueError` naming it.
+    """
+
+    __slots__ = ("_spills", "limit")
+
+    def __init__(self, limit: int, spills: SpillDir, *, option: str) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit <= 0:
+            raise ValueError(f"{option} must be a positive number of characters, got {limit!r}")
+        self.limit = limit
+        self._spills = spills
+
+    async def __call__(self, text: str) -> str:
+        """`text` itself if short enough; else cut, the marker naming the spill file (or
+        why none could be written). A cancel abandons the write (the file, if any, goes
+        with its directory)."""
+        if len(text) <= self.limit:
+            return text
+        try:
+            path = await trio.to_thread.run_sync(self._spills.keep, text, abandon_on_cancel=True)
+        except OSError as exc:
+            return cut(text, self.limit, f"the whole text could not be kept: {exc}")
+        return cut(text, self.limit, f"the whole text is in {path}")
