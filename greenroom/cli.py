@@ -102,23 +102,33 @@ class StoreError(Exception):
     """The store URL cannot be used; the message names it and the problem."""
 
 
-def store_from_url(url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = 10.0) -> Persistence:
+def store_from_url(
+    url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = 10.0, read_only: bool = False
+) -> Persistence:
     """The persistence `url` names: ``jsonl:DIR``, ``sqlite:PATH`` or ``postgresql://...``.
 
-    Raises `StoreError` naming the URL for one greenroom cannot use or reach.
+    ``read_only`` (the reading commands) never creates or changes a store: the
+    directory, the database file, or the PostgreSQL tables must exist. Raises
+    `StoreError` naming the URL for one greenroom cannot use or reach, or that
+    does not exist when reading.
     """
     kind, _, rest = url.partition(":")
     try:
         if kind == "jsonl" and rest:
-            root = usable_state_dir(Path(rest).expanduser(), create=True, named="--store jsonl:")
+            named = "--store jsonl:"
+            root = usable_state_dir(Path(rest).expanduser(), create=not read_only, named=named)
             return JsonlPersistence(root, sync=sync)
         if kind == "sqlite" and rest:
             path = Path(rest).expanduser()
+            if read_only:
+                return SqlitePersistence(path, read_only=True)
             usable_state_dir(path.parent, create=True, named=f"--store {url}: its folder")
             return SqlitePersistence(path, sync=sync)
         if kind in ("postgresql", "postgres") and rest.startswith("//"):
             from greenroom.session.persistence.postgres import PostgresPersistence
 
+            if read_only:
+                _check_postgres_store(url)
             return PostgresPersistence(url, sync=sync, lease_ttl=lease_ttl)
     except StateDirError as exc:
         raise StoreError(str(exc)) from None
@@ -127,6 +137,20 @@ def store_from_url(url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = 10
     raise StoreError(
         f"--store {_safe(url)}: not a store URL (jsonl:DIR, sqlite:PATH or postgresql://...)"
     )
+
+
+def _check_postgres_store(url: str) -> None:
+    """Raises `StoreError` unless greenroom's tables exist at `url` (a reader must not make
+    them, which `PostgresPersistence` does on open)."""
+    import psycopg
+
+    try:
+        with psycopg.connect(url, connect_timeout=10) as db:
+            found = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
+    except psycopg.Error as exc:
+        raise StoreError(f"--store {_safe(url)}: {exc}") from None
+    if found is None or found[0] is None:
+        raise StoreError(f"--store {_safe(url)}: no greenroom store there (no greenroom tables)")
 
 
 def _safe(url: str) -> str:
@@ -237,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
             return run_stdio(models, store)
         if args.store:
-            return _sessions(args.verb, args, store_from_url(args.store), None)
+            return _sessions(args.verb, args, store_from_url(args.store, read_only=True), None)
         state = usable_state_dir(args.state_dir or default_state_dir(), create=False)
         return _sessions(args.verb, args, JsonlPersistence(sessions_root(state)), state)
     except (StateDirError, StoreError) as exc:

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import msgspec
+import psycopg
 import pytest
 import trio
 import trio.testing
@@ -14,7 +15,7 @@ import trio.testing
 from greenroom import open_runtime
 from greenroom.cli import main, sessions_root
 from greenroom.models import CallTool, Say, ScriptedModel
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
 from greenroom.tools import Tool
 
 
@@ -123,3 +124,96 @@ async def test_a_reader_that_stops_early_gets_no_traceback(tmp_path: Path) -> No
             await process.wait()
             assert first
             assert b"Traceback" not in errors, errors.decode()
+
+
+# -- reading never creates or changes a store -----------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    """Every file under `root`, with its bytes (directories named with an empty value)."""
+    return {
+        str(p.relative_to(root)): p.read_bytes() if p.is_file() else b""
+        for p in sorted(root.rglob("*"))
+    }
+
+
+READERS = [["list"], ["show", "s1"]]
+
+
+@pytest.mark.parametrize("verb", READERS)
+@pytest.mark.parametrize("store", ["sqlite:typo.db", "sqlite:nodir/typo.db", "jsonl:typo"])
+def test_a_missing_store_is_an_error_naming_it_and_is_not_made(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    store: str,
+    verb: list[str],
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(["sessions", *verb, "--store", store]) == 2
+    error = capsys.readouterr().err
+    assert store.partition(":")[2].split("/")[0] in error
+    assert "no such" in error
+    assert snapshot(tmp_path) == {}
+
+
+@pytest.mark.parametrize("verb", READERS)
+@pytest.mark.parametrize(
+    ("content", "why"),
+    [(b"", "an empty database"), (b"hello, not a database\n" * 50, "file is not a database")],
+)
+def test_a_file_that_is_not_a_store_is_an_error_and_stays_as_it_was(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    content: bytes,
+    why: str,
+    verb: list[str],
+) -> None:
+    path = tmp_path / "notes.db"
+    path.write_bytes(content)
+    assert main(["sessions", *verb, "--store", f"sqlite:{path}"]) == 2
+    error = capsys.readouterr().err
+    assert f"{path}: not a greenroom store" in error
+    assert why in error
+    assert snapshot(tmp_path) == {"notes.db": content}
+
+
+async def _record_in(store: Persistence) -> None:
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s1")
+        handle.agent.send("hello there")
+        await handle.agent.when_idle()
+        await handle.dispose()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "jsonl"])
+def test_reading_a_store_leaves_it_byte_for_byte(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], kind: str
+) -> None:
+    where = tmp_path / "store"
+    if kind == "sqlite":
+        where.mkdir()
+        sqlite = SqlitePersistence(where / "s.db")
+        trio.run(_record_in, sqlite)  # the real clock: a writer thread's waits are real
+        sqlite.close()
+    else:
+        trio.run(_record_in, JsonlPersistence(where))
+    url = f"{kind}:{where / 's.db' if kind == 'sqlite' else where}"
+    before = snapshot(where)
+    assert main(["sessions", "list", "--store", url]) == 0
+    assert capsys.readouterr().out.startswith("s1  created ")
+    assert main(["sessions", "show", "s1", "--store", url]) == 0
+    assert "  user: hello there" in capsys.readouterr().out.splitlines()
+    assert snapshot(where) == before
+
+
+@pytest.mark.postgres
+@pytest.mark.parametrize("verb", READERS)
+def test_an_empty_postgres_schema_is_an_error_and_gets_no_tables(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str], verb: list[str]
+) -> None:
+    assert main(["sessions", *verb, "--store", postgres_dsn]) == 2
+    assert "no greenroom store there" in capsys.readouterr().err
+    with psycopg.connect(postgres_dsn) as db:
+        tables = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
+    assert tables == (None,)

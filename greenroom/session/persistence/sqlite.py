@@ -107,18 +107,29 @@ class SqlitePersistence:
     """Session logs in the SQLite database at `path` (created if missing; see the module docstring).
 
     ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``).
+    ``read_only`` opens an existing store for `load` and `list` only: nothing
+    is created, migrated or written (SQLite's ``mode=ro``; ``immutable`` too
+    when no WAL file says a writer may be live, so a reader leaves no WAL
+    files behind). A missing path, a file that is not a database or an empty
+    one raise `NotASessionLog` naming it; another schema version
+    `UnsupportedVersion`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, sync: SyncPolicy = "turn") -> None:
+    def __init__(
+        self, path: str | os.PathLike[str], *, sync: SyncPolicy = "turn", read_only: bool = False
+    ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
         self.path = os.fspath(path)
         self.sync: SyncPolicy = sync
-        self._db = sqlite3.connect(
-            self.path, check_same_thread=False, isolation_level=None, timeout=30
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._migrate()
+        if read_only:
+            self._db = _open_read_only(self.path, 30)
+        else:
+            self._db = sqlite3.connect(
+                self.path, check_same_thread=False, isolation_level=None, timeout=30
+            )
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._migrate()
         self._wal_fd = -1
         self._locks = Path(self.path + ".locks")
         self.writer: Writer[Job] = Writer(self._batch)
@@ -347,6 +358,34 @@ class SqlitePersistence:
             self._db.execute("ROLLBACK")
             raise
         self._db.execute("COMMIT")
+
+
+def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
+    """A connection that can only read the greenroom store at `path` (see `SqlitePersistence`)."""
+    if not os.path.isfile(path):
+        raise NotASessionLog(f"{path}: no such store")
+    query = "mode=ro" if os.path.exists(path + "-wal") else "mode=ro&immutable=1"
+    uri = f"{Path(path).resolve().as_uri()}?{query}"
+    db = sqlite3.connect(
+        uri, uri=True, check_same_thread=False, isolation_level=None, timeout=timeout
+    )
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    except sqlite3.DatabaseError as exc:
+        db.close()
+        raise NotASessionLog(f"{path}: not a greenroom store ({exc})") from None
+    if "sessions" not in tables:
+        db.close()
+        what = "an empty database" if not tables else "a database without greenroom's tables"
+        raise NotASessionLog(f"{path}: not a greenroom store ({what})")
+    if version != SCHEMA_VERSION:
+        db.close()
+        raise UnsupportedVersion(
+            f"{path}: schema version {version} (this greenroom reads {SCHEMA_VERSION};"
+            " a writer migrates an older one when it opens it)"
+        )
+    return db
 
 
 def _decode_header(path: str, session_id: str, raw: bytes) -> SessionHeader:
