@@ -1,36 +1,69 @@
 """The ``read_file``, ``write_file`` and ``edit_file`` tools, confined to the session's directories.
 
 A path is the session's ``cwd`` joined with what the model wrote (an
-absolute path is taken as it is), resolved through every symlink; it must
-land inside the ``cwd`` or one of the session's additional directories,
-else the call is an error naming the path. When the session's front end
-offers the editor's files (`SessionClient.files`), reads go through it (so
-unsaved buffers are what the model sees) and writes land in the editor;
-otherwise the local disk. An edit replaces one exact string, and says so
-when the string is missing or found more than once.
+absolute path is placed under the root it names), walked without races by
+`greenroom.tools.confine`: it must stay inside the ``cwd`` or one of the
+session's additional directories, and name a regular file with one link,
+else the call is an error naming the path (and where it resolved, or what
+kind of file it is). When the session's front end offers the editor's files
+(`SessionClient.files`), the path is confined first, then reads go through
+the editor (so unsaved buffers are what the model sees) and writes land
+there; otherwise the local disk, where a write replaces the file by a rename.
+An edit replaces one exact string, and says so when the string is missing or
+found more than once.
+
+A read shows at most `ReadCaps` of the file (2,000 lines or 256 KiB by
+default, whichever comes first, from line ``offset``), and says what it left
+out and how to read on. File work on the local disk runs in a worker thread
+that a cancel abandons: the call answers at once, whatever the file system
+does; the thread holds only its own descriptors (and a token of Trio's
+thread limiter) until the system call it is stuck in returns.
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 import trio
 
 from greenroom.actors.types import EditorFiles, ToolInvocation, ToolOutcome, ToolView
 from greenroom.protocol.events import FileDiff, Location, ToolError
+from greenroom.tools.confine import PathRefused, Roots, open_regular, replace, resolve
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
-#: The most a read returns when no limit is asked for, in lines.
-READ_LINES = 2000
+__all__ = ["PathRefused", "ReadCaps", "confined", "file_tools", "files_plugin"]
+
+T = TypeVar("T")
+
+#: How much a local read asks of the file system at a time.
+_CHUNK = 64 * 1024
+_NEWLINE = "\n"
+
+
+class ReadCaps(msgspec.Struct, frozen=True, kw_only=True):
+    """The most one ``read_file`` call shows: ``lines`` lines or ``bytes`` bytes of text.
+
+    A call's own ``limit`` replaces ``lines``; ``bytes`` always holds. Both
+    must be 1 or more (`ValueError` naming the field).
+    """
+
+    lines: int = 2000
+    bytes: int = 256 * 1024
+
+    def __post_init__(self) -> None:
+        for field in ("lines", "bytes"):
+            if getattr(self, field) < 1:
+                raise ValueError(f"ReadCaps.{field} must be 1 or more, not {getattr(self, field)}")
 
 
 class ReadArgs(msgspec.Struct, kw_only=True):
     path: str
-    line: int | None = None  # 1-based: the first line to read
-    limit: int | None = None  # how many lines
+    offset: Annotated[int, msgspec.Meta(ge=1, description="1-based: the first line to show")] = 1
+    limit: Annotated[int, msgspec.Meta(ge=1, description="how many lines to show")] | None = None
 
 
 class WriteArgs(msgspec.Struct, kw_only=True):
@@ -44,57 +77,123 @@ class EditArgs(msgspec.Struct, kw_only=True):
     new_string: str
 
 
-class PathRefused(Exception):
-    """A path outside the session's directories, or one the call cannot use."""
-
-
 def confined(invocation: ToolInvocation, path: str) -> str:
-    """`path` resolved (symlinks followed), if it lies inside the session's directories."""
-    if "\x00" in path or not path.strip():
-        raise PathRefused(f"path {path!r:.80} is not a usable path")
+    """`path` resolved (links followed) inside the session's directories.
+
+    It names a regular file with one link, or nothing yet. Raises
+    `PathRefused` naming the path and where it resolved (or what it is), and
+    `OSError` when the walk itself fails. Blocking file system work.
+    """
+    return resolve(_roots(invocation), path)
+
+
+def _roots(invocation: ToolInvocation) -> Roots:
     header = invocation.agent.session.header if invocation.agent is not None else None
     if header is None or header.cwd is None:
         raise PathRefused("file tools need a session with a working directory (cwd)")
-    roots = [os.path.realpath(d) for d in (header.cwd, *header.additional_directories)]
-    resolved = os.path.realpath(os.path.join(header.cwd, path))
-    if not any(resolved == root or resolved.startswith(root + os.sep) for root in roots):
-        raise PathRefused(
-            f"path {path!r:.200} resolves to {resolved!r:.200}, outside the session's"
-            f" directories ({', '.join(roots)})"
-        )
-    return resolved
+    return Roots(header.cwd, header.additional_directories)
 
 
-async def _read(invocation: ToolInvocation, path: str) -> str:
-    files = _editor(invocation)
-    if files is not None:
-        return await files.read_text(path, None, None)
-    return await trio.to_thread.run_sync(_read_local, path)
-
-
-async def _write(invocation: ToolInvocation, path: str, content: str) -> None:
-    files = _editor(invocation)
-    if files is not None:
-        await files.write_text(path, content)
-        return
-    await trio.to_thread.run_sync(_write_local, path, content)
+async def _in_thread(work: Callable[[], T]) -> T:
+    # A hung file system must not hang the call: a cancel abandons the thread.
+    return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
 
 
 def _editor(invocation: ToolInvocation) -> EditorFiles | None:
     return invocation.client.files if invocation.client is not None else None
 
 
-def _read_local(path: str) -> str:
-    with open(path, encoding="utf-8", errors="replace") as file:
-        return file.read()
+class _Window(msgspec.Struct, frozen=True, gc=False):
+    """What a read shows of a file, and whether the file goes on after it."""
+
+    text: bytes
+    first: int  # the line it starts at
+    lines: int  # how many lines it holds (a cut line counts)
+    cut: bool  # its last line is cut by the byte cap
+    more: bool
 
 
-def _write_local(path: str, content: str) -> None:
-    parent = os.path.dirname(path)
-    if not os.path.isdir(parent):
-        raise PathRefused(f"directory {parent!r} does not exist")
-    with open(path, "w", encoding="utf-8") as file:
-        file.write(content)
+def _window(read: Callable[[int], bytes], offset: int, limit: int, cap: int) -> _Window:
+    """Lines ``offset .. offset + limit - 1`` of what `read` yields, in at most `cap` bytes.
+
+    Whole lines only, unless the first line alone is longer than `cap`: then
+    its head, cut at a character boundary. Memory stays within `cap` plus a
+    chunk, however long the file or its lines.
+    """
+    line, buffer = 1, b""
+    while line < offset:
+        buffer = read(_CHUNK)
+        if not buffer:
+            return _Window(b"", offset, 0, False, False)
+        newlines = buffer.count(b"\n")
+        if line + newlines < offset:
+            line += newlines
+            continue
+        buffer = buffer.split(b"\n", offset - line)[-1]
+        line = offset
+    data = bytearray(buffer)
+    while len(data) <= cap:
+        chunk = read(_CHUNK)
+        if not chunk:
+            break
+        data += chunk
+    pieces = data.split(b"\n", limit)
+    if len(pieces) > limit:
+        end, lines = len(data) - len(pieces[-1]), limit
+    else:
+        end, lines = len(data), len(pieces) - (not pieces[-1])
+    cut = False
+    if end > cap:
+        end = data.rfind(b"\n", 0, cap) + 1
+        lines = data.count(b"\n", 0, end)
+        if not end:
+            end, lines, cut = cap, 1, True
+            while end > 1 and data[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+                end -= 1
+    more = end < len(data) or bool(read(1))
+    return _Window(bytes(data[:end]), offset, lines, cut, more)
+
+
+def _read_local(roots: Roots, path: str, offset: int, limit: int, cap: int) -> _Window:
+    fd, _, _ = open_regular(roots, path)
+    try:
+        return _window(lambda n: os.read(fd, n), offset, limit, cap)
+    finally:
+        os.close(fd)
+
+
+def _read_text(text: str, offset: int, limit: int, cap: int) -> _Window:
+    data = text.encode("utf-8", "surrogatepass")
+    position = 0
+
+    def read(n: int) -> bytes:
+        nonlocal position
+        chunk = data[position : position + n]
+        position += len(chunk)
+        return chunk
+
+    return _window(read, offset, limit, cap)
+
+
+def _shown(window: _Window, path: str, cap: int) -> str:
+    """The window's text, then a note of what it left out and how to read on, if anything."""
+    if not window.text:
+        if window.first == 1:
+            return "(empty)"
+        return f"(nothing from line {window.first}: {path} has fewer lines)"
+    text = window.text.decode("utf-8", "replace")
+    last = window.first + window.lines - 1
+    notes = [f"lines {window.first}-{last} of {path}"]
+    if window.cut:
+        notes.append(
+            f"line {last} is longer than {cap:,} bytes and only its first"
+            f" {len(window.text):,} are shown (read_file shows no more of it; bash can)"
+        )
+    if window.more:
+        notes.append(f"more follows: read on with offset={last + 1}")
+    if len(notes) == 1 and window.first == 1:
+        return text
+    return f"{text}{'' if text.endswith(_NEWLINE) else _NEWLINE}[{'; '.join(notes)}]"
 
 
 def _refuse(message: str, code: str) -> ToolOutcome:
@@ -105,77 +204,118 @@ def _at(path: str, line: int | None = None) -> ToolView:
     return ToolView(title=path, locations=[Location(path, line)])
 
 
-async def read_file(args: ReadArgs, call: ToolInvocation) -> str | ToolOutcome:
-    if (args.line is not None and args.line < 1) or (args.limit is not None and args.limit < 1):
-        return _refuse("read_file: line and limit must be 1 or more", "invalid-arguments")
-    try:
-        path = confined(call, args.path)
-        text = await _read(call, path)
-    except PathRefused as exc:
-        return _refuse(f"read_file: {exc}", "path-refused")
-    except OSError as exc:
-        return _refuse(f"read_file: cannot read {args.path!r}: {exc.strerror}", "os-error")
-    lines = text.splitlines(keepends=True)
-    start = (args.line or 1) - 1
-    chosen = lines[start : start + (args.limit or READ_LINES)]
-    shown = "".join(chosen)
-    if start + len(chosen) < len(lines):
-        shown += f"\n[{len(lines) - start - len(chosen)} more lines; read on with line=]"
-    return shown or "(empty)"
+class _NoUniqueMatch(Exception):
+    pass
 
 
-async def write_file(args: WriteArgs, call: ToolInvocation) -> str | ToolOutcome:
-    try:
-        path = confined(call, args.path)
+def _edited(old: str | None, old_string: str, new_string: str) -> str:
+    if old is None:
+        raise FileNotFoundError(2, "No such file or directory")
+    found = old.count(old_string)
+    if found != 1:
+        raise _NoUniqueMatch("not found" if found == 0 else f"found {found} times")
+    return old.replace(old_string, new_string, 1)
+
+
+class FileTools:
+    """The three tools over one set of read caps."""
+
+    __slots__ = ("caps",)
+
+    def __init__(self, caps: ReadCaps) -> None:
+        self.caps = caps
+
+    async def read_file(self, args: ReadArgs, call: ToolInvocation) -> str | ToolOutcome:
+        limit, cap = args.limit or self.caps.lines, self.caps.bytes
         try:
-            old: str | None = await _read(call, path)
-        except Exception:  # a new file: nothing to read (the editor says so its own way)
-            old = None
-        await _write(call, path, args.content)
-    except PathRefused as exc:
-        return _refuse(f"write_file: {exc}", "path-refused")
-    except OSError as exc:
-        return _refuse(f"write_file: cannot write {args.path!r}: {exc.strerror}", "os-error")
-    return ToolOutcome(
-        f"wrote {len(args.content)} characters to {args.path}",
-        diffs=[FileDiff(path, args.content, old)],
-    )
+            roots = _roots(call)
+            files = _editor(call)
+            if files is None:
+                window = await _in_thread(
+                    lambda: _read_local(roots, args.path, args.offset, limit, cap)
+                )
+            else:
+                path = await _in_thread(lambda: resolve(roots, args.path))
+                text = await files.read_text(path, None, None)
+                window = _read_text(text, args.offset, limit, cap)
+        except PathRefused as exc:
+            return _refuse(f"read_file: {exc}", "path-refused")
+        except OSError as exc:
+            return _refuse(f"read_file: cannot read {args.path!r}: {exc.strerror}", "os-error")
+        return _shown(window, args.path, cap)
 
+    async def write_file(self, args: WriteArgs, call: ToolInvocation) -> str | ToolOutcome:
+        try:
+            roots = _roots(call)
+            files = _editor(call)
+            if files is None:
+                old, _, path = await _in_thread(lambda: replace(roots, args.path, _content(args)))
+            else:
+                path = await _in_thread(lambda: resolve(roots, args.path))
+                try:
+                    old = await files.read_text(path, None, None)
+                except Exception:  # a new file: nothing to read (the editor says so its own way)
+                    old = None
+                await files.write_text(path, args.content)
+        except PathRefused as exc:
+            return _refuse(f"write_file: {exc}", "path-refused")
+        except OSError as exc:
+            return _refuse(f"write_file: cannot write {args.path!r}: {exc.strerror}", "os-error")
+        return ToolOutcome(
+            f"wrote {len(args.content)} characters to {args.path}",
+            diffs=[FileDiff(path, args.content, old)],
+        )
 
-async def edit_file(args: EditArgs, call: ToolInvocation) -> str | ToolOutcome:
-    if not args.old_string:
-        return _refuse("edit_file: old_string must not be empty", "invalid-arguments")
-    try:
-        path = confined(call, args.path)
-        old = await _read(call, path)
-        found = old.count(args.old_string)
-        if found != 1:
-            where = "not found" if found == 0 else f"found {found} times; give more context"
+    async def edit_file(self, args: EditArgs, call: ToolInvocation) -> str | ToolOutcome:
+        if not args.old_string:
+            return _refuse("edit_file: old_string must not be empty", "invalid-arguments")
+
+        def edit(old: str | None) -> str:
+            return _edited(old, args.old_string, args.new_string)
+
+        try:
+            roots = _roots(call)
+            files = _editor(call)
+            if files is None:
+                old, new, path = await _in_thread(lambda: replace(roots, args.path, edit))
+            else:
+                path = await _in_thread(lambda: resolve(roots, args.path))
+                old = await files.read_text(path, None, None)
+                new = edit(old)
+                await files.write_text(path, new)
+        except _NoUniqueMatch as exc:
+            where = f"{exc}; give more context" if "times" in str(exc) else str(exc)
             return _refuse(f"edit_file: old_string {where} in {args.path}", "no-unique-match")
-        new = old.replace(args.old_string, args.new_string, 1)
-        await _write(call, path, new)
-    except PathRefused as exc:
-        return _refuse(f"edit_file: {exc}", "path-refused")
-    except OSError as exc:
-        return _refuse(f"edit_file: cannot edit {args.path!r}: {exc.strerror}", "os-error")
-    return ToolOutcome(f"edited {args.path}", diffs=[FileDiff(path, new, old)])
+        except PathRefused as exc:
+            return _refuse(f"edit_file: {exc}", "path-refused")
+        except OSError as exc:
+            return _refuse(f"edit_file: cannot edit {args.path!r}: {exc.strerror}", "os-error")
+        return ToolOutcome(f"edited {args.path}", diffs=[FileDiff(path, new, old)])
 
 
-def file_tools() -> list[Tool[Any]]:
+def _content(args: WriteArgs) -> Callable[[str | None], str]:
+    return lambda old: args.content
+
+
+def file_tools(caps: ReadCaps | None = None) -> list[Tool[Any]]:
+    """read_file, write_file and edit_file, reads capped by `caps` (default `ReadCaps()`)."""
+    tools = FileTools(caps or ReadCaps())
     return [
         Tool(
             "read_file",
-            "Read a text file of the session's directories (line: 1-based start; limit: lines).",
+            "Read a text file of the session's directories: from line `offset` (1-based),"
+            f" `limit` lines; at most {tools.caps.lines:,} lines or {tools.caps.bytes:,} bytes"
+            " a call, and the result says how to read on.",
             ReadArgs,
-            read_file,
+            tools.read_file,
             kind="read",
-            view=lambda a: _at(a.path, a.line),
+            view=lambda a: _at(a.path, a.offset if a.offset > 1 else None),
         ),
         Tool(
             "write_file",
             "Write a whole text file in the session's directories (it is created or replaced).",
             WriteArgs,
-            write_file,
+            tools.write_file,
             kind="edit",
             view=lambda a: _at(a.path),
         ),
@@ -183,7 +323,7 @@ def file_tools() -> list[Tool[Any]]:
             "edit_file",
             "Replace the one occurrence of old_string in a file with new_string.",
             EditArgs,
-            edit_file,
+            tools.edit_file,
             kind="edit",
             view=lambda a: _at(a.path),
         ),
@@ -191,6 +331,6 @@ def file_tools() -> list[Tool[Any]]:
 
 
 def files_plugin(ctx: PluginContext) -> None:
-    """The ``tool-files`` plugin: read_file, write_file and edit_file."""
+    """The ``tool-files`` plugin: read_file, write_file and edit_file, with the default caps."""
     for tool in file_tools():
         ctx.register_tool(tool)
