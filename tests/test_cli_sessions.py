@@ -217,3 +217,28 @@ def test_an_empty_postgres_schema_is_an_error_and_gets_no_tables(
     with psycopg.connect(postgres_dsn) as db:
         tables = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
     assert tables == (None,)
+
+
+async def _record_settings(state: Path) -> None:
+    store = JsonlPersistence(sessions_root(state))
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="settings")
+        handle.agent.configure("mode", "read-only")
+        await handle.agent.when_idle()
+        handle.agent.configure("model", "default")
+        await handle.agent.when_idle()
+        await handle.dispose()
+
+
+def test_show_labels_setting_changes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trio.run(_record_settings, tmp_path)
+    assert main(["sessions", "--state-dir", str(tmp_path), "show", "settings"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1:] == [
+        "turn 1 (settings changed by user)",
+        "  mode set to read-only",
+        "  end: completed",
+        "turn 2 (settings changed by user)",
+        "  model set to default",
+        "  end: completed",
+    ]

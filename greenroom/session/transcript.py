@@ -10,6 +10,8 @@ from greenroom.protocol.events import (
     AgentSource,
     AssistantMessage,
     Completed,
+    ConfigSet,
+    ConfigTrigger,
     ContextMessage,
     Disposed,
     Errored,
@@ -17,6 +19,7 @@ from greenroom.protocol.events import (
     Interrupted,
     MaxTokens,
     MessageSource,
+    PermissionRule,
     PluginSource,
     Refused,
     SessionEvent,
@@ -80,6 +83,8 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
         match event:
             case TurnStart(turn=turn, trigger=InjectionTrigger(source=source)):
                 yield f"turn {turn} (injected by {describe_source(source)})"
+            case TurnStart(turn=turn, trigger=ConfigTrigger(source=source)):
+                yield f"turn {turn} (settings changed by {describe_source(source)})"
             case TurnStart(turn=turn, trigger=trigger):
                 yield f"turn {turn} (message from {describe_source(trigger.source)})"
             case UserMessage(content=content, source=source):
@@ -99,6 +104,10 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
                 shown = content if len(content) <= PREVIEW else content[:PREVIEW] + " …"
                 marker = "tool error" if is_error else "tool result"
                 yield f"  {marker} [{call_id}]: {shown}"
+            case ConfigSet(key=key, value=value):
+                yield f"  {key} set to {value}"
+            case PermissionRule(tool=tool, allow=allow):
+                yield f"  {'always allow' if allow else 'always reject'} {tool}"
             case TurnEnd(reason=reason):
                 yield f"  end: {describe_reason(reason)}"
 
