@@ -1,4 +1,5 @@
-"""The OpenAI-compatible and Anthropic adapters against a loopback server speaking each wire format.
+"""The OpenAI-compatible and Anthropic adapters against a loopback server speaking each wire format
+over TLS (a test CA's certificate, trusted through ``verify=``).
 
 Real sockets, so the real clock: every test bounds itself with ``trio.fail_after``.
 """
@@ -7,7 +8,8 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import msgspec
@@ -27,6 +29,7 @@ from greenroom.protocol.model import (
     Finish,
     ModelRequest,
     ReasoningDelta,
+    Retry,
     StreamChunk,
     TextDelta,
     ToolCallChunk,
@@ -35,7 +38,8 @@ from greenroom.protocol.model import (
 )
 from greenroom.tools import Tool
 from tests.agents_helpers import new_agent, turn_ends
-from tests.sse_server import Cut, Hold, Pause, Reply, sse, sse_server
+from tests.sse_server import Cut, Hold, Pause, Reply, SseServer, client_tls, sse
+from tests.sse_server import sse_server as tls_server
 from tests.wire import (
     ant_block,
     ant_delta,
@@ -152,14 +156,22 @@ STREAMS: dict[str, dict[str, list[bytes]]] = {
 }
 
 ADAPTERS = ["openai", "anthropic"]
+PATH = {"openai": "/v1/chat/completions", "anthropic": "/v1/messages"}
 #: How many pieces of each "text" stream reach the first text delta ("Hello").
 TO_HELLO = {"openai": 2, "anthropic": 4}
 
 
-def adapter(kind: str, url: str) -> ModelAdapter:
+def adapter(kind: str, url: str, **options: Any) -> OpenAIChatModel | AnthropicModel:
+    """`kind`'s adapter for the loopback server at `url` (trusting the test CA)."""
+    options = {"backoff": FAST, "verify": client_tls(), **options}
     if kind == "openai":
-        return OpenAIChatModel(url + "/v1", KEY, "gpt-4o-mini", backoff=FAST)
-    return AnthropicModel(url, KEY, "claude-sonnet-4-5", backoff=FAST)
+        return OpenAIChatModel(url + "/v1", KEY, "gpt-4o-mini", **options)
+    return AnthropicModel(url, KEY, "claude-sonnet-4-5", **options)
+
+
+def sse_server(replies: Sequence[Reply]) -> AbstractAsyncContextManager[SseServer]:
+    """The loopback server, over TLS."""
+    return tls_server(replies, tls=True)
 
 
 REQUEST = ModelRequest(messages=[UserTurn("hi")], system="be brief")
@@ -204,9 +216,14 @@ async def test_plain_text_and_usage(kind: str) -> None:
         assert seen.path == "/v1/messages"
         assert seen.headers["x-api-key"] == KEY
         assert seen.headers["anthropic-version"] == "2023-06-01"
-        assert seen.body["system"] == "be brief"
+        assert seen.body["system"] == [
+            {"type": "text", "text": "be brief", "cache_control": {"type": "ephemeral"}}
+        ]
         assert seen.body["messages"] == [
-            {"role": "user", "content": [{"type": "text", "text": "hi"}]}
+            {
+                "role": "user",
+                "content": [{"type": "text", "text": "hi", "cache_control": {"type": "ephemeral"}}],
+            }
         ]
 
 
@@ -258,8 +275,11 @@ async def test_429_with_retry_after_then_success(
         async with sse_server([limited, Reply(pieces=STREAMS[kind]["text"])]) as server:
             chunks = await collect(adapter(kind, server.url))
     assert chunks[-1] == Finish("stop")
+    (retry,) = of(Retry, chunks)
+    assert (retry.attempt, retry.wait, retry.code) == (1, 0.0, "http-429")
+    assert retry.error == f"{server.url}{PATH[kind]} answered HTTP 429: slow down"
     assert len(server.requests) == 2
-    assert "HTTP 429 (slow down); retry 1 of 3" in caplog.text
+    assert "answered HTTP 429: slow down; retry 1 in 0.00 s" in caplog.text
     assert KEY not in caplog.text
 
 
@@ -381,6 +401,7 @@ async def test_a_full_turn_with_a_tool_call_round_trips(kind: str) -> None:
                     "tool_use_id": "toolu_01",
                     "content": "ran ls -la",
                     "is_error": False,
+                    "cache_control": {"type": "ephemeral"},
                 }
             ],
         }

@@ -73,6 +73,7 @@ from greenroom.protocol.events import (
     InjectionTrigger,
     MessageSource,
     MessageTrigger,
+    ModelRetry,
     StatusName,
     SteeringMessage,
     StepEnd,
@@ -91,6 +92,7 @@ from greenroom.protocol.model import (
     FinishReason,
     ModelRequest,
     ReasoningDelta,
+    Retry,
     TextDelta,
     ToolCallChunk,
     Usage,
@@ -616,6 +618,18 @@ class LoopAgent:
         append, emit = self._session.append, self._hooks.emit
         try:
             async for chunk in stream:
+                if type(chunk) is Retry:  # no part of the reply: the adapter tries again
+                    append(
+                        ModelRetry(
+                            turn=turn,
+                            step=step,
+                            attempt=chunk.attempt,
+                            wait=chunk.wait,
+                            error=chunk.error,
+                            code=chunk.code,
+                        )
+                    )
+                    continue
                 if not reply.take(chunk):
                     break
                 append(AssistantChunk(turn=turn, step=step, chunk=chunk))

@@ -6,7 +6,8 @@ Requires the ``anthropic`` extra (``pip install 'greenroom[anthropic]'``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
 import msgspec
@@ -16,7 +17,9 @@ from greenroom.models.base import ModelError
 from greenroom.models.http import (
     DEFAULT_BACKOFF,
     DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_RETRY_BUDGET,
     HttpModel,
+    SseEvent,
     endpoint,
 )
 from greenroom.protocol.model import (
@@ -35,6 +38,8 @@ from greenroom.protocol.model import (
 
 API_VERSION: Final = "2023-06-01"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+#: A prompt-cache breakpoint (the default five-minute cache).
+EPHEMERAL: Final = {"type": "ephemeral"}
 _FINISH: dict[str, FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
@@ -50,7 +55,9 @@ class AnthropicModel(HttpModel):
 
     ``base_url`` and ``api_key`` default to ``ANTHROPIC_BASE_URL`` and
     ``ANTHROPIC_API_KEY`` (the URL then to the public API), as in the
-    ``greenroom`` command (`greenroom.models.http.endpoint`).
+    ``greenroom`` command (`greenroom.models.http.endpoint`). ``retry_budget`` is
+    the seconds one call may wait between attempts, in all; ``verify`` the TLS
+    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
     """
 
     def __init__(
@@ -60,9 +67,10 @@ class AnthropicModel(HttpModel):
         model: str | None = None,
         *,
         max_tokens: int = 8192,
-        attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
         if not model:
             raise TypeError("AnthropicModel: name the model (model=...)")
@@ -75,14 +83,28 @@ class AnthropicModel(HttpModel):
                 "content-type": "application/json",
             },
             model,
-            attempts,
-            backoff,
-            context_window,
+            backoff=backoff,
+            retry_budget=retry_budget,
+            context_window=context_window,
+            verify=verify,
         )
         self._max_tokens = max_tokens
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body: consecutive same-role turns merged, as the API requires."""
+        """The request body, laid out for the prompt cache.
+
+        Consecutive same-role turns are merged, as the API requires. The keys go in
+        the cache's order (tools, system, messages), so the encoded bytes of one
+        request up to a breakpoint are a byte prefix of the next one's. Four
+        ``cache_control`` breakpoints (the API's limit): the last tool, the system
+        prompt, the last block of the message that ended the previous request (the
+        third from the end: a user message, then the reply, then this user message)
+        and the last block of this request. Each step thus reads everything up to the
+        previous request from cache and writes what it adds; the previous request's
+        last breakpoint is the same block with the same marker, so nothing before it
+        changes by a byte. Everything is derived from the log, in its order, with no
+        clock in it: a resumed session rebuilds the same bytes.
+        """
         messages: list[dict[str, Any]] = []
 
         def add(role: str, block: dict[str, Any]) -> None:
@@ -118,79 +140,92 @@ class AnthropicModel(HttpModel):
                             "is_error": is_error,
                         },
                     )
+        for index in (-3, -1):
+            if len(messages) >= -index:
+                messages[index]["content"][-1]["cache_control"] = EPHEMERAL
         body: dict[str, Any] = {
             "model": request.model or self._model,
             "max_tokens": self._max_tokens,
-            "messages": messages,
             "stream": True,
         }
-        if request.system:
-            body["system"] = request.system
         if request.tools:
-            body["tools"] = [
+            tools: list[dict[str, Any]] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
                 for t in request.tools
             ]
+            tools[-1]["cache_control"] = EPHEMERAL
+            body["tools"] = tools
+        if request.system:
+            body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
+        body["messages"] = messages
         return body
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    async def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
         blocks: dict[int, list[str]] = {}  # index → [kind, id, name, input JSON so far]
-        usage = [0, 0]
+        usage: dict[str, int] = {}  # the latest figure of each count
         finish: Finish | None = None
         stopped = False
-        async with self._events(request) as events:
-            async for event in events:
-                if event.event == "ping":
-                    continue
-                payload = self._object(event)
-                kind = payload.get("type", event.event)
-                if kind == "error":
-                    error = payload.get("error") or {}
-                    raise ModelError(
-                        f"{self._url}: error event: {error.get('message', error)}",
-                        str(error.get("type", "error")),
-                    )
-                if kind == "message_start":
-                    start_usage = (payload.get("message") or {}).get("usage") or {}
-                    usage[0] = int(start_usage.get("input_tokens") or 0)
-                elif kind == "content_block_start":
-                    block = payload.get("content_block") or {}
-                    blocks[int(payload.get("index", 0))] = [
-                        str(block.get("type", "")),
-                        str(block.get("id", "")),
-                        str(block.get("name", "")),
-                        "",
-                    ]
-                elif kind == "content_block_delta":
-                    delta = payload.get("delta") or {}
-                    match delta.get("type"):
-                        case "text_delta":
-                            yield TextDelta(str(delta.get("text", "")))
-                        case "thinking_delta":
-                            yield ReasoningDelta(str(delta.get("thinking", "")))
-                        case "input_json_delta":
-                            index = int(payload.get("index", 0))
-                            blocks.setdefault(index, ["tool_use", "", "", ""])
-                            blocks[index][3] += str(delta.get("partial_json", ""))
-                elif kind == "content_block_stop":
-                    entry = blocks.pop(int(payload.get("index", 0)), None)
-                    if entry is not None and entry[0] == "tool_use":
-                        yield ToolCallChunk(entry[1], entry[2], entry[3] or "{}")
-                elif kind == "message_delta":
-                    delta_usage = payload.get("usage") or {}
-                    usage[1] = int(delta_usage.get("output_tokens") or usage[1])
-                    reason = (payload.get("delta") or {}).get("stop_reason")
-                    if reason:
-                        finish = _finish(str(reason))
-                elif kind == "message_stop":
-                    stopped = True
-                    break
+        async for event in events:
+            if event.event == "ping":
+                continue
+            payload = self._object(event)
+            kind = payload.get("type", event.event)
+            if kind == "error":
+                raise self._stream_error(payload.get("error"))
+            if kind == "message_start":
+                _counts(usage, (payload.get("message") or {}).get("usage"))
+            elif kind == "content_block_start":
+                block = payload.get("content_block") or {}
+                blocks[int(payload.get("index", 0))] = [
+                    str(block.get("type", "")),
+                    str(block.get("id", "")),
+                    str(block.get("name", "")),
+                    "",
+                ]
+            elif kind == "content_block_delta":
+                delta = payload.get("delta") or {}
+                match delta.get("type"):
+                    case "text_delta":
+                        yield TextDelta(str(delta.get("text", "")))
+                    case "thinking_delta":
+                        yield ReasoningDelta(str(delta.get("thinking", "")))
+                    case "input_json_delta":
+                        index = int(payload.get("index", 0))
+                        blocks.setdefault(index, ["tool_use", "", "", ""])
+                        blocks[index][3] += str(delta.get("partial_json", ""))
+            elif kind == "content_block_stop":
+                entry = blocks.pop(int(payload.get("index", 0)), None)
+                if entry is not None and entry[0] == "tool_use":
+                    yield ToolCallChunk(entry[1], entry[2], entry[3] or "{}")
+            elif kind == "message_delta":
+                _counts(usage, payload.get("usage"))
+                reason = (payload.get("delta") or {}).get("stop_reason")
+                if reason:
+                    finish = _finish(str(reason))
+            elif kind == "message_stop":
+                stopped = True
+                break
         if not stopped:
             raise ModelError(
                 f"{self._url}: the stream ended before the response finished", "truncated"
             )
-        yield Usage(usage[0], usage[1])
+        read = usage.get("cache_read_input_tokens", 0)
+        written = usage.get("cache_creation_input_tokens", 0)
+        yield Usage(
+            input_tokens=usage.get("input_tokens", 0) + read + written,
+            output_tokens=usage.get("output_tokens", 0),
+            cache_read_tokens=read,
+            cache_write_tokens=written,
+        )
         yield finish or Finish("stop")
+
+
+def _counts(usage: dict[str, int], reported: object) -> None:
+    """Take the counts of a ``usage`` object (``message_delta`` repeats some, cumulatively)."""
+    if isinstance(reported, dict):
+        for name, value in reported.items():
+            if isinstance(value, int):
+                usage[name] = value
 
 
 def _input(arguments: str) -> object:

@@ -1,4 +1,5 @@
-"""What the HTTP model adapters share: server-sent events, retries, errors without secrets.
+"""What the HTTP model adapters share: a pooled client, server-sent events, retries that wait
+and tell, errors without secrets.
 
 The adapters use httpx2, which runs natively under Trio (through anyio's Trio
 backend): no asyncio bridge and no thread left reading. It is the project's one
@@ -8,11 +9,14 @@ asyncio-only pieces, so greenroom speaks the two wire formats itself.
 
 from __future__ import annotations
 
+import email.utils
 import logging
 import math
 import os
 import random
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping
+import ssl
+import time
+from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Final
 
@@ -22,13 +26,30 @@ import trio
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
-from greenroom.protocol.model import ModelRequest, StreamChunk
+from greenroom.protocol.model import ModelRequest, Retry, StreamChunk
 
 logger = logging.getLogger("greenroom.models")
 
-DEFAULT_BACKOFF: Final = Backoff(initial=0.5, maximum=8.0, multiplier=2.0, jitter=0.2)
+#: The waits between attempts: 1, 2, 4, 8, 16, 20, 20 ... s, each stretched by up to 25 %.
+DEFAULT_BACKOFF: Final = Backoff(initial=1.0, maximum=20.0, multiplier=2.0, jitter=0.25)
+#: Seconds one model call may spend waiting between its attempts, in all.
+DEFAULT_RETRY_BUDGET: Final = 60.0
+#: Statuses worth another attempt: timeouts, conflicts, rate limits, overload, server faults.
+RETRIED_STATUSES: Final = frozenset({408, 409, 429, 500, 501, 502, 503, 504, 529})
+#: Error events that may arrive in a 200 stream and are worth another attempt (Anthropic's).
+RETRIED_STREAM_ERRORS: Final = frozenset({"overloaded_error", "rate_limit_error"})
 #: Seconds to wait for a response to start and between two reads of a stream.
 READ_TIMEOUT: Final = 120.0
+#: Connect and TLS handshake 30 s, send 30 s, each read 120 s, a free pooled connection 60 s.
+TIMEOUT: Final = httpx2.Timeout(connect=30.0, read=READ_TIMEOUT, write=30.0, pool=60.0)
+#: At most 64 requests at once per adapter (more wait for a connection, up to the pool timeout);
+#: up to 16 idle connections are kept, each for 60 s after its last response.
+LIMITS: Final = httpx2.Limits(
+    max_connections=64, max_keepalive_connections=16, keepalive_expiry=60.0
+)
+#: Seconds the pool's close may take (TLS close_notify on each idle connection) before it is
+#: abandoned.
+CLOSE_TIMEOUT: Final = 5.0
 
 
 class ModelConfigError(ModelError):
@@ -97,11 +118,77 @@ async def sse_events(response: httpx2.Response) -> AsyncGenerator[SseEvent, None
 DEFAULT_CONTEXT_WINDOW: Final = 128_000
 
 
-class HttpModel:
-    """What both adapters share: one endpoint, the headers that carry the key, retries.
+class RetryableError(Exception):
+    """An attempt failed in a way another attempt may not: raised by an adapter's event reader
+    for an error event such as ``overloaded_error`` (the stream driver decides whether the
+    budget and the stream so far allow another attempt)."""
 
-    A subclass builds the wire body (`body`) and reads the events (`_stream`).
-    ``context_window`` is the tokens the model holds, as the adapter was told.
+    def __init__(self, message: str, code: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after = retry_after
+
+
+class ConnectionPool:
+    """One adapter's HTTP client and its pooled connections, shared by whoever holds it.
+
+    While at least one holder is inside `held` (a runtime, for its whole life), every call
+    goes through one ``httpx2.AsyncClient``, created on the first call (no connection is
+    opened before a request needs it); the last holder's exit closes it and every idle
+    connection. A call made while nobody holds the pool gets a client of its own, closed
+    when the call ends: nothing outlives it either way. The TLS context (the trust store
+    read from disk) is built once, on first use.
+
+    A response left before its end (a cancel, a cut, an error event) closes its connection
+    rather than returning it to the pool half-read (httpcore2 keeps a connection only
+    when both sides finished the exchange).
+    """
+
+    __slots__ = ("_client", "_holders", "_ssl", "_verify")
+
+    def __init__(self, verify: ssl.SSLContext | None) -> None:
+        self._verify = verify
+        self._ssl: ssl.SSLContext | None = None
+        self._client: httpx2.AsyncClient | None = None
+        self._holders = 0
+
+    @asynccontextmanager
+    async def held(self) -> AsyncIterator[None]:
+        """Keep the pool open until the block ends (closing it then if this was the last
+        holder; the close is shielded, so a cancelled holder still closes its sockets)."""
+        self._holders += 1
+        try:
+            yield
+        finally:
+            self._holders -= 1
+            if not self._holders and self._client is not None:
+                client, self._client = self._client, None
+                with trio.CancelScope(shield=True), trio.move_on_after(CLOSE_TIMEOUT):
+                    await client.aclose()
+
+    @asynccontextmanager
+    async def client(self) -> AsyncIterator[httpx2.AsyncClient]:
+        """The client for one call: the pooled one while the pool is held, else its own."""
+        if self._holders:
+            if self._client is None:
+                self._client = self._new_client()
+            yield self._client
+            return
+        async with self._new_client() as client:
+            yield client
+
+    def _new_client(self) -> httpx2.AsyncClient:
+        if self._ssl is None:
+            self._ssl = self._verify or httpx2.create_ssl_context()
+        return httpx2.AsyncClient(timeout=TIMEOUT, limits=LIMITS, verify=self._ssl)
+
+
+class HttpModel:
+    """What both adapters share: one endpoint, the headers that carry the key, the pool, retries.
+
+    A subclass builds the wire body (`body`) and turns the response's events into chunks
+    (`_chunks`). ``context_window`` is the tokens the model holds, as the adapter was told.
+    `connections` is the pool a runtime holds for its life (`greenroom.models.base.open_models`).
     """
 
     def __init__(
@@ -109,43 +196,121 @@ class HttpModel:
         url: str,
         headers: dict[str, str],
         model: str,
-        attempts: int,
+        *,
         backoff: Backoff,
+        retry_budget: float,
         context_window: int,
+        verify: ssl.SSLContext | None,
     ) -> None:
+        if not math.isfinite(retry_budget) or retry_budget < 0:
+            raise ValueError(f"retry_budget must be seconds >= 0, got {retry_budget!r}")
         self.context_window = context_window
+        self.connections = ConnectionPool(verify)
         self._url = url
         self._headers = headers
         self._model = model
-        self._attempts = attempts
         self._backoff = backoff
+        self._retry_budget = retry_budget
 
     def __repr__(self) -> str:  # never the headers: they carry the key
         return f"{type(self).__name__}({self._url!r}, model={self._model!r})"
 
-    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        return self._stream(request)
-
     def body(self, request: ModelRequest) -> dict[str, Any]:
         raise NotImplementedError
 
-    def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
         raise NotImplementedError
 
+    async def stream(self, request: ModelRequest) -> AsyncGenerator[StreamChunk, None]:
+        """The reply to `request`, retried until it starts or the wait budget is spent.
+
+        Another attempt follows a transport error before the response began, a status
+        in `RETRIED_STATUSES`, or a `RetryableError` from the event reader before any
+        chunk of this call was yielded; before it the stream yields a `Retry` (the
+        attempt, the wait, what failed) and sleeps: ``Retry-After`` (or
+        ``retry-after-ms``) when the server sent one, else the backoff. The waits of
+        one call add up to at most the retry budget; a wait that would pass it ends
+        the call with the last failure instead. 401/403 raise `ModelConfigError` at
+        once. Once a chunk was yielded nothing is retried: a cut or an error event then
+        raises `ModelError`, and what was yielded stays with the caller. A cancel
+        interrupts a wait at once. The body is encoded once: each attempt sends the
+        same bytes.
+        """
+        body = msgspec.json.encode(self.body(request))
+        attempt, waited = 0, 0.0
+        while True:
+            attempt += 1
+            started = False
+            try:
+                async with (
+                    self.connections.client() as client,
+                    self._response(client, body) as response,
+                    aclosing(self._chunks(sse_events(response))) as chunks,
+                ):
+                    try:
+                        async for chunk in chunks:
+                            started = True
+                            yield chunk
+                    except httpx2.TransportError as exc:  # mid-body: never retried
+                        raise ModelError(
+                            f"{self._url}: {type(exc).__name__}: {exc}", "connection"
+                        ) from None
+                return
+            except RetryableError as failure:
+                if started:
+                    raise ModelError(str(failure), failure.code) from None
+                wait = _wait(failure.retry_after, self._backoff, attempt)
+                if waited + wait > self._retry_budget:
+                    raise ModelError(
+                        f"{failure}; gave up after {attempt} attempts ({waited:.1f} s waited, "
+                        f"the next wait of {wait:.1f} s would pass the "
+                        f"{self._retry_budget:g} s budget)",
+                        failure.code,
+                    ) from None
+                retry = Retry(attempt=attempt, wait=wait, error=str(failure), code=failure.code)
+            waited += retry.wait
+            logger.warning("%s; retry %d in %.2f s", retry.error, attempt, retry.wait)
+            yield retry
+            await trio.sleep(retry.wait)
+
     @asynccontextmanager
-    async def _events(self, request: ModelRequest) -> AsyncIterator[AsyncGenerator[SseEvent, None]]:
-        """POST the request; yield its events, closed with the response however it ends."""
-        async with (
-            open_stream(
-                self._url,
-                headers=self._headers,
-                body=msgspec.json.encode(self.body(request)),
-                attempts=self._attempts,
-                backoff=self._backoff,
-            ) as response,
-            aclosing(sse_events(response)) as events,
-        ):
-            yield events
+    async def _response(
+        self, client: httpx2.AsyncClient, body: bytes
+    ) -> AsyncIterator[httpx2.Response]:
+        """POST `body`; yield the streaming response once its status is 2xx.
+
+        Raises `RetryableError` for a transport error before the response began and for a
+        status in `RETRIED_STATUSES`, `ModelConfigError` for 401/403, `ModelError` for any
+        other status. Errors name the endpoint, never a header: the key cannot leak into a
+        log, an error or the session log. Leaving the block (a cancel included) closes the
+        response.
+        """
+        request = client.build_request("POST", self._url, headers=self._headers, content=body)
+        try:
+            response = await client.send(request, stream=True)
+        except httpx2.TransportError as exc:
+            raise RetryableError(
+                f"{self._url}: {type(exc).__name__}: {exc}", "connection"
+            ) from None
+        try:
+            if response.status_code < 300:
+                yield response
+                return
+            status = response.status_code
+            detail = await _error_detail(response)
+        finally:
+            await response.aclose()
+        if status in (401, 403):
+            raise ModelConfigError(
+                f"{self._url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
+            )
+        if status in RETRIED_STATUSES:
+            raise RetryableError(
+                f"{self._url} answered HTTP {status}: {detail}",
+                f"http-{status}",
+                _retry_after(response.headers),
+            )
+        raise ModelError(f"{self._url} answered HTTP {status}: {detail}", f"http-{status}")
 
     def _object(self, event: SseEvent) -> dict[str, Any]:
         """The event's JSON object; an error naming the event for anything else."""
@@ -160,59 +325,18 @@ class HttpModel:
             raise ModelError(f"{self._url}: {event.event!r} event is not an object", "malformed")
         return payload
 
-
-@asynccontextmanager
-async def open_stream(
-    url: str,
-    *,
-    headers: Mapping[str, str],
-    body: bytes,
-    attempts: int,
-    backoff: Backoff,
-) -> AsyncIterator[httpx2.Response]:
-    """POST `body` and yield the streaming response once the status is 2xx.
-
-    429 and 5xx are retried (at most `attempts` tries in all), waiting what
-    ``Retry-After`` asks or the backoff; each retry is logged. 401/403 raise
-    `ModelConfigError` at once. Errors name the endpoint, never a header: the
-    API key cannot leak into a log, an error or the session log. Leaving the
-    context (a cancel included) closes the response and its connection.
-    """
-    timeout = httpx2.Timeout(READ_TIMEOUT, connect=30.0)
-    async with httpx2.AsyncClient(timeout=timeout) as client:
-        for attempt in range(1, attempts + 1):
-            try:
-                async with client.stream("POST", url, headers=headers, content=body) as response:
-                    if response.status_code < 300:
-                        yield response
-                        return
-                    detail = await _error_detail(response)
-                    status = response.status_code
-                    retry_after = response.headers.get("retry-after")
-            except httpx2.TransportError as exc:
-                raise ModelError(f"{url}: {type(exc).__name__}: {exc}", "connection") from None
-            if status in (401, 403):
-                raise ModelConfigError(
-                    f"{url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
-                )
-            if status != 429 and status < 500:
-                raise ModelError(f"{url} answered HTTP {status}: {detail}", f"http-{status}")
-            if attempt == attempts:
-                raise ModelError(
-                    f"{url} answered HTTP {status} {attempts} times; giving up: {detail}",
-                    f"http-{status}",
-                )
-            delay = _retry_delay(retry_after, backoff, attempt)
-            logger.warning(
-                "%s answered HTTP %d (%s); retry %d of %d in %.2fs",
-                url,
-                status,
-                detail,
-                attempt,
-                attempts - 1,
-                delay,
-            )
-            await trio.sleep(delay)
+    def _stream_error(self, error: object) -> Exception:
+        """What an error event in a 200 stream raises: `RetryableError` for a kind in
+        `RETRIED_STREAM_ERRORS`, else `ModelError`."""
+        if isinstance(error, dict):
+            kind = str(error.get("type") or error.get("code") or "error")
+            message = error.get("message", error)
+        else:
+            kind, message = "error", error
+        text = f"{self._url}: error event: {kind}: {message}"
+        if kind in RETRIED_STREAM_ERRORS:
+            return RetryableError(text, kind)
+        return ModelError(text, kind)
 
 
 async def _error_detail(response: httpx2.Response) -> str:
@@ -231,12 +355,36 @@ async def _error_detail(response: httpx2.Response) -> str:
     return msgspec.json.encode(payload).decode()[:200]
 
 
-def _retry_delay(retry_after: str | None, backoff: Backoff, attempt: int) -> float:
+def _retry_after(headers: httpx2.Headers) -> float | None:
+    """Seconds the server asked to wait: ``retry-after-ms``, or ``Retry-After`` as seconds or
+    an HTTP date; None when absent or unreadable."""
+    raw = headers.get("retry-after-ms")
+    if raw is not None:
+        seconds = _seconds(raw)
+        if seconds is not None:
+            return seconds / 1000
+    raw = headers.get("retry-after")
+    if raw is None:
+        return None
+    seconds = _seconds(raw)
+    if seconds is not None:
+        return seconds
+    try:
+        when = email.utils.parsedate_to_datetime(raw)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _seconds(raw: str) -> float | None:
+    try:
+        seconds = float(raw)
+    except ValueError:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def _wait(retry_after: float | None, backoff: Backoff, attempt: int) -> float:
     if retry_after is not None:
-        try:
-            seconds = float(retry_after)
-        except ValueError:
-            seconds = math.nan
-        if math.isfinite(seconds) and seconds >= 0:
-            return min(seconds, backoff.maximum)
+        return retry_after
     return backoff.delay(attempt - 1, random.random())

@@ -6,7 +6,8 @@ Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import ssl
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, Final
 
 from greenroom.backoff import Backoff
@@ -14,7 +15,9 @@ from greenroom.models.base import ModelError
 from greenroom.models.http import (
     DEFAULT_BACKOFF,
     DEFAULT_CONTEXT_WINDOW,
+    DEFAULT_RETRY_BUDGET,
     HttpModel,
+    SseEvent,
     endpoint,
 )
 from greenroom.protocol.model import (
@@ -46,7 +49,9 @@ class OpenAIChatModel(HttpModel):
 
     ``base_url`` and ``api_key`` default to ``OPENAI_BASE_URL`` and
     ``OPENAI_API_KEY`` (the URL then to the public API), as in the
-    ``greenroom`` command (`greenroom.models.http.endpoint`).
+    ``greenroom`` command (`greenroom.models.http.endpoint`). ``retry_budget`` is
+    the seconds one call may wait between attempts, in all; ``verify`` the TLS
+    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
     """
 
     def __init__(
@@ -55,9 +60,10 @@ class OpenAIChatModel(HttpModel):
         api_key: str | None = None,
         model: str | None = None,
         *,
-        attempts: int = 4,
         backoff: Backoff = DEFAULT_BACKOFF,
+        retry_budget: float = DEFAULT_RETRY_BUDGET,
         context_window: int = DEFAULT_CONTEXT_WINDOW,
+        verify: ssl.SSLContext | None = None,
     ) -> None:
         if not model:
             raise TypeError("OpenAIChatModel: name the model (model=...)")
@@ -66,13 +72,19 @@ class OpenAIChatModel(HttpModel):
             base_url + "/chat/completions",
             {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
             model,
-            attempts,
-            backoff,
-            context_window,
+            backoff=backoff,
+            retry_budget=retry_budget,
+            context_window=context_window,
+            verify=verify,
         )
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
-        """The request body for `request` (the wire's messages, tools, streaming options)."""
+        """The request body for `request` (the wire's messages, tools, streaming options).
+
+        OpenAI caches a prompt's longest prefix seen lately by itself; the body keeps
+        that prefix byte-stable: fixed key order, tools ahead of the messages, the
+        history derived from the log in its order, no clock in it.
+        """
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
@@ -96,7 +108,6 @@ class OpenAIChatModel(HttpModel):
                     messages.append({"role": "tool", "tool_call_id": call_id, "content": content})
         body: dict[str, Any] = {
             "model": request.model or self._model,
-            "messages": messages,
             "stream": True,
             "stream_options": {"include_usage": True},
         }
@@ -112,49 +123,58 @@ class OpenAIChatModel(HttpModel):
                 }
                 for tool in request.tools
             ]
+        body["messages"] = messages
         return body
 
-    async def _stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+    async def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
         calls: dict[int, list[str]] = {}  # index → [id, name, arguments so far]
         finish: Finish | None = None
-        async with self._events(request) as events:
-            async for event in events:
-                if event.data == "[DONE]":
-                    break
-                payload = self._object(event)
-                if "error" in payload:
-                    raise ModelError(f"{self._url}: error event: {payload['error']}", "error")
-                usage = payload.get("usage")
-                if isinstance(usage, dict):
-                    yield Usage(
-                        int(usage.get("prompt_tokens") or 0),
-                        int(usage.get("completion_tokens") or 0),
-                    )
-                for choice in payload.get("choices") or ():
-                    delta = choice.get("delta") or {}
-                    reasoning = delta.get("reasoning_content") or delta.get("reasoning")
-                    if reasoning:
-                        yield ReasoningDelta(str(reasoning))
-                    if delta.get("content"):
-                        yield TextDelta(str(delta["content"]))
-                    for fragment in delta.get("tool_calls") or ():
-                        entry = calls.setdefault(int(fragment.get("index", 0)), ["", "", ""])
-                        function = fragment.get("function") or {}
-                        entry[0] = fragment.get("id") or entry[0]
-                        entry[1] += function.get("name") or ""
-                        entry[2] += function.get("arguments") or ""
-                    reason = choice.get("finish_reason")
-                    if reason:
-                        finish = _finish(str(reason))
-            else:
-                if finish is None:
-                    raise ModelError(
-                        f"{self._url}: the stream ended before the response finished", "truncated"
-                    )
+        async for event in events:
+            if event.data == "[DONE]":
+                break
+            payload = self._object(event)
+            if "error" in payload:
+                raise self._stream_error(payload["error"])
+            usage = payload.get("usage")
+            if isinstance(usage, dict):
+                yield _usage(usage)
+            for choice in payload.get("choices") or ():
+                delta = choice.get("delta") or {}
+                reasoning = delta.get("reasoning_content") or delta.get("reasoning")
+                if reasoning:
+                    yield ReasoningDelta(str(reasoning))
+                if delta.get("content"):
+                    yield TextDelta(str(delta["content"]))
+                for fragment in delta.get("tool_calls") or ():
+                    entry = calls.setdefault(int(fragment.get("index", 0)), ["", "", ""])
+                    function = fragment.get("function") or {}
+                    entry[0] = fragment.get("id") or entry[0]
+                    entry[1] += function.get("name") or ""
+                    entry[2] += function.get("arguments") or ""
+                reason = choice.get("finish_reason")
+                if reason:
+                    finish = _finish(str(reason))
+        else:
+            if finish is None:
+                raise ModelError(
+                    f"{self._url}: the stream ended before the response finished", "truncated"
+                )
         for index in sorted(calls):
             call_id, name, arguments = calls[index]
             yield ToolCallChunk(call_id or f"call-{index}", name, arguments)
         yield finish or Finish("stop")
+
+
+def _usage(usage: dict[str, Any]) -> Usage:
+    """`Usage` of a chunk's ``usage`` (``prompt_tokens`` includes the cached ones)."""
+    prompt = usage.get("prompt_tokens_details")
+    completion = usage.get("completion_tokens_details")
+    return Usage(
+        input_tokens=int(usage.get("prompt_tokens") or 0),
+        output_tokens=int(usage.get("completion_tokens") or 0),
+        cache_read_tokens=int((prompt or {}).get("cached_tokens") or 0),
+        reasoning_tokens=int((completion or {}).get("reasoning_tokens") or 0),
+    )
 
 
 def _finish(reason: str) -> Finish:

@@ -190,6 +190,18 @@ class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
     usage: Usage | None = None
 
 
+class ModelRetry(Event, frozen=True, gc=False, tag="model/retry"):
+    """The step's model call failed before any of its reply was logged (`error`, its `code`)
+    and is tried again after `wait` seconds; `attempt` is the failed one, from 1."""
+
+    turn: int
+    step: int
+    attempt: int
+    wait: float
+    error: str
+    code: str | None = None
+
+
 class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     """A call the model made; `kind`, `title` and `locations` say, for a reader, what it does."""
 
@@ -250,6 +262,7 @@ SessionEvent: TypeAlias = (
     | SteeringMessage
     | AssistantChunk
     | AssistantMessage
+    | ModelRetry
     | ToolCall
     | ToolStart
     | ToolResult

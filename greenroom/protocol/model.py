@@ -30,9 +30,31 @@ class ToolCallChunk(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag
     arguments: str  # JSON text
 
 
-class Usage(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="usage"):
+class Usage(
+    msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="usage", omit_defaults=True
+):
+    """Tokens of one model call. ``input_tokens`` counts the whole prompt, cached parts
+    included: ``cache_read_tokens`` were read from the provider's prompt cache and
+    ``cache_write_tokens`` written to it (both part of the input);
+    ``reasoning_tokens`` are the part of ``output_tokens`` spent thinking, where the
+    provider says."""
+
     input_tokens: int = 0
     output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+
+class Retry(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="retry"):
+    """Not part of the reply: the adapter's `attempt` (from 1) failed with `error` before
+    any of its reply was streamed, and the call is tried again after `wait` seconds. The
+    turn driver logs it (``model/retry``) instead of a chunk."""
+
+    attempt: int
+    wait: float
+    error: str
+    code: str | None = None
 
 
 class Finish(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="finish"):
@@ -40,7 +62,7 @@ class Finish(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="finis
     message: str | None = None
 
 
-StreamChunk: TypeAlias = TextDelta | ReasoningDelta | ToolCallChunk | Usage | Finish
+StreamChunk: TypeAlias = TextDelta | ReasoningDelta | ToolCallChunk | Usage | Finish | Retry
 
 # -- requests ----------------------------------------------------------------
 
@@ -70,7 +92,12 @@ class ToolSchema(msgspec.Struct, frozen=True, gc=False):
 
 
 class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
+    """One model call. ``output``: the turn asked for a structured final answer; it is
+    offered in ``tools`` under its name (every adapter sees it there), and an adapter
+    whose provider takes a JSON schema for its output natively may ask for that instead."""
+
     messages: Sequence[Message]
     model: str | None = None
     system: str | None = None
     tools: list[ToolSchema] = []
+    output: ToolSchema | None = None
