@@ -282,9 +282,11 @@ def _sessions(
                 print(f"no sessions in {where}", file=sys.stderr)
                 demo = sessions_root(demo_state_dir())
                 if state_dir is not None and demo.is_dir() and state_dir != demo_state_dir():
+                    from greenroom.demo import command
+
                     print(
                         f"greenroom demo keeps its sessions in {demo}:"
-                        f" greenroom sessions list --state-dir {demo.parent}",
+                        f" {command()} sessions list --state-dir {demo.parent}",
                         file=sys.stderr,
                     )
         else:

@@ -367,6 +367,21 @@ def alternate_screen(out: TextIO, live: bool) -> Iterator[None]:
         out.flush()
 
 
+def command() -> str:
+    """How to run ``greenroom`` from here: its name if the ``greenroom`` on PATH is this
+    one, else the script beside this interpreter (``.venv/bin/greenroom``, relative to the
+    current directory when under it), else ``python -m greenroom``."""
+    script = Path(sys.executable).parent / "greenroom"
+    on_path = shutil.which("greenroom")
+    if on_path is not None and Path(on_path).resolve() == script.resolve():
+        return "greenroom"
+    if script.is_file():
+        with contextlib.suppress(ValueError):
+            return str(script.absolute().relative_to(Path.cwd()))
+        return str(script)
+    return f"{sys.executable} -m greenroom"
+
+
 def run_demo(*, plain: bool, state_dir: Path, fresh: bool, store: Persistence | None) -> int:
     """Run the story with its state in `state_dir` (emptied first if `fresh`: it is the demo's
     own) and its sessions in `store` (default JSONL under `state_dir`), then say where they
@@ -378,12 +393,17 @@ def run_demo(*, plain: bool, state_dir: Path, fresh: bool, store: Persistence | 
             shutil.rmtree(state_dir / part, ignore_errors=True)
     tag = "" if fresh and store is None else f"-{secrets.token_hex(4)}"
     summary = trio.run(lambda: run_story(state_dir, live=live, store=store, tag=tag))
+    run = command()
+    print(
+        "\nthe demo's model is an echo: it says each prompt back, a word at a time, and calls"
+        f" no model API ({run} acp --model anthropic:MODEL runs a real one)"
+    )
     if store is None:
         print(
-            f"\nthe demo's sessions are in {state_dir / 'sessions'}:"
-            f" greenroom sessions list --state-dir {state_dir}"
+            f"the echo's sessions are in {state_dir / 'sessions'}:"
+            f" {run} sessions list --state-dir {state_dir}"
         )
     else:
         names = ", ".join(name + tag for name in ("planner", "builder", "reviewer"))
-        print(f"\nthe demo's sessions in the store you gave: {names}")
+        print(f"the echo's sessions in the store you gave: {names}")
     return 0 if all(ok for _, _, ok in summary) else 1

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import io
+import os
+import shlex
+import sys
 from pathlib import Path
 
 import pytest
@@ -86,3 +89,31 @@ def test_sessions_list_says_where_the_demos_sessions_are(
     err = capsys.readouterr().err
     assert f"greenroom demo keeps its sessions in {tmp_path / 'demo' / 'sessions'}" in err
     assert f"greenroom sessions list --state-dir {tmp_path / 'demo'}" in err
+
+
+async def test_the_demo_ends_saying_it_ran_on_an_echo_and_how_to_read_its_sessions(
+    tmp_path: Path,
+) -> None:
+    venv_bin = Path(sys.executable).parent
+    path = os.pathsep.join(
+        p for p in os.environ.get("PATH", "").split(os.pathsep) if Path(p) != venv_bin
+    )
+    env = {**os.environ, "PATH": path, "GREENROOM_HOME": str(tmp_path / "home")}
+    state = tmp_path / "state"
+    with trio.fail_after(120):
+        done = await trio.run_process(
+            [str(venv_bin / "greenroom"), "demo", "--plain", "--state-dir", str(state)],
+            env=env,
+            cwd=tmp_path,
+            capture_stdout=True,
+            capture_stderr=True,
+        )
+        *_, echo, last = done.stdout.decode().rstrip().splitlines()
+        assert "the demo's model is an echo" in echo
+        assert "calls no model API" in echo
+        assert last.startswith(f"the echo's sessions are in {state / 'sessions'}: ")
+        told = shlex.split(last.partition(": ")[2])
+        assert told == [str(venv_bin / "greenroom"), "sessions", "list", "--state-dir", str(state)]
+        listed = await trio.run_process(told, env=env, cwd=tmp_path, capture_stdout=True)
+    ids = sorted(line.split()[0].rpartition("-")[0] for line in listed.stdout.decode().splitlines())
+    assert ids == ["builder", "planner", "reviewer"]  # each with this run's suffix
