@@ -119,7 +119,7 @@ async def test_a_server_that_never_answers_initialize_fails_at_its_start_timeout
                 agent_id="a", session_id="s", mcp_servers=[silent(record, 1.0)]
             )
             took = time.monotonic() - before
-            assert 1.0 <= took < 3.0
+            assert 1.0 <= took < 5.0  # the timeout, and what a loaded machine adds to it
             (status,) = statuses
             assert (status.state, status.message) == (
                 "failed",
@@ -472,7 +472,8 @@ async def test_a_changed_list_that_never_comes_fails_the_server(tmp_path: Path) 
     """Else the tools it said had changed (``gone`` among them) stayed offered for good."""
     record = tmp_path / "record"
     model = ScriptedModel([[CallTool(tool_name("h", "shrink"))], [Say("ok")]])
-    spec = hostile("h", "relist-hangs", record=record, start_timeout=1.0)
+    # Its first start must fit in the timeout too: 5 s holds on a loaded machine (1 s did not).
+    spec = hostile("h", "relist-hangs", record=record, start_timeout=5.0)
     with trio.fail_after(LIMIT):
         async with open_runtime(model=model) as rt:
             statuses = watch(rt)
@@ -481,7 +482,7 @@ async def test_a_changed_list_that_never_comes_fails_the_server(tmp_path: Path) 
             await handle.agent.when_idle()
             await until(lambda: statuses[-1].state == "failed", "it failed")
             assert statuses[-1].message == (
-                "McpServerError: did not list its changed tools within 1 s"
+                "McpServerError: did not list its changed tools within 5 s"
             )
             await until(lambda: statuses[-1].state == "ready", "it is restarted")
             assert len(pids(record)) == 2
