@@ -2,6 +2,7 @@
 
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.life import AgentHandle
+from greenroom.actors.prompt import Answer, Prompt, StopReason, ToolCallRecord
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
 from greenroom.runtime import Runtime, open_runtime
@@ -16,9 +17,13 @@ __all__ = [
     "AgentHandle",
     "AgentOptions",
     "AgentRegistry",
+    "Answer",
+    "Prompt",
     "Runtime",
     "SpawnLimits",
     "SpawnRefused",
+    "StopReason",
+    "ToolCallRecord",
     "open_runtime",
     "tool",
 ]

@@ -206,7 +206,8 @@ async def story(
     say("builder: a second prompt waits in the queue; cancelling")
     builder.cancel("changed my mind")
     await builder.when_idle()
-    ran = any(isinstance(e, UserMessage) and e.message_id == queued for e in builder.session.events)
+    events = builder.session.events
+    ran = any(isinstance(e, UserMessage) and e.message_id == queued.id for e in events)
     ended = [e.reason for e in builder.session.events if isinstance(e, TurnEnd)]
     narrator.check(
         "a cancel drops a queued prompt",

@@ -67,10 +67,10 @@ async def test_random_interleavings_keep_the_invariants(
             pending -= logged
             if op == "send":
                 assert isinstance(arg, str)
-                pending.add(agent.send(arg))
+                pending.add(agent.send(arg).id)
             elif op == "steer":
                 assert isinstance(arg, str)
-                pending.add(agent.steer(arg))
+                pending.add(agent.steer(arg).id)
             elif op == "inject":
                 assert isinstance(arg, str)
                 agent.inject(arg)
@@ -179,10 +179,10 @@ async def test_random_interleavings_over_a_family_keep_the_invariants(
                 pending[n] = set()
             elif op == "send":
                 assert isinstance(arg, str)
-                pending[index].add(handle.agent.send(arg))
+                pending[index].add(handle.agent.send(arg).id)
             elif op == "steer":
                 assert isinstance(arg, str)
-                pending[index].add(handle.agent.steer(arg))
+                pending[index].add(handle.agent.steer(arg).id)
             elif op == "cancel":
                 handle.agent.cancel()
                 for reached in descendants(index):

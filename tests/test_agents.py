@@ -63,7 +63,7 @@ async def test_a_burst_is_one_turn_and_a_send_during_a_turn_waits_for_the_next()
                 agent_.send("four")
 
         rt.hooks.on(AGENT_STEP_END, late_send)
-        ids = [agent.send(text) for text in ("one", "two", "three")]
+        ids = [agent.send(text).id for text in ("one", "two", "three")]
         assert len(set(ids)) == 3
         await agent.when_idle()
         events = agent.session.events
@@ -76,10 +76,10 @@ async def test_a_burst_is_one_turn_and_a_send_during_a_turn_waits_for_the_next()
 async def test_withdraw_takes_back_only_a_prompt_no_turn_took() -> None:
     async with open_runtime(model=ScriptedModel([[Say("working"), Wait(1)]])) as rt:
         agent = await new_agent(rt)
-        running = agent.send("one")
+        running = agent.send("one").id
         await trio.sleep(0.5)
         assert agent.status == "running"
-        later, withdrawn, last = agent.send("two"), agent.send("three"), agent.send("four")
+        later, withdrawn, last = (agent.send(t).id for t in ("two", "three", "four"))
         assert agent.withdraw(withdrawn)
         assert not agent.withdraw(withdrawn)  # gone already
         assert not agent.withdraw(running)  # its turn took it: cancel stops that
@@ -93,7 +93,7 @@ async def test_withdraw_takes_back_only_a_prompt_no_turn_took() -> None:
 async def test_withdrawing_what_an_idle_agent_had_queued_releases_when_idle() -> None:
     async with open_runtime(model=ScriptedModel()) as rt:
         agent = await new_agent(rt)
-        message = agent.send("one")
+        message = agent.send("one").id
         idle = agent.when_idle()  # registered while something is queued
         assert agent.withdraw(message)
         await idle
@@ -111,7 +111,7 @@ async def test_a_withdraw_as_the_turn_starts_runs_no_turn() -> None:
                 agent_.withdraw(sent.pop())
 
         rt.hooks.on(AGENT_STATUS, withdraw_in_window_2)
-        sent.append(agent.send("one"))
+        sent.append(agent.send("one").id)
         await agent.when_idle()
         assert agent.session.events == []  # no turn/end without its turn/start
         agent.send("two")

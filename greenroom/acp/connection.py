@@ -337,7 +337,7 @@ class AcpConnection:
 
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self._record(params.session_id)
-        message_id = record.handle.agent.send(_text(params.prompt))
+        message_id = record.handle.agent.send(_text(params.prompt)).id
         record.pending[message_id] = _Pending(request_id)
 
     def _steer(self, request_id: RequestId, params: PromptParams) -> None:

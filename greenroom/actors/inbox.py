@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from typing import NamedTuple
+from typing import Any
 
 import trio
 
-from greenroom.protocol.events import MessageSource
+from greenroom.actors.prompt import Prompt
 
 _PROCESS = secrets.token_hex(4)
 _counter = itertools.count(1)
@@ -19,26 +19,22 @@ def new_message_id() -> str:
     return f"msg-{_PROCESS}-{next(_counter)}"
 
 
-class Prompt(NamedTuple):
-    content: str
-    source: MessageSource
-    message_id: str
-
-
 class Inbox:
     """Two FIFOs and one parked reader.
 
     The agent's own task is the only reader: it parks in `wait` until a
-    prompt is queued or a flush is requested. Both FIFOs drain whole (a
-    synchronous burst becomes one turn). Writers never block and never
+    prompt is queued or a flush is requested. The steering FIFO drains whole;
+    the queued FIFO drains its leading run of prompts that ask for the same
+    output (a synchronous burst becomes one turn; prompts asking for
+    different outputs never share one). Writers never block and never
     checkpoint.
     """
 
     __slots__ = ("_parked", "_queued", "_steering", "flush_requested")
 
     def __init__(self) -> None:
-        self._queued: list[Prompt] = []
-        self._steering: list[Prompt] = []
+        self._queued: list[Prompt[Any]] = []
+        self._steering: list[Prompt[Any]] = []
         self._parked: trio.lowlevel.Task | None = None
         self.flush_requested = False
 
@@ -50,30 +46,39 @@ class Inbox:
     def steering(self) -> int:
         return len(self._steering)
 
-    def push(self, prompt: Prompt) -> None:
+    def push(self, prompt: Prompt[Any]) -> None:
         self._queued.append(prompt)
         self._wake()
 
-    def push_steering(self, prompt: Prompt) -> None:
+    def push_steering(self, prompt: Prompt[Any]) -> None:
         self._steering.append(prompt)
 
     def request_flush(self) -> None:
         self.flush_requested = True
         self._wake()
 
-    def withdraw(self, message_id: str) -> bool:
-        """Take a prompt back out of the queued FIFO; False if it is not there (any more)."""
+    def withdraw(self, message_id: str) -> Prompt[Any] | None:
+        """Take a prompt back out of the queued FIFO; None if it is not there (any more)."""
         for index, prompt in enumerate(self._queued):
-            if prompt.message_id == message_id:
+            if prompt.id == message_id:
                 del self._queued[index]
-                return True
-        return False
+                return prompt
+        return None
 
-    def drain(self) -> list[Prompt]:
-        drained, self._queued = self._queued, []
+    def drain(self) -> list[Prompt[Any]]:
+        """The next turn's prompts: the leading run of those asking for the same output."""
+        queued = self._queued
+        output = queued[0].output if queued else None
+        end = 1
+        while end < len(queued) and queued[end].output is output:
+            end += 1
+        if end >= len(queued):
+            self._queued = []
+            return queued
+        drained, self._queued = queued[:end], queued[end:]
         return drained
 
-    def drain_steering(self) -> list[Prompt]:
+    def drain_steering(self) -> list[Prompt[Any]]:
         drained, self._steering = self._steering, []
         return drained
 
@@ -82,9 +87,12 @@ class Inbox:
         if self._steering:
             self._queued[:0] = self.drain_steering()
 
-    def clear(self) -> None:
+    def clear(self) -> list[Prompt[Any]]:
+        """Empty both FIFOs; what they held, steering first."""
+        cleared = self._steering + self._queued
         self._queued.clear()
         self._steering.clear()
+        return cleared
 
     async def wait(self) -> None:
         """Return once something is queued or a flush requested. Always checkpoints."""

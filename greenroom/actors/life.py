@@ -70,7 +70,7 @@ class Spawner(Protocol):
 class LiveAgent(Agent, Protocol):
     """An agent as its life runs it."""
 
-    async def run(self) -> None:
+    async def drive(self) -> None:
         """Run turns until cancelled (the life scope, or the owner); never returns otherwise."""
         ...
 
@@ -320,7 +320,7 @@ class AgentLife:
                                         task_status.started(self.handle)
                                         # Trio's status holds its start's nursery (~800 B).
                                         del task_status
-                                        await agent.run()
+                                        await agent.drive()
                                 finally:
                                     await self.end_children()
                             finally:

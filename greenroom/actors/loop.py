@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Generator, Mapping
 from functools import partial
-from typing import Final
+from typing import Any, Final, TypeVar, overload
 
 import trio
 
@@ -43,8 +43,10 @@ from greenroom.actors.events import (
     AGENT_TURN_END,
     AGENT_TURN_START,
 )
-from greenroom.actors.inbox import Inbox, Prompt, new_message_id
+from greenroom.actors.inbox import Inbox, new_message_id
 from greenroom.actors.life import AgentLife
+from greenroom.actors.output import OutputTools, OutputTurn, output_spec
+from greenroom.actors.prompt import Answer, Prompt, TurnOutcome, dropped, settle, take
 from greenroom.actors.types import (
     MODES,
     AgentDisposed,
@@ -73,6 +75,7 @@ from greenroom.protocol.events import (
     InjectionTrigger,
     MessageSource,
     MessageTrigger,
+    PluginSource,
     ModelRetry,
     StatusName,
     SteeringMessage,
@@ -107,6 +110,13 @@ logger = logging.getLogger("greenroom.agent")
 CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
+
+#: Who tells the model its final answer did not validate (a ``context/message``).
+OUTPUT_SOURCE: Final = PluginSource("output")
+#: The error code of a turn whose structured output never validated.
+INVALID_OUTPUT: Final = "invalid-output"
+
+T = TypeVar("T")
 
 
 class StepFailed(Exception):
@@ -196,73 +206,112 @@ class LoopAgent:
         """The agent's inbox, for observers (queue depths); writers use send/steer."""
         return self._inbox
 
-    def send(self, content: str, *, source: MessageSource | None = None) -> str:
-        """Queue a prompt; the next turn takes it with everything queued beside it."""
-        prompt = self._prompt(content, source)
-        self._inbox.push(prompt)
-        self._hooks.emit(AGENT_QUEUED, self, prompt.message_id, False)
-        return prompt.message_id
+    @overload
+    def send(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
-    def steer(self, content: str, *, source: MessageSource | None = None) -> str:
-        """Join the running turn before its next step; while not running, `send`."""
+    @overload
+    def send(
+        self, content: str, *, source: MessageSource | None = None, output: type[T]
+    ) -> Prompt[T]: ...
+
+    def send(
+        self,
+        content: str,
+        *,
+        source: MessageSource | None = None,
+        output: type[Any] | None = None,
+    ) -> Prompt[Any]:
+        """Queue a prompt; the next turn takes it with everything queued beside it (that
+        asks for the same `output`). With `output`, the turn's final answer must validate
+        as that type (a msgspec Struct, say): `Answer.output` is the value; a type whose
+        JSON form is not an object is a `TypeError`, naming it."""
+        return self._queue(content, source, output)
+
+    def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]:
+        """Join the running turn before its next step (its answer is that turn's); while
+        not running, `send`."""
         if self.status != "running":
             return self.send(content, source=source)
-        prompt = self._prompt(content, source)
+        prompt: Prompt[None] = self._prompt(content, source, None)
         self._inbox.push_steering(prompt)
-        self._hooks.emit(AGENT_QUEUED, self, prompt.message_id, True)
-        return prompt.message_id
+        self._hooks.emit(AGENT_QUEUED, self, prompt.id, True)
+        return prompt
+
+    @overload
+    async def run(self, content: str, *, source: MessageSource | None = None) -> Answer[None]: ...
+
+    @overload
+    async def run(
+        self, content: str, *, source: MessageSource | None = None, output: type[T]
+    ) -> Answer[T]: ...
+
+    async def run(
+        self,
+        content: str,
+        *,
+        source: MessageSource | None = None,
+        output: type[Any] | None = None,
+    ) -> Answer[Any]:
+        """`send`, then await the prompt's `Answer`. A cancelled caller stops waiting and
+        nothing else: the prompt stays queued or running (`cancel` stops it)."""
+        return await self._queue(content, source, output)
 
     def withdraw(self, message_id: str) -> bool:
         """Take back a prompt `send` queued that no turn has taken yet; True if it was still
-        queued. The rest of the queue and the running turn are untouched (`cancel` stops
-        those). A prompt a turn took, or one steered into a running turn, is not withdrawn.
-        Withdrawing the last thing an idle agent had queued releases its `when_idle`."""
-        if not self._inbox.withdraw(message_id):
+        queued (its prompt settles ``withdrawn``). The rest of the queue and the running
+        turn are untouched (`cancel` stops those). A prompt a turn took, or one steered
+        into a running turn, is not withdrawn. Withdrawing the last thing an idle agent had
+        queued releases its `when_idle`."""
+        prompt = self._inbox.withdraw(message_id)
+        if prompt is None:
             return False
+        settle((prompt,), dropped("withdrawn"))
         if self._status == "idle" and not self._inbox.queued:
             self._release_idle_waiters()
         return True
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str:
-        """Add context without running the model.
+        """Add context without running the model; returns its message id.
 
         Into the turn the log has open, if any; otherwise as a one-shot
         ``injection`` turn of its own, so every event stays inside a turn.
         """
-        prompt = self._prompt(content, source)
-        message = ContextMessage(
-            content=prompt.content, source=prompt.source, message_id=prompt.message_id
-        )
+        content, source = self._checked(content, source)
+        message = ContextMessage(content=content, source=source, message_id=new_message_id())
         if self._held is not None:  # tool calls are running: after their results
             self._held.append(message)
-            return prompt.message_id
+            return message.message_id
         if self._session.open_turn is not None:
             self._session.append(message)
-            return prompt.message_id
+            return message.message_id
         turn = self._session.last_turn + 1
-        self._session.append(TurnStart(turn=turn, trigger=InjectionTrigger(prompt.source)))
+        self._session.append(TurnStart(turn=turn, trigger=InjectionTrigger(source)))
         self._session.append(message)
         self._session.append(TurnEnd(turn=turn, reason=COMPLETED))
         self._inbox.request_flush()
-        return prompt.message_id
+        return message.message_id
 
     def cancel(self, reason: str | None = None) -> None:
         """Stop all pending work: the single public stop verb.
 
-        Clears both FIFOs, cancels the running turn's scope with `reason`
-        (default ``"cancelled"``), and arms the cancel marker, but only when
-        something is running or pending: an idle no-op cancel never strands
-        the next prompt. Every child of the agent is cancelled the same way,
-        busy or not. A no-op on a disposed agent.
+        Clears both FIFOs (their prompts settle ``aborted`` with the reason),
+        cancels the running turn's scope with `reason` (default
+        ``"cancelled"``), and arms the cancel marker, but only when something
+        is running or pending: an idle no-op cancel never strands the next
+        prompt. Every child of the agent is cancelled the same way, busy or
+        not. A no-op on a disposed agent.
         """
         if self.status == "disposed":
             return
-        self._life.cancel_children(reason or DEFAULT_CANCEL_REASON)
+        reason = reason or DEFAULT_CANCEL_REASON
+        self._life.cancel_children(reason)
         pending = self._status == "running" or self._inbox.queued or self._inbox.steering
-        self._inbox.clear()
+        cleared = self._inbox.clear()
         if not pending:
             return
-        self._cancel_reason = reason = reason or DEFAULT_CANCEL_REASON
+        if cleared:
+            settle(cleared, dropped("aborted", reason))
+        self._cancel_reason = reason
         if self._turn_scope is not None:
             self._turn_scope.cancel(reason=reason)
 
@@ -318,11 +367,12 @@ class LoopAgent:
 
     # -- the task --------------------------------------------------------------
 
-    async def run(self) -> None:
+    async def drive(self) -> None:
         """Run turns until the life scope or the owner cancels; re-raises that cancel.
 
         Whatever an earlier drain failed to write, or an idle inject the cancel
-        overtook, gets a last flush on the way out.
+        overtook, gets a last flush on the way out; prompts still queued settle
+        ``disposed``.
         """
         inbox = self._inbox
         try:
@@ -345,6 +395,9 @@ class LoopAgent:
                     self._set_status("idle")
         finally:
             self._set_status("disposed")
+            left = inbox.clear()
+            if left:
+                settle(left, dropped("disposed"))
             if inbox.flush_requested or self._unflushed:
                 await self._flush(0)
 
@@ -368,8 +421,13 @@ class LoopAgent:
         return True
 
     async def _turn(self, turn: int) -> None:
-        """Run one turn over everything queued; its `TurnEnd` is always written."""
+        """Run one turn over the queued burst; its `TurnEnd` is always written, and every
+        prompt it took (steering too) settles with it."""
         prompts = self._inbox.drain()
+        take(prompts, turn)
+        kind = prompts[0].output
+        output = None if kind is None else OutputTurn(output_spec(kind))
+        start = self._session.next_seq
         reason: TurnEndReason = COMPLETED
         self._turn_scope = scope = trio.CancelScope()
         try:
@@ -382,11 +440,11 @@ class LoopAgent:
                         UserMessage(
                             content=prompt.content,
                             source=prompt.source,
-                            message_id=prompt.message_id,
+                            message_id=prompt.id,
                         )
                     )
                 self._hooks.emit(AGENT_TURN_START, self, turn)
-                reason = await self._steps(turn)
+                reason = await self._steps(turn, prompts, output)
             if scope.cancelled_caught:
                 reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
@@ -399,20 +457,28 @@ class LoopAgent:
             raise
         finally:
             self._turn_scope = None
-            await self._close_turn(turn, reason)
+            await self._close_turn(turn, reason, prompts, start, output)
 
-    async def _steps(self, turn: int) -> TurnEndReason:
+    async def _steps(
+        self, turn: int, prompts: list[Prompt[Any]], output: OutputTurn | None
+    ) -> TurnEndReason:
+        """The turn's steps; steering they take joins `prompts`. With `output`, the turn
+        ends once a step gave a valid final answer, and fails at the second invalid one."""
+        tools = self._tools if output is None else OutputTools(self._tools, output)
         reason: TurnEndReason = COMPLETED
         step = 0
         while True:
             step += 1
-            for steering in self._inbox.drain_steering():
+            steered = self._inbox.drain_steering()
+            take(steered, turn)
+            prompts += steered
+            for steering in steered:
                 self._session.append(
                     SteeringMessage(
                         turn=turn,
                         content=steering.content,
                         source=steering.source,
-                        message_id=steering.message_id,
+                        message_id=steering.id,
                     )
                 )
                 self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
@@ -422,7 +488,7 @@ class LoopAgent:
             self._session.append(StepStart(turn=turn, step=step))
             self._hooks.emit(AGENT_STEP_START, self, turn, step)
             try:
-                called_tools, finish = await self._step(turn, step)
+                called_tools, finish, text = await self._step(turn, step, tools)
             except StepFailed as failure:
                 self._hooks.emit(AGENT_ERROR, self, turn, step, failure)
                 return Errored(step=step, message=str(failure), code=failure.code)
@@ -432,6 +498,23 @@ class LoopAgent:
             go_on = False
             if finish == "refusal":  # no step follows a refusal, whatever is waiting
                 reason = REFUSED
+            elif (
+                output is not None
+                and finish != "max-tokens"
+                and (verdict := output.judge(called_tools, text)) != "working"
+            ):  # "done": the final answer ends the turn (steering waits for the next one)
+                if verdict == "failed":
+                    reason = Errored(step=step, message=output.error, code=INVALID_OUTPUT)
+                elif verdict == "retry":
+                    go_on = True
+                    if not called_tools:  # it answered in text: tell it in the history
+                        self._session.append(
+                            ContextMessage(
+                                content=output.feedback(),
+                                source=OUTPUT_SOURCE,
+                                message_id=new_message_id(),
+                            )
+                        )
             else:
                 default = called_tools or self._inbox.steering > 0
                 go_on = default
@@ -443,15 +526,25 @@ class LoopAgent:
             if (cancelled := self._take_cancel()) is not None:  # window 4: the continuation
                 return Aborted(cancelled)
             if not go_on:
+                if output is not None and not output.given and reason is COMPLETED:
+                    return Errored(
+                        step=step,
+                        message=f"the turn ended without a final answer ({output.spec.name})",
+                        code=INVALID_OUTPUT,
+                    )
                 return reason
 
-    async def _step(self, turn: int, step: int) -> tuple[bool, FinishReason | None]:
-        """One model call and its tool calls. Returns (called tools, how the model finished)."""
+    async def _step(
+        self, turn: int, step: int, tools: ToolExecutor
+    ) -> tuple[bool, FinishReason | None, str]:
+        """One model call and its tool calls. Returns (called tools, how the model finished,
+        its text)."""
         request = ModelRequest(
             messages=self._session.messages(),
             model=self._options.model,
             system=self._options.system_prompt,
-            tools=self._tools.schemas(),
+            tools=tools.schemas(),
+            output=tools.output if isinstance(tools, OutputTools) else None,
         )
         if self._hooks.has(AGENT_REQUEST):
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
@@ -486,19 +579,21 @@ class LoopAgent:
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
         if not message.tool_calls:
-            return False, reason
+            return False, reason, message.content
         self._held = []
         try:
-            await self._run_tools(turn, step, message.tool_calls)
+            await self._run_tools(turn, step, message.tool_calls, tools)
         finally:
             # Context injected while the tools ran goes after their results: a model
             # API wants a call's result right after the call.
             held, self._held = self._held or [], None
             for context in held:
                 self._session.append(context)
-        return True, reason
+        return True, reason, message.content
 
-    async def _run_tools(self, turn: int, step: int, calls: list[ToolCallChunk]) -> None:
+    async def _run_tools(
+        self, turn: int, step: int, calls: list[ToolCallChunk], tools: ToolExecutor
+    ) -> None:
         """Run the step's calls in order; a run of calls whose tools are concurrent runs at once.
 
         Every call gets a result, so the history stays valid for the next
@@ -506,7 +601,7 @@ class LoopAgent:
         is every later one); a cancel gives each call without a result yet,
         and every later one, an ``aborted`` result.
         """
-        views = [self._tools.describe(call.name, call.arguments) for call in calls]
+        views = [tools.describe(call.name, call.arguments) for call in calls]
         done = 0
         while done < len(calls):
             end = done + 1
@@ -520,11 +615,11 @@ class LoopAgent:
                 names = ", ".join(repr(call.name) for call in batch)
                 await self._write_ahead(f"tool call {names}")  # the calls: before they run
                 if len(batch) == 1:
-                    await self._run_call(turn, step, batch[0], results)
+                    await self._run_call(turn, step, batch[0], results, tools)
                 else:
                     async with trio.open_nursery() as running:
                         for call in batch:
-                            running.start_soon(self._run_call, turn, step, call, results)
+                            running.start_soon(self._run_call, turn, step, call, results, tools)
             except StepFailed as failure:
                 unrun = ToolOutcome(
                     f"not run: {failure}",
@@ -546,8 +641,15 @@ class LoopAgent:
                 raise
             done = end
 
-    async def _run_call(self, turn: int, step: int, call: ToolCallChunk, results: set[str]) -> None:
-        outcome = await self._tools.execute(
+    async def _run_call(
+        self,
+        turn: int,
+        step: int,
+        call: ToolCallChunk,
+        results: set[str],
+        tools: ToolExecutor,
+    ) -> None:
+        outcome = await tools.execute(
             ToolInvocation(
                 call.call_id,
                 call.name,
@@ -647,14 +749,28 @@ class LoopAgent:
         self._session.append(StepEnd(turn=turn, step=step))
         self._hooks.emit(AGENT_STEP_END, self, turn, step)
 
-    async def _close_turn(self, turn: int, reason: TurnEndReason) -> None:
-        """Append the turn's closing events (no checkpoint: nothing can cut them), flush, then
-        report the end (``agent/turn-end``): under ``sync="always"`` only once it is fsynced."""
+    async def _close_turn(
+        self,
+        turn: int,
+        reason: TurnEndReason,
+        prompts: list[Prompt[Any]],
+        start: int,
+        output: OutputTurn | None,
+    ) -> None:
+        """Append the turn's closing events (no checkpoint: nothing can cut them), flush,
+        settle the turn's prompts, then report the end (``agent/turn-end``): under
+        ``sync="always"`` both only once it is fsynced."""
         if self._open_step:
             self._close_step(turn)
-        self._session.append(TurnEnd(turn=turn, reason=reason))
-        if self._session.persistent:
-            await self._flush(turn)
+        end = self._session.append(TurnEnd(turn=turn, reason=reason)).seq
+        try:
+            if self._session.persistent:
+                await self._flush(turn)
+        finally:
+            structured = output is not None
+            value = output.value if output is not None and output.given else None
+            outcome = TurnOutcome(turn, reason, start, end, structured=structured, output=value)
+            settle(prompts, outcome)
         self._hooks.emit(AGENT_TURN_END, self, turn, reason)
 
     async def _write_ahead(self, before: str) -> None:
@@ -718,7 +834,23 @@ class LoopAgent:
         for waiter in waiters:
             waiter.set()
 
-    def _prompt(self, content: str, source: MessageSource | None) -> Prompt:
+    def _queue(
+        self, content: str, source: MessageSource | None, output: type[T] | None
+    ) -> Prompt[T]:
+        if output is not None:
+            output_spec(output)
+        prompt = self._prompt(content, source, output)
+        self._inbox.push(prompt)
+        self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)
+        return prompt
+
+    def _prompt(
+        self, content: str, source: MessageSource | None, output: type[T] | None
+    ) -> Prompt[T]:
+        content, source = self._checked(content, source)
+        return Prompt(self._session, content, source, new_message_id(), output)
+
+    def _checked(self, content: str, source: MessageSource | None) -> tuple[str, MessageSource]:
         if self.status == "disposed":
             raise AgentDisposed(self._id)
         if not isinstance(content, str):
@@ -727,7 +859,7 @@ class LoopAgent:
             )
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
-        return Prompt(content, source or USER, new_message_id())
+        return content, source or USER
 
 
 async def _close(stream: object) -> None:

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Final, Protocol
+from typing import Any, Final, Protocol, TypeVar, overload
 
 import msgspec
 import trio
 
+from greenroom.actors.prompt import Answer, Prompt
 from greenroom.protocol.events import (
     FileDiff,
     Location,
@@ -32,6 +33,8 @@ MODES: Final = {
     "read-only": ("Read only", "Edits and commands are refused"),
 }
 DEFAULT_MODE: Final = "default"
+
+T = TypeVar("T")
 
 
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,9 +69,10 @@ class Agent(Protocol):
 
     ``send``/``steer``/``inject``/``cancel`` are synchronous: they change the
     inbox (and the cancel marker) at once, and the agent's task acts on it at
-    its next turn-decision point. ``when_idle()`` registers its wait at the
-    call, so ``idle = agent.when_idle(); agent.cancel(); ...; await idle``
-    observes exactly what happened after the call.
+    its next turn-decision point. ``send`` and ``steer`` return the `Prompt`,
+    whose await is its `Answer`; ``run`` is both. ``when_idle()`` registers
+    its wait at the call, so ``idle = agent.when_idle(); agent.cancel(); ...;
+    await idle`` observes exactly what happened after the call.
     """
 
     @property
@@ -83,9 +87,31 @@ class Agent(Protocol):
     @property
     def status(self) -> StatusName: ...
 
-    def send(self, content: str, *, source: MessageSource | None = None) -> str: ...
+    @overload
+    def send(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
-    def steer(self, content: str, *, source: MessageSource | None = None) -> str: ...
+    @overload
+    def send(
+        self, content: str, *, source: MessageSource | None = None, output: type[T]
+    ) -> Prompt[T]: ...
+
+    def send(
+        self, content: str, *, source: MessageSource | None = None, output: type[Any] | None = None
+    ) -> Prompt[Any]: ...
+
+    def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
+
+    @overload
+    async def run(self, content: str, *, source: MessageSource | None = None) -> Answer[None]: ...
+
+    @overload
+    async def run(
+        self, content: str, *, source: MessageSource | None = None, output: type[T]
+    ) -> Answer[T]: ...
+
+    async def run(
+        self, content: str, *, source: MessageSource | None = None, output: type[Any] | None = None
+    ) -> Answer[Any]: ...
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str: ...
 

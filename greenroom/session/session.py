@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar, overload
 
+import trio
 from msgspec.structs import force_setattr
 
 from greenroom.protocol.events import (
@@ -126,6 +127,7 @@ class Session:
         "_last_turn",
         "_messages",
         "_open_turn",
+        "_readers",
         "_sink",
         "_turn_messages",
         "config",
@@ -162,6 +164,7 @@ class Session:
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
         self._last_turn = 0
         self._open_turn: int | None = None
+        self._readers: trio.lowlevel.ParkingLot | None = None  # made by the first reader
         for index, event in enumerate(seed):
             if event.seq != index:
                 raise ValueError(
@@ -207,7 +210,31 @@ class Session:
         on_append = self.on_append
         if on_append is not None:
             on_append(self, event)
+        readers = self._readers
+        if readers is not None:
+            readers.unpark_all()
         return event
+
+    async def wait_for_append(self, position: int) -> None:
+        """Return once the log holds an event at `position` (after a checkpoint, at once if
+        it does), or at `wake_readers`, whichever comes first: a reader of the log keeps its
+        own position and calls this when it has read up to the end.
+
+        The wake-up is made by the first reader of the session; a session nobody reads
+        pays for none. A cancelled waiter leaves nothing behind.
+        """
+        if position < len(self._events):
+            await trio.lowlevel.checkpoint()
+            return
+        if self._readers is None:
+            self._readers = trio.lowlevel.ParkingLot()
+        await self._readers.park()
+
+    def wake_readers(self) -> None:
+        """Wake every `wait_for_append` now, without an append: something a reader also
+        waits for changed (a prompt of the session was settled)."""
+        if self._readers is not None:
+            self._readers.unpark_all()
 
     @property
     def persistent(self) -> bool:

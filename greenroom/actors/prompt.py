@@ -1,0 +1,326 @@
+"""`Prompt`: one message sent to an agent, as a value: its `Answer`, its turn's events, its fate.
+
+`send` and `steer` make a `Prompt` synchronously; the agent's inbox holds it
+until a turn takes it. From then on its fate is the fate of one turn (the
+turn whose ``user/message`` or ``steering/message`` carries its id), or, if
+no turn ever takes it, of the verb that dropped it (a cancel, a withdraw, a
+dispose). The agent settles every prompt exactly once, whether or not
+anyone awaits it, and keeps nothing of it afterwards: a settled prompt
+nobody holds is garbage. The `Answer` is made when someone first reads it,
+from the session's log; the prompts of one turn share it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator, Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
+
+import msgspec
+import trio
+
+from greenroom.protocol.events import (
+    Aborted,
+    AssistantChunk,
+    AssistantMessage,
+    Completed,
+    Disposed,
+    Errored,
+    MaxTokens,
+    MessageSource,
+    Refused,
+    StepEnd,
+    ToolCall,
+    ToolResult,
+    ToolStart,
+    TurnEnd,
+    TurnEndReason,
+    TurnStart,
+)
+from greenroom.protocol.model import ReasoningDelta, TextDelta, Usage
+
+if TYPE_CHECKING:
+    from greenroom.session import Session
+
+T = TypeVar("T")
+
+#: How a prompt ended: its turn's end reason, or, for one no turn took, what dropped it.
+StopReason: TypeAlias = Literal[
+    "completed", "aborted", "error", "disposed", "max-tokens", "refusal", "withdrawn"
+]
+
+#: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
+#: its tool calls as they are logged, start and end, its step ends and its end.
+PromptEvent: TypeAlias = AssistantChunk | ToolCall | ToolStart | ToolResult | StepEnd | TurnEnd
+
+#: The tool a turn asked for a structured output offers the model (`greenroom.actors.output`);
+#: its calls are the output's attempts, not tool calls of the answer.
+OUTPUT_TOOL = "final_answer"
+
+
+class ToolCallRecord(msgspec.Struct, frozen=True, gc=False):
+    """One tool call of a turn and its result (every call gets one, a cancelled one too)."""
+
+    call_id: str
+    name: str
+    arguments: str  # the JSON text the model wrote
+    result: str
+    is_error: bool = False
+
+
+class Answer(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
+    """What became of a prompt.
+
+    ``turn`` is the turn it joined (None if none took it); ``reason`` the
+    cancel reason or the error text; ``text`` the turn's last assistant text;
+    ``tool_calls`` its calls with their results; ``usage`` the tokens of all
+    its steps (None if the model reported none); ``output`` the validated
+    structured output, when the prompt asked for one and the turn gave it.
+    """
+
+    stop_reason: StopReason
+    reason: str | None = None
+    turn: int | None = None
+    text: str = ""
+    tool_calls: tuple[ToolCallRecord, ...] = ()
+    usage: Usage | None = None
+    output: T | None = None
+
+
+class TurnOutcome:
+    """The end of one turn, shared by the prompts it took; their `Answer` is made from the
+    log at the first read (``start`` and ``end`` are the seqs of its ``turn/start`` and
+    ``turn/end``), then kept here. ``structured``: the turn was asked for an output, so
+    its calls of `OUTPUT_TOOL` were the output's attempts, not calls of the answer."""
+
+    __slots__ = ("_answer", "end", "output", "reason", "start", "structured", "turn")
+
+    def __init__(
+        self,
+        turn: int,
+        reason: TurnEndReason,
+        start: int,
+        end: int,
+        *,
+        structured: bool = False,
+        output: object = None,
+    ) -> None:
+        self.turn = turn
+        self.reason = reason
+        self.start = start
+        self.end = end
+        self.structured = structured
+        self.output = output
+        self._answer: Answer[object] | None = None
+
+    def answer(self, session: Session) -> Answer[object]:
+        if self._answer is None:
+            self._answer = _read_answer(session, self)
+        return self._answer
+
+
+class Prompt(Generic[T]):
+    """A prompt sent to an agent (made by `Agent.send` / `Agent.steer`, never directly).
+
+    ``id`` is its message id, as logged. ``await prompt`` returns its `Answer`
+    once it is settled (at once if it is); a cancelled awaiter stops waiting
+    and nothing else: the prompt stays the agent's (stop it with `cancel` or
+    `withdraw`). Awaiting again returns the same answer. `events` follows
+    its turn as the log grows.
+    """
+
+    __slots__ = ("_done", "_outcome", "_session", "_turn", "content", "id", "output", "source")
+
+    def __init__(
+        self,
+        session: Session,
+        content: str,
+        source: MessageSource,
+        message_id: str,
+        output: type[T] | None,
+    ) -> None:
+        self.id = message_id
+        self.content = content
+        self.source = source
+        #: The type the final answer must validate as, or None for a plain answer.
+        self.output = output
+        self._session = session
+        self._turn: int | None = None  # the turn that took it
+        self._outcome: TurnOutcome | Answer[T] | None = None
+        self._done: trio.Event | None = None  # made by the first awaiter
+
+    def __repr__(self) -> str:
+        state = "settled" if self._outcome is not None else "pending"
+        return f"<Prompt {self.id!r} {state}>"
+
+    @property
+    def settled(self) -> bool:
+        """True once its fate is known (awaiting it then returns without waiting)."""
+        return self._outcome is not None
+
+    def __await__(self) -> Generator[object, None, Answer[T]]:
+        return self._wait().__await__()
+
+    async def _wait(self) -> Answer[T]:
+        if self._outcome is None:
+            if self._done is None:
+                self._done = trio.Event()
+            await self._done.wait()
+        else:
+            await trio.lowlevel.checkpoint()
+        return self._answer()
+
+    def _answer(self) -> Answer[T]:
+        outcome = self._outcome
+        assert outcome is not None
+        if isinstance(outcome, TurnOutcome):
+            return outcome.answer(self._session)  # type: ignore[return-value]
+        return outcome
+
+    def events(self) -> PromptEvents:
+        """Follow this prompt's turn from now on: each `PromptEvent` it logs, in log order,
+        until its ``turn/end`` (the last one yielded).
+
+        It reads the session's log at a position of its own, so a slow reader
+        never slows the turn and nothing is buffered for it; any number may
+        follow one prompt. Events logged before the call are not yielded: a
+        turn that ended before the call yields nothing, and so does a prompt
+        no turn takes (the iterator ends when it is settled). A cancelled
+        reader loses nothing: the next ``__anext__`` goes on from its position.
+        """
+        session = self._session
+        return PromptEvents(self, session.next_seq, session.open_turn)
+
+
+class PromptEvents:
+    """The iterator `Prompt.events` returns: a position in the log and the turn it is in."""
+
+    __slots__ = ("_current", "_finished", "_position", "_prompt")
+
+    def __init__(self, prompt: Prompt[Any], position: int, current: int | None) -> None:
+        self._prompt = prompt
+        self._position = position
+        self._current = current  # the turn the log has open at the position
+        self._finished = False
+
+    def __aiter__(self) -> PromptEvents:
+        return self
+
+    async def __anext__(self) -> PromptEvent:
+        prompt = self._prompt
+        session = prompt._session
+        while not self._finished:
+            turn = prompt._turn
+            if turn is not None:  # until a turn takes it, what it will be is unknown
+                event = self._next_of(session, turn)
+                if event is not None:
+                    await trio.lowlevel.checkpoint()
+                    return event
+            if prompt._outcome is not None:  # no turn took it, or its end is behind the call
+                break
+            await session.wait_for_append(self._position)
+        self._finished = True
+        raise StopAsyncIteration
+
+    def _next_of(self, session: Session, turn: int) -> PromptEvent | None:
+        """The next event of `turn` the log holds past the position, if any (moving past it)."""
+        events = session.events
+        while self._position < len(events):
+            event = events[self._position]
+            self._position += 1
+            if isinstance(event, TurnStart):
+                self._current = event.turn
+            if self._current != turn:
+                continue
+            if isinstance(event, TurnEnd):
+                self._current = None
+                self._finished = True
+                return event
+            if isinstance(event, AssistantChunk):
+                if isinstance(event.chunk, TextDelta | ReasoningDelta):
+                    return event
+            elif isinstance(event, ToolCall | ToolStart | ToolResult | StepEnd):
+                return event
+        return None
+
+
+def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:
+    """`prompts` joined `turn` (the agent logs their messages next)."""
+    for prompt in prompts:
+        prompt._turn = turn
+
+
+def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -> None:
+    """Give each unsettled prompt of `prompts` its fate (a prompt settles once: a second
+    settle is ignored), wake its awaiters, and wake the session's readers."""
+    for prompt in prompts:
+        if prompt._outcome is not None:
+            continue
+        prompt._outcome = outcome
+        done, prompt._done = prompt._done, None
+        if done is not None:
+            done.set()
+    if prompts:
+        prompts[0]._session.wake_readers()
+
+
+def dropped(stop_reason: StopReason, reason: str | None = None) -> Answer[object]:
+    """The answer of prompts no turn took: ``aborted`` by a cancel, ``withdrawn``, ``disposed``."""
+    return Answer(stop_reason=stop_reason, reason=reason)
+
+
+def _stop(reason: TurnEndReason) -> tuple[StopReason, str | None]:
+    match reason:
+        case Completed():
+            return "completed", None
+        case Aborted(reason=why):
+            return "aborted", why
+        case Errored(message=message):
+            return "error", message
+        case Disposed():
+            return "disposed", None
+        case MaxTokens():
+            return "max-tokens", None
+        case Refused():
+            return "refusal", None
+    return "error", "interrupted"  # crash repair's reason, never a live turn's
+
+
+def _read_answer(session: Session, outcome: TurnOutcome) -> Answer[object]:
+    """The turn's answer, read off its events in the log."""
+    text = ""
+    calls: list[ToolCall] = []
+    results: dict[str, ToolResult] = {}
+    usage: Usage | None = None
+    for event in session.events[outcome.start : outcome.end + 1]:
+        if isinstance(event, AssistantMessage):
+            if event.content:
+                text = event.content
+            if event.usage is not None:
+                usage = event.usage if usage is None else _add(usage, event.usage)
+        elif isinstance(event, ToolCall):
+            if not (outcome.structured and event.name == OUTPUT_TOOL):
+                calls.append(event)
+        elif isinstance(event, ToolResult):
+            results[event.call_id] = event
+    stop_reason, why = _stop(outcome.reason)
+    return Answer(
+        stop_reason=stop_reason,
+        reason=why,
+        turn=outcome.turn,
+        text=text,
+        tool_calls=tuple(_record(call, results.get(call.call_id)) for call in calls),
+        usage=usage,
+        output=outcome.output,
+    )
+
+
+def _record(call: ToolCall, result: ToolResult | None) -> ToolCallRecord:
+    if result is None:  # the log holds a result for every call; a torn log may not
+        return ToolCallRecord(call.call_id, call.name, call.arguments, "", is_error=True)
+    return ToolCallRecord(
+        call.call_id, call.name, call.arguments, result.content, is_error=result.is_error
+    )
+
+
+def _add(a: Usage, b: Usage) -> Usage:
+    return Usage(**{name: getattr(a, name) + getattr(b, name) for name in Usage.__struct_fields__})
