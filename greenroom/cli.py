@@ -7,12 +7,14 @@ import os
 import re
 import sqlite3
 import sys
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 
 import trio
 
 from greenroom.models import ModelAdapter, ScriptedModel
+from greenroom.models.base import ModelError
+from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
     SYNC_POLICIES,
     JsonlPersistence,
@@ -30,8 +32,31 @@ def default_state_dir() -> Path:
     return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
 
 
+class MissingKey(ValueError):
+    """The model's API key is not in the environment (``acp`` still serves; see `Unkeyed`)."""
+
+
+class Unkeyed:
+    """Stands in for a model whose key is missing: every step fails with `reason`.
+
+    ``greenroom acp`` answers ``initialize`` and ``session/new`` without the key,
+    so the editor can show why a prompt is refused (the turn's error, -32603)
+    instead of "connection closed". No ``authMethods`` are advertised: the key
+    comes from the environment the editor starts greenroom in, never from ACP.
+    """
+
+    def __init__(self, reason: str) -> None:
+        self.reason = reason
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        await trio.lowlevel.checkpoint()
+        raise ModelError(self.reason, "no-api-key")
+        yield  # an async generator, as the seam streams
+
+
 def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
-    """The adapter `spec` names; raises `ValueError` naming what is wrong or missing.
+    """The adapter `spec` names; raises `ValueError` naming what is wrong or missing
+    (`MissingKey` for a key not in `environ`).
 
     ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (``OPENAI_API_KEY``,
     ``OPENAI_BASE_URL``), ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``).
@@ -50,7 +75,7 @@ def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
         prefix = kind.upper()
         key = environ.get(f"{prefix}_API_KEY")
         if not key:
-            raise ValueError(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
+            raise MissingKey(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
         # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
         base = environ.get(f"{prefix}_BASE_URL")
         if kind == "openai":
@@ -250,10 +275,15 @@ def main(argv: list[str] | None = None) -> int:
             from greenroom.acp.stdio import run_stdio
 
             specs = args.model or ["scripted"]
-            try:
-                models = {spec: model_from_spec(spec, os.environ) for spec in specs}
-            except ValueError as exc:
-                parser.error(str(exc))
+            models: dict[str, ModelAdapter] = {}
+            for spec in specs:
+                try:
+                    models[spec] = model_from_spec(spec, os.environ)
+                except MissingKey as exc:  # told to the editor at the prompt, not as an exit
+                    print(f"greenroom acp: {exc}", file=sys.stderr)
+                    models[spec] = Unkeyed(f"{exc} (set it where the editor starts greenroom)")
+                except ValueError as exc:
+                    parser.error(str(exc))
             if args.store:
                 store = store_from_url(args.store, sync=args.sync, lease_ttl=args.lease_ttl)
             else:
