@@ -71,6 +71,7 @@ from greenroom.protocol.acp import (
     NewSessionParams,
     NewSessionResult,
     Notification,
+    OutgoingRequest,
     PromptParams,
     PromptResult,
     RequestId,
@@ -129,6 +130,7 @@ _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 LIST_PAGE: Final = 50
 #: The most of a sub-agent's progress shown in its ``task`` call (its latest part).
 PROGRESS_CHARS: Final = 4000
+_ECHOED_ID: Final = 65536  # characters of a request id an oversized answer's error still echoes
 
 
 class RpcError(Exception):
@@ -212,9 +214,37 @@ class AcpConnection:
     # -- frames out --------------------------------------------------------------------
 
     def send(self, frame: msgspec.Struct) -> None:
+        """Queue `frame` for the writer; one past `frames.MAX_FRAME` goes as `_too_large`
+        says (the presenter bounds updates, so that is a last guard only)."""
+        data = _encoder.encode(frame)
+        if len(data) > frames.MAX_FRAME:
+            logger.warning("a %s frame of %d bytes was not sent", type(frame).__name__, len(data))
+            replacement = self._too_large(frame, len(data))
+            if replacement is None:
+                return
+            data = _encoder.encode(replacement)
         # A closed channel means the peer is gone and teardown is under way.
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
-            self.outgoing.send_nowait(_encoder.encode(frame) + b"\n")
+            self.outgoing.send_nowait(data + b"\n")
+
+    def _too_large(self, frame: msgspec.Struct, size: int) -> msgspec.Struct | None:
+        """What goes instead of a frame too large for a reader: an answer becomes an error
+        answer; a request of ours fails at once, as if the client had refused it; an update
+        becomes a notice in its session; another notification is dropped."""
+        why = f"{size} bytes, over the {frames.MAX_FRAME}-byte frame limit"
+        if isinstance(frame, Response | ErrorResponse):
+            # An id that itself fills the frame cannot be echoed: answered with id null.
+            request_id = frame.id if len(str(frame.id)) <= _ECHOED_ID else None
+            return ErrorResponse(request_id, ErrorObject(INTERNAL_ERROR, f"the answer was {why}"))
+        if isinstance(frame, OutgoingRequest):
+            self.client_requests.reply(frame.id, None, f"not sent: the request was {why}")
+            return None
+        if isinstance(frame, Notification) and isinstance(frame.params, SessionNotificationParams):
+            notice = AgentMessageChunk(TextBlock(f"[an update of {why} was not sent]\n"))
+            return Notification(
+                "session/update", SessionNotificationParams(frame.params.session_id, notice)
+            )
+        return None
 
     def respond(self, request_id: RequestId, result: object) -> None:
         self.send(Response(request_id, result))

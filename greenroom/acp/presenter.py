@@ -6,6 +6,17 @@ stable: a user message keeps its own id; an assistant reply is
 ``<session>/<turn>/<step>``. A tool call shows ``pending`` when the model
 makes it, ``in_progress`` once it was allowed to run, then ``completed`` or
 ``failed`` with its output (and its edits as diffs).
+
+Every update is bounded, whatever the log holds: its texts together (a
+message chunk; a tool call's title, locations and arguments; a result's
+output and diffs) carry at most `UPDATE_CHARS` characters, any one of them
+at most `TEXT_CHARS`, each diff or location costing `ITEM_CHARS` more (so a
+huge output leaves room for the diffs after it). A longer text is cut with a
+marker (`greenroom.spill.cut`: how much, and that the log holds the rest;
+a marker the text already had, naming a spill file, is kept), and diffs
+past the budget are left out, said so. Escaped as JSON a character takes
+at most 6 bytes, so an update stays far inside the 8 MiB frame a reader
+takes (`greenroom.acp.frames.MAX_FRAME`), live and on replay.
 """
 
 from __future__ import annotations
@@ -14,6 +25,7 @@ import datetime
 import json
 import os
 from collections.abc import Iterator, Mapping, Sequence
+from typing import Final
 
 from greenroom.actors.types import DEFAULT_MODE, MODES
 from greenroom.protocol.acp import (
@@ -50,8 +62,17 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import ReasoningDelta, TextDelta
 from greenroom.session import Session
+from greenroom.spill import cut
 
 _MODES = [SessionMode(id, name, what) for id, (name, what) in MODES.items()]
+
+#: The most characters of text one update carries, and of any one text in it (see the module).
+UPDATE_CHARS: Final = 1_000_000
+TEXT_CHARS: Final = 250_000
+#: What a diff or a location costs beyond its texts (its JSON), so their number is bounded too.
+ITEM_CHARS: Final = 64
+_MARKER_ROOM: Final = 10_000  # a cut's marker, and the marker the text already had
+_REST: Final = "the rest is in the session's log"
 
 
 class Presenter:
@@ -97,12 +118,12 @@ class Presenter:
         session_id = session.id
         match event:
             case AssistantChunk(turn=turn, step=step, chunk=TextDelta(text=text)) if text:
-                yield AgentMessageChunk(TextBlock(text), f"{session_id}/{turn}/{step}")
+                yield AgentMessageChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
             case AssistantChunk(turn=turn, step=step, chunk=ReasoningDelta(text=text)) if text:
-                yield AgentThoughtChunk(TextBlock(text), f"{session_id}/{turn}/{step}")
+                yield AgentThoughtChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
             case UserMessage(content=content, message_id=message_id):
                 if replay:
-                    yield UserMessageChunk(TextBlock(content), message_id)
+                    yield UserMessageChunk(TextBlock(_bounded(content)), message_id)
                 if event.seq == session.title_seq and session.title is not None:
                     yield SessionInfoUpdate(session.title, iso_time(event.time))
             case AssistantMessage(usage=usage) if usage is not None:
@@ -111,23 +132,37 @@ class Presenter:
                 yield UsageUpdate(used, max(window, used))
             case ToolCall(call_id=call_id, arguments=arguments):
                 cwd = session.header.cwd
+                budget = _Budget()
+                title = budget.take(event.title or event.name)
                 locations = [
-                    ToolLocation(_absolute(cwd, loc.path), loc.line) for loc in event.locations
+                    ToolLocation(budget.take(_absolute(cwd, loc.path)), loc.line)
+                    for loc in event.locations
+                    if budget.item()
                 ]
                 yield ToolCallStart(
                     call_id,
-                    event.title or event.name,
+                    title,
                     event.kind,
                     "pending",
                     locations or None,
-                    _arguments(arguments),
+                    _arguments(arguments) if budget.fits(arguments) else budget.take(arguments),
                 )
             case ToolStart(call_id=call_id):
                 yield ToolCallProgress(call_id, "in_progress")
             case ToolResult(call_id=call_id, content=content, is_error=is_error):
                 status: ToolStatus = "failed" if is_error else "completed"
-                shown: list[ToolContent] = [ToolCallContent(TextBlock(content))]
-                shown += [DiffContent(d.path, d.new_text, d.old_text) for d in event.diffs]
+                budget = _Budget()
+                shown: list[ToolContent] = [ToolCallContent(TextBlock(budget.take(content)))]
+                for diff in event.diffs:
+                    if not budget.item():
+                        left = len(event.diffs) - len(shown) + 1
+                        note = f"[{left} more diffs not shown; {_REST}]"
+                        shown.append(ToolCallContent(TextBlock(note)))
+                        break
+                    old = None if diff.old_text is None else budget.take(diff.old_text)
+                    shown.append(
+                        DiffContent(budget.take(diff.path), budget.take(diff.new_text), old)
+                    )
                 yield ToolCallProgress(call_id, status, shown)
             case ConfigSet(key="mode", value=value):
                 yield CurrentModeUpdate(value)
@@ -138,6 +173,42 @@ class Presenter:
     def _model(self, session: Session) -> str:
         chosen = session.config.get("model")
         return chosen if chosen in self._models else self._models[0]
+
+
+class _Budget:
+    """What is left of one update's `UPDATE_CHARS`: each text takes its share in turn."""
+
+    __slots__ = ("left",)
+
+    def __init__(self) -> None:
+        self.left = UPDATE_CHARS
+
+    def fits(self, text: str) -> bool:
+        """Whether all of `text` fits; if so it is taken."""
+        if len(text) > min(TEXT_CHARS, self.left):
+            return False
+        self.left -= len(text)
+        return True
+
+    def take(self, text: str) -> str:
+        """`text`, cut to `TEXT_CHARS` or to what is left (with its marker)."""
+        if self.fits(text):
+            return text
+        shown = cut(text, max(min(TEXT_CHARS, self.left - _MARKER_ROOM), 0), _REST)
+        self.left = max(self.left - len(shown), 0)
+        return shown
+
+    def item(self) -> bool:
+        """Whether one more diff or location fits (with room for its texts' markers)."""
+        if self.left < ITEM_CHARS + 2 * _MARKER_ROOM:
+            return False
+        self.left -= ITEM_CHARS
+        return True
+
+
+def _bounded(text: str) -> str:
+    """One update's only text, bounded."""
+    return text if len(text) <= TEXT_CHARS else cut(text, TEXT_CHARS, _REST)
 
 
 def iso_time(seconds: float) -> str:

@@ -1,9 +1,16 @@
-"""A session log as a person reads it: turns, messages, tool calls, end reasons."""
+"""A session log as a person reads it: turns, messages, tool calls, end reasons.
+
+Bounded whatever the log holds: a tool's result shows its first `PREVIEW`
+characters, and the marker it ends with when it was cut (which names the
+spill file holding its whole text); any other text its first `SHOWN`
+characters, with a marker saying how much more the log holds.
+"""
 
 from __future__ import annotations
 
 import datetime
 from collections.abc import Iterator, Sequence
+from typing import Final
 
 from greenroom.protocol.events import (
     Aborted,
@@ -33,8 +40,11 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.session.persistence import StoredSession
+from greenroom.spill import cut, find_marker
 
-PREVIEW = 300  # characters of a tool result shown
+PREVIEW: Final = 300  # characters of a tool result shown
+SHOWN: Final = 10_000  # characters of any other text shown
+_REST: Final = "the rest is in the session's log"
 
 
 def describe_stored(stored: StoredSession) -> str:
@@ -88,28 +98,39 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
             case TurnStart(turn=turn, trigger=trigger):
                 yield f"turn {turn} (message from {describe_source(trigger.source)})"
             case UserMessage(content=content, source=source):
-                yield f"  {describe_source(source)}: {content}"
+                yield f"  {describe_source(source)}: {_shown(content)}"
             case ContextMessage(content=content, source=source):
-                yield f"  context from {describe_source(source)}: {content}"
+                yield f"  context from {describe_source(source)}: {_shown(content)}"
             case SteeringMessage(content=content, source=source):
-                yield f"  steering from {describe_source(source)}: {content}"
+                yield f"  steering from {describe_source(source)}: {_shown(content)}"
             case AssistantMessage(content=content, reasoning=reasoning):
                 if reasoning:
-                    yield f"  thinking: {reasoning}"
+                    yield f"  thinking: {_shown(reasoning)}"
                 if content:
-                    yield f"  assistant: {content}"
+                    yield f"  assistant: {_shown(content)}"
             case ToolCall(call_id=call_id, name=name, arguments=arguments):
-                yield f"  tool call {name} {arguments}  [{call_id}]"
+                yield f"  tool call {_shown(name)} {_shown(arguments)}  [{_shown(call_id)}]"
             case ToolResult(call_id=call_id, content=content, is_error=is_error):
-                shown = content if len(content) <= PREVIEW else content[:PREVIEW] + " …"
-                marker = "tool error" if is_error else "tool result"
-                yield f"  {marker} [{call_id}]: {shown}"
+                kind = "tool error" if is_error else "tool result"
+                yield f"  {kind} [{_shown(call_id)}]: {_preview(content)}"
             case ConfigSet(key=key, value=value):
-                yield f"  {key} set to {value}"
+                yield f"  {_shown(key)} set to {_shown(value)}"
             case PermissionRule(tool=tool, allow=allow):
-                yield f"  {'always allow' if allow else 'always reject'} {tool}"
+                yield f"  {'always allow' if allow else 'always reject'} {_shown(tool)}"
             case TurnEnd(reason=reason):
-                yield f"  end: {describe_reason(reason)}"
+                yield f"  end: {_shown(describe_reason(reason))}"
+
+
+def _shown(text: str) -> str:
+    return cut(text, SHOWN, _REST)
+
+
+def _preview(result: str) -> str:
+    """A tool result's first `PREVIEW` characters, and its marker if it was cut."""
+    if len(result) <= PREVIEW:
+        return result
+    marker = find_marker(result)
+    return f"{result[:PREVIEW]} … {marker}" if marker else f"{result[:PREVIEW]} …"
 
 
 def describe_source(source: MessageSource) -> str:

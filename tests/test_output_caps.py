@@ -1,0 +1,401 @@
+"""Bounded outputs: a tool's text is cut before the log and the model see it (the whole kept
+in a spill file the result names); no ACP frame greenroom writes is over its reader's limit;
+``greenroom sessions show`` prints bounded lines, a cut result with its marker."""
+
+from __future__ import annotations
+
+import json
+import re
+import stat
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+import trio.testing
+
+from greenroom import open_runtime
+from greenroom.acp import serve_connection
+from greenroom.acp.frames import MAX_FRAME
+from greenroom.acp.presenter import TEXT_CHARS
+from greenroom.actors.types import ToolInvocation, ToolOutcome
+from greenroom.cli import main
+from greenroom.models.base import ModelAdapter
+from greenroom.models.scripted import CallTool, Fail, Say, ScriptedModel
+from greenroom.protocol.events import FileDiff, ToolResult
+from greenroom.protocol.model import ToolTurn
+from greenroom.runtime import Runtime
+from greenroom.session.persistence import JsonlPersistence
+from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, SpillDir, TextCap, cut, find_marker
+from greenroom.tools import Tool
+from greenroom.tools.mcp import tool_name
+from tests.acp_peer import Peer
+from tests.test_mcp import served
+
+LIMIT = DEFAULT_MAX_TOOL_RESULT
+_SPILLED = re.compile(r"the whole text is in (/[^\n]*)\]\Z")
+
+
+class Pad(msgspec.Struct):
+    pad: str = ""
+
+
+def huge(content: str, diffs: Sequence[FileDiff] = ()) -> Tool[Pad]:
+    """A tool named ``huge`` whose every call returns `content` (and `diffs`)."""
+
+    async def run(args: Pad, invocation: ToolInvocation) -> ToolOutcome:
+        await trio.lowlevel.checkpoint()
+        return ToolOutcome(content, diffs=list(diffs))
+
+    return Tool("huge", "answers a lot", Pad, run)
+
+
+def spilled(text: str) -> Path:
+    """The spill file the marker `text` ends with names."""
+    match = _SPILLED.search(text)
+    assert match is not None, text[-300:]
+    return Path(match.group(1))
+
+
+def results(events: Sequence[object]) -> list[ToolResult]:
+    return [e for e in events if isinstance(e, ToolResult)]
+
+
+def the_whole(size: int, fill: str = "r") -> str:
+    """`size` characters whose last one differs, so a cut that lost the end shows."""
+    return fill * (size - 1) + "$"
+
+
+# -- the registry: every tool's result ---------------------------------------------------------
+
+
+async def test_a_huge_result_is_cut_for_the_log_and_the_model_and_kept_whole() -> None:
+    size = 5_000_000
+    whole = the_whole(size)
+    model = ScriptedModel([[CallTool("huge")], [Say("read it")], [Say("and again")]])
+    async with open_runtime(model=model, tools=[huge(whole)]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        handle.agent.send("more")
+        await handle.agent.when_idle()
+        (result,) = results(handle.agent.session.events)
+        path = spilled(result.content)
+        assert result.content == (
+            f"{whole[:LIMIT]}\n[{size - LIMIT} more characters of {size} were cut;"
+            f" the whole text is in {path}]"
+        )
+        assert path.read_text() == whole
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700
+        # The step after the call and the next turn: the model never sees more than the cut.
+        later = list(model.requests)[1:]
+        assert len(later) == 2
+        for request in later:
+            (turn,) = [m for m in request.messages if isinstance(m, ToolTurn)]
+            assert turn.content == result.content
+    assert not path.exists()
+    assert not path.parent.exists()  # the spill directory goes with the runtime
+
+
+async def test_a_result_within_the_cap_is_untouched_and_spills_nothing() -> None:
+    text = the_whole(LIMIT)
+    model = ScriptedModel([[CallTool("huge")], [Say("ok")]])
+    async with open_runtime(model=model, tools=[huge(text)]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        (result,) = results(handle.agent.session.events)
+        assert result.content == text
+        assert find_marker(result.content) is None
+
+
+async def test_each_side_of_a_huge_diff_is_cut_and_kept_whole() -> None:
+    old, new = the_whole(300_000, "o"), the_whole(200_000, "n")
+    diffs = [FileDiff("big.txt", new, old), FileDiff("small.txt", "after", None)]
+    model = ScriptedModel([[CallTool("huge")], [Say("ok")]])
+    async with open_runtime(model=model, tools=[huge("edited", diffs)]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        (result,) = results(handle.agent.session.events)
+        assert result.content == "edited"
+        big, small = result.diffs
+        assert small == FileDiff("small.txt", "after", None)
+        assert big.path == "big.txt"
+        assert big.new_text.startswith(new[:LIMIT] + "\n[100000 more characters of 200000")
+        assert big.old_text is not None
+        assert big.old_text.startswith(old[:LIMIT] + "\n[200000 more characters of 300000")
+        assert spilled(big.new_text).read_text() == new
+        assert spilled(big.old_text).read_text() == old
+
+
+async def test_the_cap_is_the_runtimes_option() -> None:
+    model = ScriptedModel([[CallTool("huge")], [Say("ok")]])
+    async with open_runtime(model=model, tools=[huge("0123456789abc")], max_tool_result=10) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        (result,) = results(handle.agent.session.events)
+        assert result.content.startswith("0123456789\n[3 more characters of 13 were cut; ")
+        assert spilled(result.content).read_text() == "0123456789abc"
+
+
+async def test_an_error_text_is_cut_too() -> None:
+    async def fails(args: Pad, invocation: ToolInvocation) -> str:
+        raise ValueError("x" * 1_000_000)
+
+    model = ScriptedModel([[CallTool("fails")], [Say("ok")]])
+    async with open_runtime(model=model, tools=[Tool("fails", "raises", Pad, fails)]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        (result,) = results(handle.agent.session.events)
+        assert result.is_error
+        assert result.content.startswith("fails failed: ValueError: xxx")
+        assert len(result.content) < LIMIT + 300
+        assert spilled(result.content).read_text().endswith("x" * 1000)
+
+
+@pytest.mark.parametrize("bad", [0, -1, True, 2.5, "100"])
+async def test_a_cap_that_is_not_a_positive_int_is_refused_naming_the_option(bad: Any) -> None:
+    with pytest.raises(ValueError, match=r"max_tool_result must be a positive number"):
+        async with open_runtime(max_tool_result=bad):
+            raise AssertionError("a runtime with a bad cap was opened")
+
+
+async def test_a_spill_that_cannot_be_written_is_said_so() -> None:
+    spills = SpillDir("greenroom-test-")
+    spills.close()
+    shown = await TextCap(4, spills, option="x")("abcdefgh")
+    assert shown.startswith("abcd\n[4 more characters of 8 were cut; the whole text could not")
+    assert find_marker(shown) is not None
+
+
+def test_a_second_cut_keeps_the_first_marker() -> None:
+    first = cut("a" * 50, 20, "the whole text is in /spill/1.txt")
+    second = cut(first, 10, "the rest is in the session's log")
+    assert second == (
+        "aaaaaaaaaa\n["
+        f"{len(first) - 10} more characters of {len(first)} were cut;"
+        " the rest is in the session's log]\n"
+        "[30 more characters of 50 were cut; the whole text is in /spill/1.txt]"
+    )
+    assert find_marker(second) == (
+        "[30 more characters of 50 were cut; the whole text is in /spill/1.txt]"
+    )
+
+
+@pytest.mark.real_clock
+async def test_a_5_mb_mcp_result_is_cut_and_kept_whole(tmp_path: Path) -> None:
+    model = ScriptedModel([[CallTool(tool_name("h", "giant"), {"mb": 5})], [Say("ok")]])
+    with trio.fail_after(60):
+        async with open_runtime(model=model) as rt:
+            handle = await rt.agents.create(
+                agent_id="a", session_id="s", mcp_servers=[served("h", "hostile")]
+            )
+            handle.agent.send("giant")
+            await handle.agent.when_idle()
+            (result,) = results(handle.agent.session.events)
+            assert not result.is_error
+            assert result.content.startswith(
+                "g" * LIMIT + f"\n[{5_000_000 - LIMIT} more characters of 5000000 were cut;"
+            )
+            assert spilled(result.content).read_text() == "g" * 5_000_000
+            (turn,) = [m for m in model.requests[-1].messages if isinstance(m, ToolTurn)]
+            assert turn.content == result.content
+
+
+# -- ACP: no frame over the reader's limit -------------------------------------------------------
+
+
+class Tap(trio.abc.HalfCloseableStream):
+    """The peer's end of the connection, measuring every line greenroom writes."""
+
+    def __init__(self, inner: trio.abc.HalfCloseableStream) -> None:
+        self.inner = inner
+        self.longest = 0
+        self.lines = 0
+        self._open = 0  # bytes of the line still being received
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        data = await self.inner.receive_some(max_bytes)
+        *ended, rest = data.split(b"\n")
+        for part in ended:
+            self.longest = max(self.longest, self._open + len(part))
+            self.lines += 1
+            self._open = 0
+        self._open += len(rest)
+        return data
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self.inner.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await self.inner.wait_send_all_might_not_block()
+
+    async def send_eof(self) -> None:
+        await self.inner.send_eof()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+@asynccontextmanager
+async def tapped(
+    root: Path, model: ModelAdapter, tools: Sequence[Tool[Any]] = (), **options: Any
+) -> AsyncIterator[tuple[Runtime, Peer, Tap]]:
+    async with open_runtime(
+        model=model, persistence=JsonlPersistence(root), tools=tools, **options
+    ) as runtime:
+        client, server = trio.testing.memory_stream_pair()
+        tap = Tap(client)
+        peer = Peer(tap)
+        served = trio.Event()
+
+        async def serve() -> None:
+            try:
+                await serve_connection(runtime, server)
+            finally:
+                served.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            nursery.start_soon(peer.read_loop)
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            yield runtime, peer, tap
+            await peer.close()
+            await served.wait()
+            nursery.cancel_scope.cancel()
+
+
+def texts(update: dict[str, Any]) -> list[str]:
+    return [c["content"]["text"] for c in update.get("content", []) if c["type"] == "content"]
+
+
+async def test_no_frame_is_over_the_limit_live_or_on_replay(tmp_path: Path) -> None:
+    """The log holds a 20 MB result, a 9 MB message, 9 MB arguments and a 9 MB diff."""
+    result, message, pad = the_whole(20_000_000), the_whole(9_000_000, "m"), "p" * 9_000_000
+    diffs = [FileDiff("big.txt", the_whole(9_000_000, "n"), the_whole(9_000_000, "o"))]
+    diffs += [FileDiff(f"f{i}.txt", "x" * 1000) for i in range(20_000)]
+    model = ScriptedModel([[Say(message), CallTool("huge", {"pad": pad})], [Say("done")]])
+    tools = [huge(result, diffs)]
+    # A cap above the result: the log really holds all of it, as an older log might.
+    async with tapped(tmp_path, model, tools, max_tool_result=30_000_000) as (rt, peer, tap):
+        session = await peer.new_session()
+        answer = await peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        assert answer["result"] == {"stopReason": "end_turn"}
+        stored = results(rt.sessions.get(session).events)  # type: ignore[union-attr]
+        assert stored[0].content == result
+        live = peer.updates(session)
+        assert tap.longest <= MAX_FRAME
+    async with tapped(tmp_path, ScriptedModel()) as (rt, peer, tap):
+        loaded = await peer.call(
+            "session/load", {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
+        )
+        assert loaded["result"]["modes"]["currentModeId"] == "default"
+        replayed = peer.updates(session)
+        assert tap.longest <= MAX_FRAME
+        assert replayed[1:] == live
+    rest = "the rest is in the session's log]"
+    chunk = next(u for u in live if u["sessionUpdate"] == "agent_message_chunk")
+    assert chunk["content"]["text"] == cut(message, TEXT_CHARS, rest[:-1])
+    start = next(u for u in live if u["sessionUpdate"] == "tool_call")
+    arguments = json.dumps({"pad": pad})  # as the scripted model writes them
+    assert start["rawInput"] == cut(arguments, TEXT_CHARS, rest[:-1])
+    done = next(u for u in live if u.get("status") == "completed")
+    shown = texts(done)
+    assert shown[0] == cut(result, TEXT_CHARS, rest[:-1])
+    big = done["content"][1]
+    assert big["path"] == "big.txt"
+    assert big["newText"] == cut(diffs[0].new_text, TEXT_CHARS, rest[:-1])
+    assert big["oldText"] == cut(diffs[0].old_text or "", TEXT_CHARS, rest[:-1])
+    small = [c for c in done["content"] if c["type"] == "diff"][1:]
+    assert 100 < len(small) < 1000  # as many as the budget holds, each whole
+    assert all(
+        d == {"type": "diff", "path": f"f{i}.txt", "newText": "x" * 1000, "oldText": None}
+        for i, d in enumerate(small)
+    )
+    assert shown[-1] == f"[{20_000 - len(small)} more diffs not shown; {rest}"
+
+
+async def test_an_answer_over_the_limit_becomes_an_error_answer(tmp_path: Path) -> None:
+    model = ScriptedModel([[Fail("e" * 9_000_000)]])
+    async with tapped(tmp_path, model) as (_rt, peer, tap):
+        session = await peer.new_session()
+        answer = await peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        assert answer["error"]["code"] == -32603
+        assert re.fullmatch(
+            r"the answer was \d+ bytes, over the 8388608-byte frame limit",
+            answer["error"]["message"],
+        )
+        assert tap.longest <= MAX_FRAME
+        # The connection goes on.
+        assert (await peer.call("session/list", {}))["result"]["sessions"]
+
+
+# -- greenroom sessions show -----------------------------------------------------------------------
+
+
+async def _record(root: Path) -> None:
+    store = JsonlPersistence(root)
+    model = ScriptedModel([[Say("m" * 3_000_000), CallTool("huge")], [Say("ok")]])
+    async with open_runtime(
+        model=model, persistence=store, tools=[huge(the_whole(20_000_000))]
+    ) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="capped")
+        handle.agent.send("u" * 3_000_000)
+        await handle.agent.when_idle()
+        await handle.dispose()
+    model = ScriptedModel([[CallTool("huge")], [Say("ok")]])
+    async with open_runtime(
+        model=model,
+        persistence=store,
+        tools=[huge(the_whole(20_000_000))],
+        max_tool_result=30_000_000,
+    ) as rt:
+        handle = await rt.agents.create(agent_id="b", session_id="whole")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        await handle.dispose()
+
+
+def test_sessions_show_prints_bounded_lines_and_the_marker(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    trio.run(_record, tmp_path, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["sessions", "show", "capped", "--store", f"jsonl:{tmp_path}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) < 11_000
+    (user,) = [i for i, line in enumerate(lines) if line.startswith("  user: ")]
+    assert lines[user] == "  user: " + "u" * 10_000
+    assert lines[user + 1] == (
+        "[2990000 more characters of 3000000 were cut; the rest is in the session's log]"
+    )
+    (result,) = [line for line in lines if line.startswith("  tool result ")]
+    assert result.startswith(
+        "  tool result [call-1]: " + "r" * 300 + " … [19900000 more characters"
+    )
+    assert result.endswith("]")
+    assert "were cut; the whole text is in /" in result
+    assert main(["sessions", "show", "whole", "--store", f"jsonl:{tmp_path}"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert max(map(len, lines)) < 11_000
+    (result,) = [line for line in lines if line.startswith("  tool result ")]
+    assert result == "  tool result [call-1]: " + "r" * 300 + " …"
+
+
+def test_the_marker_is_one_line_at_the_end() -> None:
+    assert find_marker("plain") is None
+    assert find_marker("text\n[not a marker]") is None
+    text = cut("z" * 10, 3, "x")
+    assert text == "zzz\n[7 more characters of 10 were cut; x]"
+    assert find_marker(text) == text.splitlines()[-1]
+    assert find_marker(text + " and more") is None
