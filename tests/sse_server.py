@@ -41,6 +41,9 @@ Piece = bytes | Pause | Cut | Hold
 
 @dataclass
 class Reply:
+    """One response; status 0 closes the connection without answering (as a server going away
+    does to a keep-alive connection)."""
+
     status: int = 200
     pieces: Sequence[Piece] = ()
     headers: dict[str, str] = field(default_factory=dict)
@@ -144,7 +147,8 @@ class SseServer:
                         b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
                     )
                     return
-                if not await self._answer(connection, self.replies.pop(0)):
+                reply = self.replies.pop(0)
+                if not reply.status or not await self._answer(connection, reply):
                     return
         except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
             self.client_left.set()

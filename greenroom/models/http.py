@@ -47,6 +47,9 @@ TIMEOUT: Final = httpx2.Timeout(connect=30.0, read=READ_TIMEOUT, write=30.0, poo
 LIMITS: Final = httpx2.Limits(
     max_connections=64, max_keepalive_connections=16, keepalive_expiry=60.0
 )
+#: Seconds the body may take to end after the reply's last event (a body still open then
+#: is closed with its connection, which is not reused).
+DRAIN_TIMEOUT: Final = 1.0
 #: Seconds the pool's close may take (TLS close_notify on each idle connection) before it is
 #: abandoned.
 CLOSE_TIMEOUT: Final = 5.0
@@ -245,12 +248,18 @@ class HttpModel:
                 async with (
                     self.connections.client() as client,
                     self._response(client, body) as response,
-                    aclosing(self._chunks(sse_events(response))) as chunks,
+                    aclosing(sse_events(response)) as events,
+                    aclosing(self._chunks(events)) as chunks,
                 ):
                     try:
                         async for chunk in chunks:
                             started = True
                             yield chunk
+                        # The reply is whole; read the body's end too, or the connection
+                        # could not go back to the pool.
+                        with trio.move_on_after(DRAIN_TIMEOUT):
+                            async for _ in events:
+                                pass
                     except httpx2.TransportError as exc:  # mid-body: never retried
                         raise ModelError(
                             f"{self._url}: {type(exc).__name__}: {exc}", "connection"
