@@ -246,7 +246,11 @@ class Tap(trio.abc.HalfCloseableStream):
 
 @asynccontextmanager
 async def tapped(
-    root: Path, model: ModelAdapter, tools: Sequence[Tool[Any]] = (), **options: Any
+    root: Path,
+    model: ModelAdapter,
+    tools: Sequence[Tool[Any]] = (),
+    capabilities: dict[str, Any] | None = None,
+    **options: Any,
 ) -> AsyncIterator[tuple[Runtime, Peer, Tap]]:
     async with open_runtime(
         model=model, persistence=JsonlPersistence(root), tools=tools, **options
@@ -265,7 +269,9 @@ async def tapped(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve)
             nursery.start_soon(peer.read_loop)
-            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            await peer.call(
+                "initialize", {"protocolVersion": 1, "clientCapabilities": capabilities or {}}
+            )
             yield runtime, peer, tap
             await peer.close()
             await served.wait()
@@ -339,6 +345,62 @@ async def test_an_answer_over_the_limit_becomes_an_error_answer(tmp_path: Path) 
         assert tap.longest <= MAX_FRAME
         # The connection goes on.
         assert (await peer.call("session/list", {}))["result"]["sessions"]
+
+
+async def test_a_permission_question_is_bounded_and_a_request_too_large_fails_the_tool(
+    tmp_path: Path,
+) -> None:
+    """An edit with 9 MB of arguments asks first (its question bounded), then writes 9 MB
+    through the editor: a request over the limit is never sent, and the tool is told."""
+
+    async def write(args: Pad, invocation: ToolInvocation) -> str:
+        assert invocation.client is not None
+        assert invocation.client.files is not None
+        await invocation.client.files.write_text(str(tmp_path / "big.txt"), args.pad)
+        return "written"
+
+    pad = "p" * 9_000_000
+    asked: list[dict[str, Any]] = []
+
+    async def answer(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request)
+        assert request["method"] == "session/request_permission"
+        return {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+
+    tools = [Tool("write_big", "writes", Pad, write, kind="edit")]
+    model = ScriptedModel([[CallTool("write_big", {"pad": pad})], [Say("ok")]])
+    fs = {"fs": {"readTextFile": True, "writeTextFile": True}}
+    async with tapped(tmp_path, model, tools, fs) as (rt, peer, tap):
+        peer.answer = answer
+        session = await peer.new_session()
+        answer_ = await peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        assert answer_["result"] == {"stopReason": "end_turn"}
+        assert tap.longest <= MAX_FRAME
+        (question,) = asked  # the write itself never reached the client
+        raw = question["params"]["toolCall"]["rawInput"]
+        assert raw == cut(json.dumps({"pad": pad}), TEXT_CHARS, "the rest is in the session's log")
+        (result,) = results(rt.sessions.get(session).events)  # type: ignore[union-attr]
+        assert result.is_error
+        assert re.fullmatch(
+            r"write_big failed: ClientError: fs/write_text_file: not sent: the request was"
+            r" \d+ bytes, over the 8388608-byte frame limit",
+            result.content,
+        )
+        assert not (tmp_path / "big.txt").exists()
+
+
+async def test_arguments_nested_too_deep_to_decode_are_shown_as_text(tmp_path: Path) -> None:
+    nested = "[" * 5000 + "]" * 5000
+    model = ScriptedModel([[CallTool("huge", nested)], [Say("ok")]])
+    async with tapped(tmp_path, model, [huge("done")]) as (_rt, peer, _tap):
+        session = await peer.new_session()
+        await peer.call(
+            "session/prompt", {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        )
+        (start,) = [u for u in peer.updates(session) if u["sessionUpdate"] == "tool_call"]
+        assert start["rawInput"] == nested
 
 
 # -- greenroom sessions show -----------------------------------------------------------------------

@@ -21,6 +21,7 @@ from typing import Any, Final, TypeVar
 import msgspec
 import trio
 
+from greenroom.acp.presenter import shown_call
 from greenroom.actors.types import PermissionRequest, SessionClient
 from greenroom.protocol.acp import (
     CancelRequestParams,
@@ -154,15 +155,10 @@ class AcpPermissions:
         child = request.session_id != self._session_id
         call_id = f"{request.session_id}/{request.call_id}" if child else request.call_id
         options = ONCE if child else OPTIONS
+        title, raw_input = shown_call(request.title or request.tool, request.arguments)
         asked = RequestPermissionParams(
             self._session_id,
-            PermissionToolCall(
-                call_id,
-                request.title or request.tool,
-                request.kind,
-                "pending",
-                _arguments(request.arguments),
-            ),
+            PermissionToolCall(call_id, title, request.kind, "pending", raw_input),
             options,
         )
         answer = await self._requests.call(
@@ -210,10 +206,3 @@ def session_client(
     """
     files = AcpFiles(requests, session_id) if read and write else None
     return SessionClient(permissions=AcpPermissions(requests, session_id), files=files)
-
-
-def _arguments(arguments: str) -> object:
-    try:
-        return msgspec.json.decode(arguments) if arguments.strip() else {}
-    except msgspec.DecodeError:
-        return arguments

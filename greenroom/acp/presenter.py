@@ -211,6 +211,14 @@ def _bounded(text: str) -> str:
     return text if len(text) <= TEXT_CHARS else cut(text, TEXT_CHARS, _REST)
 
 
+def shown_call(title: str, arguments: str) -> tuple[str, object]:
+    """A tool call's title and raw input as a frame other than an update shows them (a
+    permission question): bounded like an update's."""
+    budget = _Budget()
+    title = budget.take(title)
+    return title, _arguments(arguments) if budget.fits(arguments) else budget.take(arguments)
+
+
 def iso_time(seconds: float) -> str:
     """Wall-clock seconds as ACP's ``updatedAt``: ISO 8601, UTC."""
     return datetime.datetime.fromtimestamp(seconds, datetime.UTC).isoformat().replace("+00:00", "Z")
@@ -225,7 +233,9 @@ def _absolute(cwd: str | None, path: str) -> str:
 
 
 def _arguments(arguments: str) -> object:
+    """The call's JSON arguments as a value; as they are if they are not JSON (or nest too
+    deep to decode)."""
     try:
         return json.loads(arguments) if arguments.strip() else {}
-    except ValueError:
+    except (ValueError, RecursionError):
         return arguments
