@@ -24,6 +24,7 @@ from greenroom.protocol.events import (
     ModelRetry,
 )
 from greenroom.protocol.model import Retry, StreamChunk, TextDelta
+from tests.acp_peer import bridge
 from tests.agents_helpers import new_agent, turn_ends
 from tests.sse_server import Cut, Reply, sse
 from tests.test_model_adapters import (
@@ -241,3 +242,27 @@ async def test_retries_stop_when_the_budget_is_spent() -> None:
 def test_a_negative_budget_is_refused() -> None:
     with pytest.raises(ValueError, match="retry_budget must be seconds >= 0"):
         adapter("openai", "https://api.example.com", retry_budget=-1)
+
+
+async def test_a_retry_shows_in_the_editor_as_a_notice_of_its_own() -> None:
+    kind = "anthropic"
+    replies = [Reply(529, body=OVERLOADED), Reply(pieces=STREAMS[kind]["text"])]
+    with trio.fail_after(LIMIT):
+        async with sse_server(replies) as server, bridge(None, adapter(kind, server.url)) as b:
+            session = await b.peer.new_session()
+            prompt = [{"type": "text", "text": "hi"}]
+            answer = await b.peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+    assert answer["result"]["stopReason"] == "end_turn"
+    chunks = [
+        (u["messageId"], u["content"]["text"])
+        for u in b.peer.updates(session)
+        if u["sessionUpdate"] == "agent_message_chunk"
+    ]
+    notice = (
+        f"Retrying the model in 0.0 s: {server.url}/v1/messages answered HTTP 529: Overloaded\n"
+    )
+    assert chunks == [
+        (f"{session}/1/1/retry-1", notice),
+        (f"{session}/1/1", "Hello"),
+        (f"{session}/1/1", " world"),
+    ]

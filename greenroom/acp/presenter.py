@@ -54,6 +54,7 @@ from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
     ConfigSet,
+    ModelRetry,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -130,6 +131,12 @@ class Presenter:
                 used = usage.input_tokens + usage.output_tokens
                 window = self._context_windows.get(self._model(session), 0)
                 yield UsageUpdate(used, max(window, used))
+            case ModelRetry(turn=turn, step=step, attempt=attempt, wait=wait):
+                # A notice of its own (its own message id), not a part of the reply.
+                notice = f"Retrying the model in {wait:.1f} s: {event.error[:300]}\n"
+                yield AgentMessageChunk(
+                    TextBlock(notice), f"{session_id}/{turn}/{step}/retry-{attempt}"
+                )
             case ToolCall(call_id=call_id, arguments=arguments):
                 cwd = session.header.cwd
                 budget = _Budget()
