@@ -38,6 +38,7 @@ from typing import Final
 import trio
 
 from greenroom.hooks import Disposers, Listeners
+from greenroom.procs import Spawn, owner
 from greenroom.spill import SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
@@ -147,27 +148,30 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
 
 
 class _Command:
-    """One running ``bash -c``: its process, its two captures, and how to stop it."""
+    """One running ``bash -c``: its process, its mark, its two captures, and how to stop it."""
 
-    __slots__ = ("process", "stderr", "stdout")
+    __slots__ = ("owned", "process", "stderr", "stdout")
 
-    def __init__(self, process: trio.Process, spills: SpillDir) -> None:
+    def __init__(self, process: trio.Process, owned: Spawn, spills: SpillDir) -> None:
         self.process = process
+        self.owned = owned
         self.stdout = _Capture(spills)
         self.stderr = _Capture(spills)
 
     @classmethod
     async def spawn(cls, spec: BashExecSpec, spills: SpillDir) -> _Command:
+        owned = owner().spawn(scrubbed_environment(dict(os.environ)))
         process = await trio.lowlevel.open_process(
             ["bash", "-c", spec.command],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             cwd=spec.workdir,
-            env=scrubbed_environment(dict(os.environ)),
+            env=owned.env,
             start_new_session=True,
         )
-        return cls(process, spills)
+        owned.started(process.pid)
+        return cls(process, owned, spills)
 
     async def finish(self, kill_after: float = math.inf) -> bool:
         """Pump both pipes until the process exits and they drain; True if it timed out.
@@ -196,6 +200,7 @@ class _Command:
                 # What the shell left running dies with it, now, while the group id
                 # cannot yet belong to anyone else.
                 self.signal_group(signal.SIGKILL)
+                await self._sweep()
                 with trio.move_on_after(DRAIN_GRACE):  # a child it left may hold the pipes
                     for event in drained:
                         await event.wait()
@@ -220,6 +225,13 @@ class _Command:
             await self.process.wait()
         self.signal_group(signal.SIGKILL)
         await self.process.wait()
+        await self._sweep()
+
+    async def _sweep(self) -> None:
+        """End what the shell detached from its group (it carries the mark); once reaped."""
+        victims = self.owned.end()
+        if victims is not None:
+            await trio.to_thread.run_sync(victims.wait)
 
     @property
     def exit_code(self) -> int | None:
