@@ -52,7 +52,15 @@ class ConfigTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag
     source: MessageSource
 
 
-TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger | ConfigTrigger
+class CompactionTrigger(
+    msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="compaction"
+):
+    """A one-shot turn that only compacts the history (`Agent.compact` while idle)."""
+
+    source: MessageSource
+
+
+TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger | ConfigTrigger | CompactionTrigger
 
 #: What a tool does, as ACP names it; a tool that edits, deletes, moves or executes asks
 #: permission before it runs.
@@ -202,6 +210,41 @@ class ModelRetry(Event, frozen=True, gc=False, tag="model/retry"):
     code: str | None = None
 
 
+class Cut(msgspec.Struct, frozen=True, gc=False):
+    """A verbatim event the model sees shortened: the first `kept` characters of its text
+    (a tool result's output, a message's content), then a marker saying how much was cut."""
+
+    seq: int
+    kept: int
+
+
+class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
+    """The model's history from here on: `summary` stands for the events from `first_seq`
+    up to `kept_seq` (turns `first_turn` to `last_turn`), and the events from `kept_seq` on
+    stay verbatim, but for the `cuts`. No event leaves the log: only what the model is
+    sent changes (the rules are in docs/semantics.md, "Compaction").
+
+    `model` is the id of the model that wrote `summary`; `degraded` says why none could
+    be written, and then `summary` is a marker naming what was dropped and `model` is
+    empty. `tokens_before` and `tokens_after` are the estimated input tokens of the
+    request without and with this compaction; `instructions` are the caller's, if any.
+    """
+
+    turn: int
+    step: int
+    summary: str
+    first_seq: int
+    kept_seq: int
+    first_turn: int
+    last_turn: int
+    model: str
+    tokens_before: int
+    tokens_after: int
+    cuts: list[Cut] = []
+    degraded: str | None = None
+    instructions: str | None = None
+
+
 class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     """A call the model made; `kind`, `title` and `locations` say, for a reader, what it does."""
 
@@ -263,6 +306,7 @@ SessionEvent: TypeAlias = (
     | AssistantChunk
     | AssistantMessage
     | ModelRetry
+    | Compacted
     | ToolCall
     | ToolStart
     | ToolResult

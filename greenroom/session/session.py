@@ -14,6 +14,7 @@ from msgspec.structs import force_setattr
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
+    Compacted,
     ConfigSet,
     ContextMessage,
     MessageSource,
@@ -32,6 +33,7 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
+from greenroom.spill import cut
 
 E = TypeVar("E", bound=SessionEvent)
 _now = time.time
@@ -48,10 +50,11 @@ _PLAIN: Final[frozenset[type]] = frozenset(
 class History(Sequence[Message]):
     """The first ``length`` messages of a session's model history: a snapshot, made in O(1).
 
-    The history only ever grows at its end, so the prefix a snapshot names
-    never changes: a model request holds one without a copy, and a turn's
-    cost does not grow with the session. Slices are lists; it compares equal
-    to any sequence of the same messages.
+    Between two compactions the history only grows at its end, and a
+    compaction (or a refusal) puts a new list in its place, so the prefix a
+    snapshot names never changes: a model request holds one without a copy,
+    and a turn's cost does not grow with the session. Slices are lists; it
+    compares equal to any sequence of the same messages.
     """
 
     __slots__ = ("_items", "_length")
@@ -123,13 +126,16 @@ class Session:
     """
 
     __slots__ = (
+        "_added",
         "_events",
         "_last_turn",
         "_messages",
         "_open_turn",
         "_readers",
+        "_reported",
         "_sink",
         "_turn_messages",
+        "compaction",
         "config",
         "header",
         "on_append",
@@ -159,9 +165,13 @@ class Session:
         #: A name for the conversation, from its first prompt, and the seq of that prompt.
         self.title: str | None = None
         self.title_seq = -1
+        #: The latest ``context/compacted``: the history starts with its summary.
+        self.compaction: Compacted | None = None
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
+        self._reported = 0  # input + output tokens of the latest reply's usage, since compacted
+        self._added = 0  # UTF-8 bytes of the history's messages since then
         self._last_turn = 0
         self._open_turn: int | None = None
         self._readers: trio.lowlevel.ParkingLot | None = None  # made by the first reader
@@ -257,8 +267,22 @@ class Session:
             await self._sink.flush()
 
     def messages(self) -> History:
-        """The model-facing history derived from the log, as it stands now (a snapshot)."""
+        """The model-facing history derived from the log, as it stands now (a snapshot):
+        the latest compaction's summary, if any, then the messages of the events after the
+        part it stands for (docs/semantics.md, "Compaction")."""
         return History(self._messages, len(self._messages))
+
+    @property
+    def reported_tokens(self) -> int:
+        """The input and output tokens the model reported for its latest reply (0 when none
+        did since the latest compaction): that reply's request and the reply itself."""
+        return self._reported
+
+    @property
+    def added_bytes(self) -> int:
+        """UTF-8 bytes of the history's messages since `reported_tokens` (all of them, the
+        summary included, when no reply reported usage since the latest compaction)."""
+        return self._added
 
     def _record(self, event: SessionEvent) -> None:
         """Log a seed event (stamped already)."""
@@ -275,12 +299,34 @@ class Session:
         start = len(events) - 1
         while start > 0 and not isinstance(events[start], TurnStart):
             start -= 1
-        kept: list[Message] = [
-            UserTurn(_wrap("context", e.source, e.content))
-            for e in events[start:]
-            if isinstance(e, ContextMessage)
-        ]
-        self._messages = self._messages[: self._turn_messages] + kept
+        self._messages = self._messages[: self._turn_messages] + _context_of(events[start:])
+
+    def _compact(self, compaction: Compacted) -> None:
+        """Start the history anew at `compaction`: its summary, then the messages of the
+        events it keeps verbatim (those between ``kept_seq`` and itself), each cut it lists
+        shortened, a refused turn among them left out as it was. A new list: a `History`
+        snapshot already handed out keeps what it saw."""
+        self.compaction = compaction
+        cuts = {c.seq: c.kept for c in compaction.cuts}
+        messages: list[Message] = []
+        if compaction.summary:
+            messages.append(UserTurn(summary_text(compaction)))
+        kept = self._events[compaction.kept_seq : compaction.seq]
+        turn_messages = len(messages)  # the open turn's start was summarized, if not in `kept`
+        turn_events = 0
+        for index, event in enumerate(kept):
+            if isinstance(event, TurnStart):
+                turn_messages, turn_events = len(messages), index
+            elif isinstance(event, TurnEnd) and type(event.reason) is Refused:
+                messages[turn_messages:] = _context_of(kept[turn_events:index])
+            else:
+                message = message_of(event, cuts.get(event.seq))
+                if message is not None:
+                    messages.append(message)
+        self._messages = messages
+        self._turn_messages = turn_messages
+        self._reported = 0
+        self._added = sum(map(_size, messages))
 
     def _read(self, event: SessionEvent) -> None:
         """Take from `event` what the session reads off its log."""
@@ -292,22 +338,75 @@ class Session:
                 self._open_turn = None
                 if type(reason) is Refused:
                     self._forget_refused_turn()
-            case UserMessage(content=content):
-                self._messages.append(UserTurn(content))
-                if self.title is None:
-                    self.title, self.title_seq = title_of(content), event.seq
-            case AssistantMessage(content=content, tool_calls=calls) if content or calls:
-                self._messages.append(AssistantTurn(content, calls))
-            case ToolResult(call_id=call_id, content=content, is_error=is_error):
-                self._messages.append(ToolTurn(call_id, content, is_error))
-            case ContextMessage(content=content, source=source):
-                self._messages.append(UserTurn(_wrap("context", source, content)))
-            case SteeringMessage(content=content, source=source):
-                self._messages.append(UserTurn(_wrap("steering", source, content)))
             case ConfigSet(key=key, value=value):
                 self.config = {**self.config, key: value}
             case PermissionRule(tool=tool, allow=allow):
                 self.permissions = {**self.permissions, tool: allow}
+            case Compacted():
+                self._compact(event)
+            case _:
+                message = message_of(event)
+                if message is None:
+                    return
+                self._messages.append(message)
+                usage = event.usage if type(event) is AssistantMessage else None
+                if usage is not None:  # the reply and everything before it, as counted
+                    self._reported = usage.input_tokens + usage.output_tokens
+                    self._added = 0
+                else:
+                    self._added += _size(message)
+                if type(event) is UserMessage and self.title is None:
+                    self.title, self.title_seq = title_of(event.content), event.seq
+
+
+def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
+    """The message `event` puts in the model's history, if any; with `kept`, its text cut
+    to that many characters with a marker saying how much was cut."""
+    match event:
+        case UserMessage(content=content):
+            return UserTurn(_shortened(content, kept))
+        case AssistantMessage(content=content, tool_calls=calls) if content or calls:
+            return AssistantTurn(_shortened(content, kept), calls)
+        case ToolResult(call_id=call_id, content=content, is_error=is_error):
+            return ToolTurn(call_id, _shortened(content, kept), is_error)
+        case ContextMessage(content=content, source=source):
+            return UserTurn(_wrap("context", source, _shortened(content, kept)))
+        case SteeringMessage(content=content, source=source):
+            return UserTurn(_wrap("steering", source, _shortened(content, kept)))
+    return None
+
+
+def summary_text(compaction: Compacted) -> str:
+    """The message a compaction's summary is sent as, naming the turns it stands for."""
+    first, last = compaction.first_turn, compaction.last_turn
+    turns = f"turn {first}" if first == last else f"turns {first}-{last}"
+    return f'<summary of="{turns}">{compaction.summary}</summary>'
+
+
+#: What a cut's marker says of where the whole text is.
+CUT_WHOLE: Final = "cut to fit the model's context window; the session's log holds the whole"
+
+
+def _shortened(text: str, kept: int | None) -> str:
+    return text if kept is None else cut(text, kept, CUT_WHOLE)
+
+
+def _size(message: Message) -> int:
+    """UTF-8 bytes of `message`'s text (a tool call's name and arguments included)."""
+    size = len(message.content.encode())
+    if type(message) is AssistantTurn:
+        for call in message.tool_calls:
+            size += len(call.name) + len(call.arguments.encode())
+    return size
+
+
+def _context_of(events: Sequence[SessionEvent]) -> list[Message]:
+    """The context messages among `events`: what a refused turn leaves in the history."""
+    return [
+        UserTurn(_wrap("context", e.source, e.content))
+        for e in events
+        if isinstance(e, ContextMessage)
+    ]
 
 
 def _wrap(tag: str, source: MessageSource, content: str) -> str:
