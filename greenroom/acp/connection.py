@@ -18,9 +18,11 @@
   ``agent_message_chunk``, after the answer that named the session.
 * **Teardown** (end of input, a signal, the caller's cancel): first, at once,
   every pending prompt is answered ``cancelled`` and every session's
-  background bash tasks are sent their kill; then each session's agent is
-  disposed, last created first (its closing ``turn/end`` reaches disk, its
-  tasks are reaped), within `TEARDOWN_GRACE`.
+  background bash tasks are sent their kill; then every session's agent is
+  disposed, all at once (its closing ``turn/end`` reaches disk, its tasks are
+  reaped, its MCP servers stopped), so the whole takes one agent's teardown,
+  within `TEARDOWN_GRACE`. A sub-agent still ends before its parent: that
+  order is the parent's own teardown.
 """
 
 from __future__ import annotations
@@ -705,10 +707,13 @@ class AcpConnection:
         kill_owned(self.runtime.bash, record.session_id)
 
     async def teardown(self) -> None:
-        """Close: every session released, in reverse creation order. Memoised by ``closed``.
+        """Close: every session released, all at once. Memoised by ``closed``.
 
         Every prompt is answered and every task killed first, at once, so a
-        dispose that overruns the teardown's grace cannot leave them behind.
+        dispose that overruns the teardown's grace cannot leave them behind;
+        then the agents are disposed together, each in its own order (a
+        session whose MCP server or bash task ignores SIGTERM costs its kill
+        grace once, not once per session).
         """
         if self.closed:
             return
@@ -719,8 +724,9 @@ class AcpConnection:
         try:
             for record in records:
                 self._abandon(record)
-            for record in reversed(records):
-                await record.handle.dispose()
+            async with trio.open_nursery() as disposing:
+                for record in reversed(records):
+                    disposing.start_soon(record.handle.dispose)
         finally:
             await self.scope.close()
 
@@ -851,7 +857,8 @@ async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
             # inside `handlers`, so their answers are written before the writer stops.
             async with trio.open_nursery() as handlers:
                 try:
-                    async with Supervisor(name="acp-connection") as owner:
+                    # Sessions are independent: stopped together, in one grace.
+                    async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(runtime, owner, handlers, frames_in)
                         try:
                             await frames.read_lines(

@@ -195,6 +195,10 @@ class Supervisor:
       and raises `SupervisorEscalation` out of the ``async with``.
     * ``backoff``: an optional `Backoff` slept before each restart; ``rng``
       draws its jitter (pass a seeded ``random.Random`` for repeatable runs).
+    * ``stop_together``: for children independent of each other (agents,
+      each its own teardown order): shutdown cancels them all at once (still
+      last started first) and waits out their graces together, so it takes
+      one grace, not one per child. A strategy's stops stay one at a time.
 
     Not guaranteed: a child that shields its own cleanup with a bare
     ``CancelScope(shield=True)`` (instead of `cleanup_scope`) cannot be cut
@@ -212,9 +216,11 @@ class Supervisor:
         period: float = 5.0,
         backoff: Backoff | None = None,
         rng: random.Random | None = None,
+        stop_together: bool = False,
     ) -> None:
         _check_config(name, children, strategy, intensity, period)
         self.name = name
+        self.stop_together = stop_together
         self.strategy: Strategy = strategy
         self.intensity = intensity
         self.period = float(period)
@@ -286,7 +292,15 @@ class Supervisor:
             if child.state == "starting":  # a start in flight holds its starter
                 child.scope.cancel(reason=reason)
         await self._loop_done.wait()
-        await self._stop_all(list(self._children.values()), "shutdown")
+        children = list(self._children.values())
+        if not self.stop_together:
+            await self._stop_all(children, "shutdown")
+            return
+        for child in reversed(children):
+            self._cancel(child, "shutdown")
+        async with trio.open_nursery() as stopping:
+            for child in children:
+                stopping.start_soon(self._wait_out, child)
 
     # -- the public verbs --------------------------------------------------
 
@@ -471,6 +485,11 @@ class Supervisor:
 
     async def _stop(self, child: _Child, outcome: Outcome, because: str = "") -> None:
         """Cancel `child` with a reason, wait out its grace, then cut it off and move on."""
+        self._cancel(child, outcome, because)
+        await self._wait_out(child)
+
+    def _cancel(self, child: _Child, outcome: Outcome, because: str = "") -> None:
+        """The first half of a stop: its grace starts, its scope is cancelled with a reason."""
         if child.finished:
             return
         child.state = "stopping"
@@ -486,6 +505,11 @@ class Supervisor:
             )
         else:
             child.scope.cancel(reason=f"supervisor {self.name!r}: {outcome}")
+
+    async def _wait_out(self, child: _Child) -> None:
+        """The second half: wait for `child` within its grace, then cut its cleanup off."""
+        if child.finished:
+            return
         if child.cutoff is None:
             await child.wait()
             return

@@ -22,6 +22,10 @@ from greenroom.protocol.events import (
     TurnStart,
 )
 
+#: Seconds a store operation (an fsync, a commit, a statement) may take by default before
+#: its caller stops waiting (`OperationTimeout`); each persistence takes its own.
+DEADLINE: Final = 5.0
+
 INTERRUPTED_RESULT = "interrupted: the process stopped before this tool call finished"
 
 
@@ -73,6 +77,15 @@ class SessionLocked(PersistenceError):
         self.holder = holder
 
 
+class OperationTimeout(PersistenceError):
+    """A store operation passed its deadline: its caller stopped waiting.
+
+    What it did is unknown: one its worker had begun may still land (a later
+    write of the same log finds it stored and skips it); one not begun never
+    runs.
+    """
+
+
 class LeaseLost(PersistenceError):
     """Another holder took the session over: this life may not write to it any more."""
 
@@ -107,8 +120,12 @@ class SessionLog(Protocol):
     way the policy says; `close` writes and syncs what is left and lets the
     session go. A failure is a `PersistenceError`; the events stay with the
     log and the next call writes them. After `LeaseLost` nothing more is
-    written. `close` is idempotent and runs to its end even when its caller
-    is cancelled.
+    written. Every wait is bounded by the persistence's deadline (a store
+    that stopped answering fails it with `OperationTimeout`). `close` is
+    idempotent and runs to its end even when its caller is cancelled, within
+    that deadline: past it, it lets the session go without its last write
+    (the lock released, or the lease left to expire), and the next open
+    repairs what the store holds as after a crash.
     """
 
     def append(self, event: SessionEvent) -> None: ...

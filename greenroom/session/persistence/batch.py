@@ -18,7 +18,6 @@ import trio
 from greenroom.protocol.events import SessionEvent
 from greenroom.session.persistence.base import (
     LeaseLost,
-    PersistenceError,
     SeqMismatch,
     SessionNotFound,
     SyncPolicy,
@@ -55,24 +54,25 @@ class Append(Job):
         self.sync = sync
 
 
-def refused_append(
-    job: Append, where: str, stored: tuple[int, int] | None, by: str
-) -> PersistenceError | None:
-    """Why an append's fenced update matched no row, read off the session's stored
-    ``(epoch, next_seq)`` (None: no such session); None if the append had landed already
-    (a retried commit whose answer was lost). ``by`` names who takes sessions over."""
-    session_id, first = job.session_id, job.events[0].seq
+def stored_already(job: Append, where: str, stored: tuple[int, int] | None, by: str) -> int:
+    """How many of an append's events the store holds already, read off the session's
+    stored ``(epoch, next_seq)`` after its fenced update matched no row: an earlier try
+    of this same life landed (a commit whose answer was lost, or that came past its
+    deadline), so the rest is written after it. Raises why the append is refused
+    otherwise (`SessionNotFound` for no row, `LeaseLost`, `SeqMismatch`); ``by`` names
+    who takes sessions over."""
+    session_id, first, after = job.session_id, job.events[0].seq, job.events[-1].seq + 1
     if stored is None:
-        return SessionNotFound(f"no stored session {session_id!r} in {where}")
+        raise SessionNotFound(f"no stored session {session_id!r} in {where}")
     epoch, next_seq = stored
     if epoch != job.epoch:
-        return LeaseLost(
+        raise LeaseLost(
             f"session {session_id!r} was taken over by {by} (epoch {epoch}, this life"
             f" held {job.epoch}); nothing written to {where}"
         )
-    if next_seq == job.events[-1].seq + 1:
-        return None
-    return SeqMismatch(
+    if first < next_seq <= after:
+        return next_seq - first
+    raise SeqMismatch(
         f"session {session_id!r}: append starts at seq {first}, but {where} holds {next_seq} events"
     )
 

@@ -36,6 +36,7 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.session.persistence.base import (
+    DEADLINE,
     SYNC_POLICIES,
     CorruptLog,
     NotASessionLog,
@@ -101,17 +102,30 @@ def encode_session_id(session_id: str) -> str:
 class JsonlPersistence:
     """Session logs as ``<root>/<encoded id>.jsonl`` (see the module docstring).
 
-    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``).
-    The root is made (mode 0700) when the first session is created.
+    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``);
+    ``fsync_timeout`` the seconds an fsync may take before its waiter stops
+    waiting (`OperationTimeout`). The root is made (mode 0700) when the first
+    session is created.
     """
 
-    def __init__(self, root: str | os.PathLike[str], *, sync: SyncPolicy = "turn") -> None:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        *,
+        sync: SyncPolicy = "turn",
+        fsync_timeout: float = DEADLINE,
+    ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
+        if not fsync_timeout > 0:
+            raise ValueError(
+                f"fsync_timeout must be a positive number of seconds, got {fsync_timeout!r}"
+            )
         self.root = Path(root)
         self.sync: SyncPolicy = sync
         delay = TURN_SYNC_DELAY if sync == "turn" else 0.0
-        self._writer: Writer[_Fsync] = Writer(partial(_fsync_batch, delay))
+        # Its errors name no store: the log that waited names the file.
+        self._writer: Writer[_Fsync] = Writer(partial(_fsync_batch, delay), deadline=fsync_timeout)
 
     def check_session_id(self, session_id: str) -> None:
         encode_session_id(session_id)
@@ -316,7 +330,9 @@ class JsonlLog:
                     await self._synced_to(self.written)
             finally:
                 if self._sync is not None and not self._sync.settled:
-                    await self._sync.wait()  # never close the file under a running fsync
+                    # Not under a running fsync, unless it passed its deadline: then the
+                    # fd is closed under it (the kernel keeps the file until it returns).
+                    await self._sync.wait()
                 os.close(self.fd)
                 self.fd = -1  # a late write fails (EBADF) instead of reaching a reused fd
                 self._lock.release()

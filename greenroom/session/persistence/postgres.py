@@ -21,6 +21,18 @@ holder that wakes after a take-over gets `LeaseLost` and writes nothing.
 "always"``, a close) and ``off`` otherwise: under ``"turn"`` PostgreSQL's WAL writer makes
 it durable within ``wal_writer_delay`` (200 ms by default), off the agent's path.
 
+**Deadlines.** No statement waits forever. Each connection is made within
+``connect_timeout`` (libpq's, default 5 s) with TCP keepalives on (``keepalives_idle=5``,
+``keepalives_interval=2``, ``keepalives_count=3`` unless the DSN says otherwise), and runs
+with ``statement_timeout`` (default 5 s; also the writer's deadline for a whole job, after
+which its caller stops waiting), ``lock_timeout`` (default 2 s: a row or advisory lock held
+by a node that went silent fails the waiter instead of holding it) and
+``idle_in_transaction_session_timeout`` (as ``statement_timeout``: the server ends a
+transaction whose client went silent, and its row locks with it). ``statement_timeout``
+and ``lock_timeout`` may be given in the DSN's query (``?statement_timeout=5s``), in
+PostgreSQL's units: a bare number is milliseconds, or ``ms``, ``s``, ``min``; 0 turns one
+off. The libpq parameters go in the DSN as libpq reads them.
+
 The schema creates itself on open, versioned in ``greenroom_schema``.
 """
 
@@ -28,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import re
 import socket
@@ -59,8 +72,8 @@ from greenroom.session.persistence.batch import (
     Append,
     BatchLog,
     Call,
-    refused_append,
     run_call,
+    stored_already,
 )
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
@@ -71,6 +84,22 @@ logger = logging.getLogger("greenroom.persistence")
 SCHEMA_VERSION: Final = 1
 #: Seconds a lease lasts unless renewed (a paused holder is taken over after this).
 LEASE_TTL: Final = 10.0
+#: Seconds a statement (and a writer job) may take, unless the DSN says otherwise.
+STATEMENT_TIMEOUT: Final = 5.0
+#: Seconds a statement may wait for a lock, unless the DSN says otherwise.
+LOCK_TIMEOUT: Final = 2.0
+#: libpq's connection parameters greenroom sets when the DSN does not.
+_CONNECT_DEFAULTS: Final = {
+    "connect_timeout": "5",
+    "keepalives": "1",
+    "keepalives_idle": "5",
+    "keepalives_interval": "2",
+    "keepalives_count": "3",
+}
+#: The DSN parameters greenroom reads itself (libpq would refuse them).
+_OWN_PARAMETERS: Final = ("statement_timeout", "lock_timeout")
+#: Seconds closing a persistence waits for a lease statement in flight.
+STOP_WAIT: Final = 1.0
 #: A key every node's migration takes, so that two nodes never create the schema at once.
 _MIGRATION_LOCK: Final = 0x67726565_6E726F6F  # "greenroo"
 
@@ -117,7 +146,10 @@ class PostgresPersistence:
     """Session logs in the PostgreSQL database at `dsn` (see the module docstring).
 
     ``node`` names this process's machine in the leases it takes (default: the host
-    name). Raises `PersistenceError` naming the server when it cannot be reached.
+    name). ``statement_timeout`` and ``lock_timeout`` (seconds) are read from the DSN's
+    query when it has them, else are the defaults (see "Deadlines" in the module
+    docstring). Raises `PersistenceError` naming the server when it cannot be reached or
+    the DSN is unreadable.
     """
 
     def __init__(
@@ -130,12 +162,17 @@ class PostgresPersistence:
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
-        self.dsn = dsn
         self.sync: SyncPolicy = sync
         self.node = node or socket.gethostname()
         self.lease_ttl = lease_ttl
-        self.where = _describe(dsn)
-        self.writer: Writer[Job] = Writer(self._batch)
+        self.dsn, timeouts = _own_parameters(dsn)
+        self.where = _describe(self.dsn)
+        self.statement_timeout = _duration(timeouts, "statement_timeout", STATEMENT_TIMEOUT)
+        self.lock_timeout = _duration(timeouts, "lock_timeout", LOCK_TIMEOUT)
+        self._conninfo = self._complete()
+        self.writer: Writer[Job] = Writer(
+            self._batch, deadline=self.statement_timeout or math.inf, where=self.where
+        )
         self._db = self.connect()
         try:
             self._migrate()
@@ -148,7 +185,12 @@ class PostgresPersistence:
             raise
 
     def close(self) -> None:
+        """Stop the heartbeat and close the connections; a connection a stuck thread still
+        waits on is left to the process's end (closing it under that thread is unsafe)."""
         self._leases.stop()
+        if self.writer.stuck:
+            logger.warning("%s: closed with a statement still waiting on it", self.where)
+            return
         self._db.close()
 
     def turn_sync(self, covers: int) -> None:
@@ -189,6 +231,8 @@ class PostgresPersistence:
 
     def _live(self, session_id: str, epoch: int, next_seq: int) -> BatchLog:
         async def release() -> None:
+            # No more renewals first: a release past its deadline leaves the lease to expire.
+            self._leases.forget(session_id, epoch)
             await self._run(lambda: self._leases.release(session_id, epoch))
 
         log = BatchLog(self, session_id, release, epoch=epoch, next_seq=next_seq)
@@ -201,12 +245,28 @@ class PostgresPersistence:
         """A new connection to the server (blocking); `PersistenceError` naming the server
         (never the password) if it cannot be made."""
         try:
-            return psycopg.connect(self.dsn, autocommit=True, connect_timeout=10)
+            return psycopg.connect(self._conninfo, autocommit=True)
         except psycopg.Error as exc:
             why = " ".join(str(exc).split())  # libpq's message spans lines
             for secret in _passwords(self.dsn):
                 why = why.replace(secret, "***")
             raise PersistenceError(f"cannot reach {self.where}: {why}") from None
+
+    def _complete(self) -> str:
+        """The DSN `connect` uses: with libpq's defaults it lacks, and the server-side
+        timeouts joined to its ``options``."""
+        try:
+            given = psycopg.conninfo.conninfo_to_dict(self.dsn)
+        except psycopg.ProgrammingError as exc:
+            raise PersistenceError(f"{self.where}: {exc}") from None
+        added = {key: value for key, value in _CONNECT_DEFAULTS.items() if key not in given}
+        statement, lock = round(self.statement_timeout * 1000), round(self.lock_timeout * 1000)
+        settings = (
+            f"-c statement_timeout={statement} -c lock_timeout={lock}"
+            f" -c idle_in_transaction_session_timeout={statement}"
+        )
+        added["options"] = f"{given.get('options') or ''} {settings}".strip()
+        return psycopg.conninfo.make_conninfo(self.dsn, **added)
 
     def connection(self) -> psycopg.Connection[Any]:
         """The writer's connection (used on the writer's thread only); a new one if the
@@ -270,32 +330,18 @@ class PostgresPersistence:
 
     def _append(self, db: psycopg.Connection[Any], job: Append) -> None:
         events = job.events
-        first, after = events[0].seq, events[-1].seq + 1
-        prompt = next((e for e in events if isinstance(e, UserMessage)), None)
-        updated = db.execute(
-            "UPDATE greenroom_sessions SET next_seq = %s, updated_at = %s,"
-            " title = COALESCE(title, %s) WHERE id = %s AND epoch = %s AND next_seq = %s",
-            (
-                after,
-                events[-1].time,
-                None if prompt is None else title_of(prompt.content),
-                job.session_id,
-                job.epoch,
-                first,
-            ),
-        ).rowcount
-        if not updated:
+        if not _advance(db, job, events):
             row = db.execute(
                 "SELECT epoch, next_seq FROM greenroom_sessions WHERE id = %s", (job.session_id,)
             ).fetchone()
-            refusal = refused_append(job, self.where, row, "another node")
-            if refusal is None:
+            events = events[stored_already(job, self.where, row, "another node") :]
+            if not events:
                 return  # a retry of a commit that had landed: written already
-            raise refusal
+            _advance(db, job, events)
         db.execute(
             "INSERT INTO greenroom_batches (session_id, first_seq, next_seq, lines)"
             " VALUES (%s, %s, %s, %s)",
-            (job.session_id, first, after, _encoder.encode_lines(events)),
+            (job.session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
         )
 
     def _create(self, header: SessionHeader) -> int:
@@ -432,13 +478,15 @@ class _Leases:
     and tells a log whose lease another node took that it lost it. The renewal skips a
     row another transaction has locked (a take-over in progress, perhaps this process's
     own) rather than wait for it with `_lock` held: the next beat renews it or finds it
-    taken.
+    taken. The Trio thread never takes `_lock` (a statement that hangs holds it): the
+    table of held leases has a lock of its own, held for no I/O.
     """
 
     def __init__(self, persistence: PostgresPersistence) -> None:
         self._persistence = persistence
         self._lock = threading.Lock()
         self._db = persistence.connect()
+        self._held_lock = threading.Lock()  # guards `_held` and `_thread`, never across I/O
         self._held: dict[tuple[str, int], BatchLog | None] = {}
         self._keys: set[int] = set()
         self._wake = threading.Event()
@@ -455,7 +503,9 @@ class _Leases:
             raise PersistenceError(f"{self._persistence.where}: this persistence is closed")
         if self._db.closed or self._db.broken:
             self._db = self._persistence.connect()
-            for (session_id, epoch), log in list(self._held.items()):
+            with self._held_lock:
+                held = list(self._held.items())
+            for (session_id, epoch), log in held:
                 key = lock_key(session_id, epoch)
                 taken = self._db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
                 if not (taken and taken[0]):
@@ -497,7 +547,7 @@ class _Leases:
             return False
 
     def watch(self, session_id: str, epoch: int, log: BatchLog) -> None:
-        with self._lock:
+        with self._held_lock:
             self._held[(session_id, epoch)] = log
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(
@@ -505,10 +555,14 @@ class _Leases:
                 )
                 self._thread.start()
 
+    def forget(self, session_id: str, epoch: int) -> None:
+        """Renew this lease no more (from any thread; waits for no statement)."""
+        with self._held_lock:
+            self._held.pop((session_id, epoch), None)
+
     def release(self, session_id: str, epoch: int) -> None:
         """Give the lease back (if it is still ours) and drop its advisory lock."""
-        with self._lock:
-            self._held.pop((session_id, epoch), None)
+        self.forget(session_id, epoch)
         try:
             self._persistence.connection().execute(
                 "UPDATE greenroom_sessions SET holder_node = NULL, holder_pid = NULL,"
@@ -519,23 +573,34 @@ class _Leases:
             self.unlock(lock_key(session_id, epoch))
 
     def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            self._wake.set()
-            self._db.close()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join()
+        """Stop the heartbeat and close the connection, waiting at most `STOP_WAIT` for a
+        statement in flight: one hung on a silent server is left to the process's end."""
+        self._stopped = True
+        self._wake.set()
+        if self._lock.acquire(timeout=STOP_WAIT):
+            try:
+                self._db.close()
+            finally:
+                self._lock.release()
+        else:
+            logger.warning("%s: a lease statement is still waiting", self._persistence.where)
+        with self._held_lock:
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(STOP_WAIT)
 
     def _beat(self) -> None:
         period = self._persistence.lease_ttl / 3
         while True:
             self._wake.wait(period)
-            with self._lock:
-                if self._stopped or not self._held:
+            with self._held_lock:
+                held = dict(self._held)
+                if self._stopped or not held:
                     self._thread = None
                     return
+            with self._lock:
                 try:
-                    self._renew(dict(self._held))
+                    self._renew(held)
                 except (psycopg.Error, PersistenceError) as exc:
                     logger.warning("renewing leases in %s failed: %s", self._persistence.where, exc)
 
@@ -561,7 +626,7 @@ class _Leases:
 
     def _lose(self, session_id: str, epoch: int, log: BatchLog | None) -> None:
         """Tell `log` that another node took its session over (called with `_lock` held)."""
-        self._held.pop((session_id, epoch), None)
+        self.forget(session_id, epoch)
         if log is not None:
             # A plain attribute the log reads at its next write: no need to wake Trio.
             log.lost(
@@ -572,11 +637,68 @@ class _Leases:
             )
 
 
+def _advance(db: psycopg.Connection[Any], job: Append, events: Events) -> bool:
+    """Move the session's next seq past `events` if it is still at their first, at the
+    append's epoch; False if the fence matched no row."""
+    prompt = next((e for e in events if isinstance(e, UserMessage)), None)
+    return (
+        db.execute(
+            "UPDATE greenroom_sessions SET next_seq = %s, updated_at = %s,"
+            " title = COALESCE(title, %s) WHERE id = %s AND epoch = %s AND next_seq = %s",
+            (
+                events[-1].seq + 1,
+                events[-1].time,
+                None if prompt is None else title_of(prompt.content),
+                job.session_id,
+                job.epoch,
+                events[0].seq,
+            ),
+        ).rowcount
+        > 0
+    )
+
+
 def _next_epoch(db: psycopg.Connection[Any]) -> int:
     """A fencing token never handed out before, by any node, for any session."""
     row = db.execute("SELECT nextval('greenroom_epochs')").fetchone()
     assert row is not None
     return int(row[0])
+
+
+def _own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
+    """`dsn` without the parameters greenroom reads itself, and those, by name.
+
+    A URL carries them in its query; a ``key=value`` DSN as more of its pairs.
+    """
+    if "://" in dsn:
+        parts = urllib.parse.urlsplit(dsn)
+        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        own = {key: value for key, value in pairs if key in _OWN_PARAMETERS}
+        rest = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in _OWN_PARAMETERS])
+        return urllib.parse.urlunsplit(parts._replace(query=rest)), own
+    own = {}
+    for match in _PAIR.finditer(dsn):
+        own[match[1]] = match[2].strip("'")
+    return _PAIR.sub("", dsn).strip(), own
+
+
+_PAIR = re.compile(rf"(?:^|\s)({'|'.join(_OWN_PARAMETERS)})\s*=\s*('[^']*'|\S+)")
+_DURATION = re.compile(r"\s*(\d+(?:\.\d*)?)\s*(ms|s|min)?\s*")
+_UNITS: Final = {None: 0.001, "ms": 0.001, "s": 1.0, "min": 60.0}
+
+
+def _duration(given: dict[str, str], name: str, default: float) -> float:
+    """Seconds, from a PostgreSQL duration (a bare number is milliseconds); `default` if
+    `name` was not given. `PersistenceError` naming the parameter if it does not read."""
+    if name not in given:
+        return default
+    match = _DURATION.fullmatch(given[name])
+    if match is None:
+        raise PersistenceError(
+            f"{name}={given[name]!r} in the PostgreSQL DSN is not a duration"
+            " (milliseconds, or with a unit: 500ms, 5s, 1min; 0 for none)"
+        )
+    return float(match[1]) * _UNITS[match[2]]
 
 
 def _passwords(dsn: str) -> list[str]:

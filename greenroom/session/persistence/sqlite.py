@@ -32,6 +32,7 @@ import trio
 
 from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
 from greenroom.session.persistence.base import (
+    DEADLINE,
     SYNC_POLICIES,
     CorruptLog,
     NotASessionLog,
@@ -48,8 +49,8 @@ from greenroom.session.persistence.batch import (
     BatchLog,
     Call,
     Sync,
-    refused_append,
     run_call,
+    stored_already,
 )
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
@@ -106,33 +107,44 @@ Appends: TypeAlias = list[Append]
 class SqlitePersistence:
     """Session logs in the SQLite database at `path` (created if missing; see the module docstring).
 
-    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``).
-    ``read_only`` opens an existing store for `load` and `list` only: nothing
-    is created, migrated or written (SQLite's ``mode=ro``; ``immutable`` too
-    when no WAL file says a writer may be live, so a reader leaves no WAL
-    files behind). A missing path, a file that is not a database or an empty
-    one raise `NotASessionLog` naming it; another schema version
-    `UnsupportedVersion`.
+    ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``);
+    ``commit_timeout`` the seconds a statement or commit may take (waiting for
+    another process's write lock included) before its waiter stops waiting
+    (`OperationTimeout`). ``read_only`` opens an existing store for `load`
+    and `list` only: nothing is created, migrated or written (SQLite's
+    ``mode=ro``; ``immutable`` too when no WAL file says a writer may be live,
+    so a reader leaves no WAL files behind). A missing path, a file that is
+    not a database or an empty one raise `NotASessionLog` naming it; another
+    schema version `UnsupportedVersion`.
     """
 
     def __init__(
-        self, path: str | os.PathLike[str], *, sync: SyncPolicy = "turn", read_only: bool = False
+        self,
+        path: str | os.PathLike[str],
+        *,
+        sync: SyncPolicy = "turn",
+        commit_timeout: float = DEADLINE,
+        read_only: bool = False,
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
+        if not commit_timeout > 0:
+            raise ValueError(
+                f"commit_timeout must be a positive number of seconds, got {commit_timeout!r}"
+            )
         self.path = os.fspath(path)
         self.sync: SyncPolicy = sync
         if read_only:
-            self._db = _open_read_only(self.path, 30)
+            self._db = _open_read_only(self.path, commit_timeout)
         else:
             self._db = sqlite3.connect(
-                self.path, check_same_thread=False, isolation_level=None, timeout=30
+                self.path, check_same_thread=False, isolation_level=None, timeout=commit_timeout
             )
             self._db.execute("PRAGMA journal_mode=WAL")
             self._migrate()
         self._wal_fd = -1
         self._locks = Path(self.path + ".locks")
-        self.writer: Writer[Job] = Writer(self._batch)
+        self.writer: Writer[Job] = Writer(self._batch, deadline=commit_timeout, where=self.path)
 
     @property
     def where(self) -> str:
@@ -264,32 +276,36 @@ class SqlitePersistence:
 
     def _append(self, job: Append) -> None:
         events = job.events
-        first, after = events[0].seq, events[-1].seq + 1
+        if not self._advance(job, events):
+            row = self._db.execute(
+                "SELECT epoch, next_seq FROM sessions WHERE id = ?", (job.session_id,)
+            ).fetchone()
+            events = events[stored_already(job, self.path, row, "another process") :]
+            if not events:
+                return  # this range of the log is stored already
+            self._advance(job, events)
+        self._db.execute(
+            "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
+            (job.session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
+        )
+
+    def _advance(self, job: Append, events: Events) -> bool:
+        """Move the session's next seq past `events` if it is still at their first, at the
+        append's epoch; False if the fence matched no row."""
         prompt = next((e for e in events if isinstance(e, UserMessage)), None)
-        updated = self._db.execute(
+        updated: int = self._db.execute(
             "UPDATE sessions SET next_seq = ?, updated_at = ?,"
             " title = COALESCE(title, ?) WHERE id = ? AND epoch = ? AND next_seq = ?",
             (
-                after,
+                events[-1].seq + 1,
                 events[-1].time,
                 None if prompt is None else title_of(prompt.content),
                 job.session_id,
                 job.epoch,
-                first,
+                events[0].seq,
             ),
         ).rowcount
-        if not updated:
-            row = self._db.execute(
-                "SELECT epoch, next_seq FROM sessions WHERE id = ?", (job.session_id,)
-            ).fetchone()
-            refusal = refused_append(job, self.path, row, "another process")
-            if refusal is None:
-                return  # this range of the log is stored already
-            raise refusal
-        self._db.execute(
-            "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
-            (job.session_id, first, after, _encoder.encode_lines(events)),
-        )
+        return updated > 0
 
     def _fsync_wal(self) -> None:
         if self._wal_fd < 0:

@@ -7,16 +7,29 @@ can give it one fsync or one transaction (group commit). The thread comes
 from Trio's thread cache (`trio.lowlevel.start_thread_soon`): none is
 spawned per batch, and none is left parked when there is no work. Each job
 is settled on the Trio thread, through the submitting run's token.
+
+**Deadlines.** Every job must settle within the writer's ``deadline``
+(seconds from its submission). A waiter that sees the deadline pass settles
+the job itself, as failed with `OperationTimeout`: a stuck worker thread (a
+hung fsync, a server that stopped answering) cannot hold its caller. The
+thread is abandoned to finish when it can; a job abandoned before the worker
+reached it never runs, one it was running may still land. While a job past
+its deadline is still running, the writer is *stuck*: every job submitted
+meanwhile fails at once (it could only queue behind), so a teardown pays the
+deadline once, not once per operation.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import trio
+
+from greenroom.session.persistence.base import OperationTimeout
 
 J = TypeVar("J", bound="Job")
 
@@ -33,19 +46,25 @@ def writers_busy(token: trio.lowlevel.TrioToken) -> bool:
 class Job:
     """One piece of work and its outcome: ``error`` is set by the batch when it failed.
 
-    `wait` returns once the job is settled (checkpoints). ``on_settled``, if
-    set, is called on the Trio thread when it is.
+    `wait` returns once the job is settled (checkpoints), at the latest at its
+    ``deadline`` (`trio.current_time`, set by `Writer.submit`): then it settles
+    the job as failed with `OperationTimeout`. ``on_settled``, if set, is
+    called on the Trio thread when it is settled, once.
     """
 
-    __slots__ = ("_event", "error", "on_settled", "settled")
+    __slots__ = ("_event", "_writer", "deadline", "error", "on_settled", "settled")
 
     def __init__(self) -> None:
         self.error: BaseException | None = None
         self.settled = False
         self.on_settled: Callable[[Job], None] | None = None
+        self.deadline = math.inf
         self._event: trio.Event | None = None
+        self._writer: Writer[Any] | None = None
 
     def settle(self) -> None:
+        if self.settled:  # abandoned at its deadline, then finished by its worker
+            return
         self.settled = True
         if self._event is not None:
             self._event.set()
@@ -58,38 +77,95 @@ class Job:
             return
         if self._event is None:
             self._event = trio.Event()
-        await self._event.wait()
+        with trio.move_on_at(self.deadline):
+            await self._event.wait()
+        if not self.settled and self._writer is not None:
+            self._writer.abandon(self)
 
 
 class Writer(Generic[J]):
     """Runs ``work(batch)`` in a worker thread for every batch of submitted jobs, in order.
 
     `work` sets ``job.error`` on each job that failed; if it raises, every
-    job of the batch without an error gets that exception.
+    job of the batch without an error gets that exception. ``deadline`` is
+    the seconds each job may take from its submission (see the module
+    docstring); ``where``, if given, names the store in its `OperationTimeout`s.
     """
 
-    __slots__ = ("__weakref__", "_draining", "_lock", "_queue", "_unsettled", "_work")
+    __slots__ = (
+        "__weakref__",
+        "_draining",
+        "_lock",
+        "_queue",
+        "_stuck",
+        "_unsettled",
+        "_work",
+        "deadline",
+        "where",
+    )
 
-    def __init__(self, work: Callable[[Sequence[J]], None]) -> None:
+    def __init__(
+        self,
+        work: Callable[[Sequence[J]], None],
+        *,
+        deadline: float = math.inf,
+        where: str = "",
+    ) -> None:
         self._work = work
+        self.deadline = deadline
+        self.where = where
         self._lock = threading.Lock()
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
         self._draining = False  # a worker thread is taking batches off the queue
+        self._stuck = False  # ... and the batch it runs holds a job past its deadline
         # Jobs submitted and not yet settled, per run. Counted down on the run's own thread,
         # as the job is settled, so whoever checks after that step sees it done.
         self._unsettled: dict[trio.lowlevel.TrioToken, int] = {}
         _writers.add(self)  # type: ignore[arg-type]
 
-    def submit(self, job: J) -> None:
-        """Queue `job` (from the Trio thread); it runs in the current or the next batch."""
-        token = trio.lowlevel.current_trio_token()
+    @property
+    def stuck(self) -> bool:
+        """True while a job past its deadline is still running on the worker thread."""
         with self._lock:
-            self._queue.append((job, token))
-            self._unsettled[token] = self._unsettled.get(token, 0) + 1
+            return self._stuck
+
+    def submit(self, job: J) -> None:
+        """Queue `job` (from the Trio thread); it runs in the current or the next batch.
+
+        While the writer is `stuck`, `job` is settled at once instead, failed
+        with `OperationTimeout` (its ``on_settled`` runs before this returns).
+        """
+        token = trio.lowlevel.current_trio_token()
+        job.deadline = trio.current_time() + self.deadline
+        job._writer = self
+        with self._lock:
+            stuck = self._stuck
+            if not stuck:
+                self._queue.append((job, token))
+                self._unsettled[token] = self._unsettled.get(token, 0) + 1
+                start = not self._draining
+                self._draining = True
+        if stuck:
+            job.error = OperationTimeout(
+                f"{self._prefix}not started, an earlier operation is still running"
+                f" past its deadline ({self.deadline:g} s)"
+            )
+            job.settle()
+        elif start:
+            trio.lowlevel.start_thread_soon(self._drain, _ignore)
+
+    def abandon(self, job: Job) -> None:
+        """Settle `job` as failed, its deadline passed (on the Trio thread); the writer is
+        stuck until the batch running now ends."""
+        with self._lock:
             if self._draining:
-                return
-            self._draining = True
-        trio.lowlevel.start_thread_soon(self._drain, _ignore)
+                self._stuck = True
+        job.error = OperationTimeout(f"{self._prefix}no answer within {self.deadline:g} s")
+        job.settle()
+
+    @property
+    def _prefix(self) -> str:
+        return f"{self.where}: " if self.where else ""
 
     def serves(self, token: trio.lowlevel.TrioToken) -> bool:
         """True while a job of the run `token` names is queued, in work or not yet settled."""
@@ -100,12 +176,14 @@ class Writer(Generic[J]):
         """The worker thread: batches until the queue is empty."""
         while True:
             with self._lock:
+                self._stuck = False
                 batch, self._queue = self._queue, []
                 if not batch:
                     self._draining = False
                     return
             try:
-                self._work([job for job, _ in batch])
+                # A job its waiter gave up on before it began is never run.
+                self._work([job for job, _ in batch if not job.settled])
             except BaseException as exc:  # a backend's bug still settles every job
                 for job, _ in batch:
                     if job.error is None:

@@ -1,0 +1,223 @@
+"""No teardown waits forever: every store operation has a deadline, and teardowns run at once.
+
+A hung fsync (a test double of the OS call that blocks until the test lets it go) must not
+hang `dispose`; a writer's job past its deadline is settled as failed on the Trio side
+while its worker thread stays stuck; `greenroom acp` with several sessions whose MCP
+servers ignore SIGTERM exits within one grace, not one per session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.acp.connection import TEARDOWN_GRACE
+from greenroom.models import ScriptedModel
+from greenroom.protocol.events import (
+    USER,
+    Completed,
+    Interrupted,
+    MessageTrigger,
+    SessionHeader,
+    TurnEnd,
+    TurnStart,
+)
+from greenroom.session import new_header
+from greenroom.session.persistence import JsonlPersistence, OperationTimeout, PersistenceError
+from greenroom.session.persistence import jsonl as jsonl_module
+from greenroom.session.persistence.writer import Job, Writer
+from tests.acp_process import acp_process
+from tests.test_mcp import SERVERS, alive, pids
+
+pytestmark = pytest.mark.real_clock
+
+LIMIT = 60.0
+
+
+# -- the writer's deadline ------------------------------------------------------------------
+
+
+class _Gate:
+    """A worker that blocks in its batch until `open` (a stuck fsync, a silent server)."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.gate = threading.Event()
+        self.ran: list[Job] = []
+
+    def work(self, batch: Sequence[Job]) -> None:
+        self.ran.extend(batch)
+        self.entered.set()
+        self.gate.wait(timeout=LIMIT)
+
+    def open(self) -> None:
+        self.gate.set()
+
+
+@pytest.fixture
+def gate() -> Iterator[_Gate]:
+    stuck = _Gate()
+    try:
+        yield stuck
+    finally:
+        stuck.open()  # the abandoned thread finishes, whatever the test did
+
+
+async def test_a_job_past_its_deadline_fails_on_the_trio_side_and_the_writer_is_stuck(
+    gate: _Gate,
+) -> None:
+    writer: Writer[Job] = Writer(gate.work, deadline=0.3, where="the test store")
+    first = Job()
+    writer.submit(first)
+    await trio.to_thread.run_sync(gate.entered.wait)
+    queued = Job()
+    writer.submit(queued)  # behind the stuck batch
+    began = time.monotonic()
+    with trio.fail_after(5):
+        await first.wait()
+    assert 0.25 <= time.monotonic() - began < 2
+    assert isinstance(first.error, OperationTimeout)
+    assert str(first.error) == "the test store: no answer within 0.3 s"
+    assert writer.stuck
+    with trio.fail_after(5):
+        await queued.wait()
+    assert isinstance(queued.error, OperationTimeout)
+    # While stuck, a new job fails at once instead of queuing behind the stuck one.
+    late = Job()
+    writer.submit(late)
+    assert late.settled
+    assert isinstance(late.error, OperationTimeout)
+    assert "still running past its deadline" in str(late.error)
+    gate.open()
+    await trio.to_thread.run_sync(_until, lambda: not writer.stuck)
+    assert gate.ran == [first]  # the job given up on before it began never ran
+    again = Job()
+    writer.submit(again)
+    with trio.fail_after(5):
+        await again.wait()
+    assert again.error is None
+    assert gate.ran == [first, again]
+
+
+def _until(check: object) -> None:
+    deadline = time.monotonic() + 10
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+
+
+# -- a hung fsync does not hang dispose -----------------------------------------------------
+
+
+@pytest.fixture
+def hung_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
+    """``os.fdatasync`` as the JSONL writer calls it, blocked until the event is set."""
+    release = threading.Event()
+    real = os.fdatasync
+
+    def blocked(fd: int) -> None:
+        release.wait(timeout=LIMIT)
+        real(fd)
+
+    monkeypatch.setattr(jsonl_module.os, "fdatasync", blocked)
+    try:
+        yield release
+    finally:
+        release.set()
+
+
+@pytest.mark.parametrize("sync", ["turn", "always"])
+async def test_a_hung_fsync_does_not_hang_dispose(
+    tmp_path: Path, hung_fsync: threading.Event, sync: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = JsonlPersistence(tmp_path, sync=sync, fsync_timeout=0.5)  # type: ignore[arg-type]
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s")
+            handle.agent.send("hello")
+            began = time.monotonic()
+            await handle.agent.when_idle()
+            turn = time.monotonic() - began
+            began = time.monotonic()
+            await handle.dispose()
+            disposed = time.monotonic() - began
+    # "turn" never waits for its fsync; "always" gives up at the deadline.
+    assert turn < (0.4 if sync == "turn" else 3)
+    assert disposed < 3  # one deadline at most, with room for a loaded machine
+    assert f"cannot fsync {store.path('s')}: no answer within 0.5 s" in caplog.text
+    # Everything was written to the OS, and the session was let go: it opens again.
+    hung_fsync.set()
+    async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
+        again = await rt.agents.resume(agent_id="a", session_id="s")
+        ends = [e for e in again.agent.session.events if isinstance(e, TurnEnd)]
+        assert [type(e.reason) for e in ends] == [Completed]
+        await again.dispose()
+
+
+async def test_a_close_past_its_deadline_still_releases_the_lock(
+    tmp_path: Path, hung_fsync: threading.Event
+) -> None:
+    store = JsonlPersistence(tmp_path, fsync_timeout=0.3)
+    log = await store.create(_header("s"))
+    log.append(TurnStart(turn=1, trigger=MessageTrigger(USER), seq=0, time=time.time()))
+    with trio.fail_after(5), pytest.raises(PersistenceError, match=r"no answer within 0\.3 s"):
+        await log.close()
+    assert not store.path("s").with_suffix(".lock").exists()
+    hung_fsync.set()
+    # The next open repairs what the file holds: the turn without its end is closed.
+    _, events, log = await store.open("s")
+    assert [type(e) for e in events] == [TurnStart, TurnEnd]
+    assert isinstance(events[1], TurnEnd)
+    assert isinstance(events[1].reason, Interrupted)
+    await log.close()
+
+
+def _header(session_id: str) -> SessionHeader:
+    return new_header(session_id, cwd=os.getcwd())
+
+
+# -- ACP: every session torn down at once ------------------------------------------------
+
+
+def _stubborn(name: str, record: Path) -> dict[str, object]:
+    return {
+        "name": name,
+        "command": sys.executable,
+        "args": [str(SERVERS), "ignore-eof"],
+        "env": [{"name": "MCP_RECORD", "value": str(record)}],
+    }
+
+
+@pytest.mark.parametrize("how", ["sigterm", "eof"])
+async def test_sessions_whose_servers_ignore_sigterm_are_torn_down_within_one_grace(
+    tmp_path: Path, how: str
+) -> None:
+    record = tmp_path / "record"
+    with trio.fail_after(LIMIT):
+        async with acp_process(tmp_path / "home", "--model", "scripted:0") as node:
+            for number in range(4):
+                params = {"cwd": str(tmp_path), "mcpServers": [_stubborn(f"s{number}", record)]}
+                answer = await node.call("session/new", params)
+                assert "result" in answer, answer
+            servers = pids(record)
+            assert len(servers) == 4
+            began = time.monotonic()
+            if how == "sigterm":
+                node.process.send_signal(signal.SIGTERM)
+                code = await node.process.wait()
+            else:
+                code = await node.close()
+            took = time.monotonic() - began
+    assert code == 0
+    assert not [pid for pid in servers if alive(pid)]
+    # One server's stop (stdin closed, SIGTERM, SIGKILL: ~4.5 s), not four in a row.
+    assert took < TEARDOWN_GRACE + 2.5, took
