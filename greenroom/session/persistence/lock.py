@@ -8,22 +8,48 @@ SIGKILL included. The file is removed by its holder, while still locked,
 when it lets go; an acquirer that locked a file since removed tries again,
 so two holders can never lock two different files of one name.
 
+The file also records what a successor needs to end what a dead holder left
+running (`greenroom.procs`): the holder's start time and the token its
+spawns are marked with. A file still there when its lock is taken was left
+by a holder that never let go; if that holder ran on this host and its pid
+no longer runs with its start time, every process carrying its token is
+SIGKILLed before `acquire` returns. Whatever the dead holder started is
+swept, not only this session's processes: with their owner gone, none has
+anyone left to end it. A holder on another host is never swept (its pids
+mean nothing here).
+
 Blocking file work: call these from a worker thread.
 """
 
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import socket
 from pathlib import Path
 
 import msgspec
 
+from greenroom.procs import alive, owner, sweep_owner
 from greenroom.session.persistence.base import Holder, SessionLocked
+
+logger = logging.getLogger("greenroom.session")
+
+
+class _Record(msgspec.Struct, frozen=True, gc=False):
+    """The lock file's content: a `Holder` (its fields first), then its start time (clock
+    ticks since boot) and the token its spawns carry, for a successor's sweep."""
+
+    pid: int
+    host: str
+    start: int | None = None
+    owner: str | None = None
+
 
 _holder_encoder = msgspec.json.Encoder()
 _holder_decoder = msgspec.json.Decoder(Holder)
+_record_decoder = msgspec.json.Decoder(_Record)
 
 
 class SessionLock:
@@ -52,8 +78,13 @@ class SessionLock:
             if _still_named(fd, path):
                 break
             os.close(fd)  # its holder removed it between our open and our lock
+        left = _read_record(fd)
+        me = owner()
+        host = socket.gethostname()
         os.ftruncate(fd, 0)
-        os.pwrite(fd, _holder_encoder.encode(Holder(os.getpid(), socket.gethostname())), 0)
+        os.pwrite(fd, _holder_encoder.encode(_Record(me.pid, host, me.start, me.token)), 0)
+        if left is not None and left.host == host:
+            _sweep_after(left, session_id)
         return cls(fd, path)
 
     def release(self) -> None:
@@ -67,6 +98,27 @@ class SessionLock:
         finally:
             os.close(self._fd)
             self._fd = -1
+
+
+def _sweep_after(left: _Record, session_id: str) -> None:
+    """End what a dead holder of this host left running (see the module docstring)."""
+    if left.owner is None or left.start is None or alive(left.pid, left.start):
+        return  # unmarked, or still running (it closed the file without letting go)
+    swept = sweep_owner(left.owner)
+    if swept:
+        logger.warning(
+            "session %r: ended %d processes left by its dead holder (pid %d)",
+            session_id,
+            swept,
+            left.pid,
+        )
+
+
+def _read_record(fd: int) -> _Record | None:
+    try:
+        return _record_decoder.decode(os.pread(fd, 4096, 0))
+    except (OSError, msgspec.DecodeError):
+        return None
 
 
 def _read_holder(fd: int) -> Holder | None:

@@ -60,6 +60,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from greenroom.actors.types import ToolOutcome
+from greenroom.procs import Spawn, owner
 from greenroom.protocol.events import ToolError
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
 
@@ -75,11 +76,12 @@ MAX_MESSAGE: Final = 32 * 1024 * 1024
 #: The most pages a server's tool list may have.
 MAX_TOOL_PAGES: Final = 100
 #: A stopping stdio server's time to exit once its stdin is closed, then once SIGTERMed
-#: (the SDK's; with the flush and the reap, a stop takes at most 4.75 s, within MCP_GRACE).
+#: (the SDK's; with the flush, the reap and the sweep, a stop takes at most 5 s, MCP_GRACE).
 STDIN_GRACE: Final = 2.0
 TERM_GRACE: Final = 2.0
 _FLUSH: Final = 0.25  # for the last messages the session sent (a cancel) to reach the server
 _REAP: Final = 0.5  # for a SIGKILLed server to be reaped
+_SWEEP: Final = 0.25  # for what it detached to exit once SIGKILLed
 _CHUNK: Final = 65536
 
 Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessage]]
@@ -289,16 +291,20 @@ async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams
     Its stderr is the runtime's. Leaving stops it, shielded and bounded
     (`_stop`): stdin closed, `STDIN_GRACE`; SIGTERM to its group,
     `TERM_GRACE`; then SIGKILL to the group whether or not the server is
-    still there, so nothing it started in its group outlives it.
+    still there, so nothing it started in its group outlives it, and to
+    whatever carries its mark (`greenroom.procs`), so nothing it detached
+    does either.
     """
+    owned = owner().spawn(get_default_environment() | spec.env)
     process = await trio.lowlevel.open_process(
         [spec.command, *spec.args],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        env=get_default_environment() | spec.env,
+        env=owned.env,
         cwd=spec.cwd or cwd,
         start_new_session=True,
     )
+    owned.started(process.pid)
     # No checkpoint before the try: a cancel here would leave the process running.
     stdin, stdout = process.stdin, process.stdout
     assert stdin is not None
@@ -316,7 +322,7 @@ async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams
                 with trio.CancelScope(shield=True):
                     with trio.move_on_after(_FLUSH):
                         await written.wait()
-                    await _stop(process)
+                    await _stop(process, owned)
                 # A process that left the group may hold stdout open: stop reading.
                 nursery.cancel_scope.cancel()
     finally:
@@ -414,8 +420,8 @@ async def _write_lines(
         written.set()
 
 
-async def _stop(process: trio.Process) -> None:
-    """End the server and its whole group within ~4.5 s (its caller shields it)."""
+async def _stop(process: trio.Process, owned: Spawn) -> None:
+    """End the server, its whole group and what it detached within 5 s (its caller shields it)."""
     assert process.stdin is not None
     with suppress(trio.ClosedResourceError, trio.BrokenResourceError, OSError):
         await process.stdin.aclose()
@@ -432,6 +438,9 @@ async def _stop(process: trio.Process) -> None:
         await process.wait()
     if process.returncode is None:
         logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
+    victims = owned.end()
+    if victims is not None:
+        await trio.to_thread.run_sync(victims.wait, _SWEEP)
 
 
 def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
