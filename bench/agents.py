@@ -6,6 +6,11 @@
   (two model steps) against two round trips; and a turn after 4,000 prior
   turns against one after 10, both ours (a turn's cost must not grow with
   the session);
+* run: ``await agent.run("ping")`` (the answer read) against the
+  ``send`` + ``when_idle`` turn, and against the raw round trip;
+* held prompt: traced bytes a settled prompt costs while held (never
+  awaited, and awaited: its `Answer` made), measured as what dropping the
+  held prompts frees;
 * create + dispose: ``rt.agents.create(...)`` then ``handle.dispose()``,
   sequentially, against ``nursery.start`` of a task parked in its own
   `trio.CancelScope`, then cancelling that scope and waiting for the task;
@@ -66,6 +71,20 @@ async def _raw_turns(m: int) -> float:
             await from_echo.receive()
         t1 = time.perf_counter()
         nursery.cancel_scope.cancel()
+    return (t1 - t0) / m * 1e6
+
+
+async def _run_turns(m: int) -> float:
+    """Microseconds per one-step text turn as ``await agent.run(...)``, the answer read."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        agent = handle.agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            answer = await agent.run("ping")
+        t1 = time.perf_counter()
+    if answer.turn != m or answer.text != "ping":
+        raise RuntimeError(f"expected turn {m} answering 'ping', got {answer!r}")
     return (t1 - t0) / m * 1e6
 
 
@@ -242,6 +261,33 @@ async def _our_memory(n: int) -> float:
     return (after - before) / n
 
 
+async def _held_prompts(n: int, awaited: bool) -> float:
+    """Traced bytes per settled prompt held in a list (what dropping the list frees)."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        held = []
+        for _ in range(n):
+            prompt = agent.send("ping")
+            if awaited:
+                await prompt
+            else:
+                await agent.when_idle()
+            held.append(prompt)
+        if not all(prompt.settled for prompt in held):
+            raise RuntimeError("a prompt of an idle agent is not settled")
+        holding = _traced()
+        del held, prompt
+        return (holding - _traced()) / n
+
+
+async def _held_settled(n: int) -> float:
+    return await _held_prompts(n, awaited=False)
+
+
+async def _held_awaited(n: int) -> float:
+    return await _held_prompts(n, awaited=True)
+
+
 def _run_traced(variant: Callable[[int], Awaitable[float]], n: int) -> float:
     gc.collect()
     tracemalloc.start()
@@ -319,11 +365,12 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_mem = 2_000 if quick else 10_000  # idle agents
     k = 100 if quick else 500  # cancels
 
-    turns = _alternate((_raw_turns, _our_turns), m, repeats)
+    turns = _alternate((_raw_turns, _our_turns, _run_turns), m, repeats)
     tool_turns = _alternate((_raw_two_trips, _our_tool_turns), m, repeats)
     growth = _alternate((_after_10, _after_4000), m, repeats)
     life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
     memory = _alternate((_raw_memory, _our_memory), n_mem, min(repeats, 3), _run_traced)
+    held = _alternate((_held_settled, _held_awaited), m, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
     spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
     return [
@@ -332,6 +379,24 @@ def run(repeats: int, quick: bool) -> list[Row]:
             f"one-step text turn, scripted delay=0 (M={m})",
             "us",
             turns["_our_turns"],
+            baseline="memory-channel round trip",
+            raw=turns["_raw_turns"],
+            max_ratio=2.5,
+        ),
+        compare(
+            SCENARIO,
+            f"await agent.run(text) one-step turn (M={m})",
+            "us",
+            turns["_run_turns"],
+            baseline="send + when_idle turn",
+            raw=turns["_our_turns"],
+            max_ratio=1.1,
+        ),
+        compare(
+            SCENARIO,
+            f"await agent.run(text) one-step turn vs raw (M={m})",
+            "us",
+            turns["_run_turns"],
             baseline="memory-channel round trip",
             raw=turns["_raw_turns"],
             max_ratio=2.5,
@@ -371,6 +436,19 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="bare task in sleep_forever",
             raw=memory["_raw_memory"],
             max_value=4096,
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per held settled prompt, never awaited (N={m})",
+            "B",
+            held["_held_settled"],
+            max_value=300,
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per held settled prompt, awaited: with its Answer (N={m})",
+            "B",
+            held["_held_awaited"],
         ),
         compare(
             SCENARIO,

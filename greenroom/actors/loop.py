@@ -46,7 +46,15 @@ from greenroom.actors.events import (
 from greenroom.actors.inbox import Inbox, new_message_id
 from greenroom.actors.life import AgentLife
 from greenroom.actors.output import OutputTools, OutputTurn, output_spec
-from greenroom.actors.prompt import Answer, Prompt, TurnOutcome, dropped, settle, take
+from greenroom.actors.prompt import (
+    Answer,
+    Prompt,
+    StopReason,
+    TurnOutcome,
+    dropped,
+    settle,
+    take,
+)
 from greenroom.actors.types import (
     MODES,
     AgentDisposed,
@@ -75,8 +83,8 @@ from greenroom.protocol.events import (
     InjectionTrigger,
     MessageSource,
     MessageTrigger,
-    PluginSource,
     ModelRetry,
+    PluginSource,
     StatusName,
     SteeringMessage,
     StepEnd,
@@ -306,11 +314,9 @@ class LoopAgent:
         reason = reason or DEFAULT_CANCEL_REASON
         self._life.cancel_children(reason)
         pending = self._status == "running" or self._inbox.queued or self._inbox.steering
-        cleared = self._inbox.clear()
         if not pending:
             return
-        if cleared:
-            settle(cleared, dropped("aborted", reason))
+        self._drop_queued("aborted", reason)
         self._cancel_reason = reason
         if self._turn_scope is not None:
             self._turn_scope.cancel(reason=reason)
@@ -395,11 +401,15 @@ class LoopAgent:
                     self._set_status("idle")
         finally:
             self._set_status("disposed")
-            left = inbox.clear()
-            if left:
-                settle(left, dropped("disposed"))
+            self._drop_queued("disposed")
             if inbox.flush_requested or self._unflushed:
                 await self._flush(0)
+
+    def _drop_queued(self, stop_reason: StopReason, reason: str | None = None) -> None:
+        """Empty both FIFOs; their prompts settle `stop_reason` (no turn took them)."""
+        cleared = self._inbox.clear()
+        if cleared:
+            settle(cleared, dropped(stop_reason, reason))
 
     def _take_cancel(self) -> str | None:
         """Read and clear the cancel marker: the reason of a cancel since the last read."""
@@ -470,8 +480,9 @@ class LoopAgent:
         while True:
             step += 1
             steered = self._inbox.drain_steering()
-            take(steered, turn)
-            prompts += steered
+            if steered:
+                take(steered, turn)
+                prompts += steered
             for steering in steered:
                 self._session.append(
                     SteeringMessage(
@@ -839,7 +850,8 @@ class LoopAgent:
     ) -> Prompt[T]:
         if output is not None:
             output_spec(output)
-        prompt = self._prompt(content, source, output)
+        content, source = self._checked(content, source)
+        prompt = Prompt(self._session, content, source, new_message_id(), output)
         self._inbox.push(prompt)
         self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)
         return prompt

@@ -128,7 +128,7 @@ class Prompt(Generic[T]):
     its turn as the log grows.
     """
 
-    __slots__ = ("_done", "_outcome", "_session", "_turn", "content", "id", "output", "source")
+    __slots__ = ("_outcome", "_session", "_turn", "_waiters", "content", "id", "output", "source")
 
     def __init__(
         self,
@@ -146,7 +146,7 @@ class Prompt(Generic[T]):
         self._session = session
         self._turn: int | None = None  # the turn that took it
         self._outcome: TurnOutcome | Answer[T] | None = None
-        self._done: trio.Event | None = None  # made by the first awaiter
+        self._waiters: list[trio.lowlevel.Task] | None = None  # made by the first awaiter
 
     def __repr__(self) -> str:
         state = "settled" if self._outcome is not None else "pending"
@@ -157,24 +157,29 @@ class Prompt(Generic[T]):
         """True once its fate is known (awaiting it then returns without waiting)."""
         return self._outcome is not None
 
-    def __await__(self) -> Generator[object, None, Answer[T]]:
+    def __await__(self) -> Generator[Any, Any, Answer[T]]:
         return self._wait().__await__()
 
     async def _wait(self) -> Answer[T]:
-        if self._outcome is None:
-            if self._done is None:
-                self._done = trio.Event()
-            await self._done.wait()
+        if self._outcome is None:  # parked until `settle` reschedules it
+            task = trio.lowlevel.current_task()
+            waiters = self._waiters
+            if waiters is None:
+                waiters = self._waiters = []
+            waiters.append(task)
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                waiters.remove(task)
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            await trio.lowlevel.wait_task_rescheduled(abort)
         else:
             await trio.lowlevel.checkpoint()
-        return self._answer()
-
-    def _answer(self) -> Answer[T]:
         outcome = self._outcome
         assert outcome is not None
-        if isinstance(outcome, TurnOutcome):
-            return outcome.answer(self._session)  # type: ignore[return-value]
-        return outcome
+        if isinstance(outcome, TurnOutcome):  # the turn's answer, kept instead of its outcome
+            outcome = self._outcome = outcome.answer(self._session)  # type: ignore[assignment]
+        return outcome  # type: ignore[return-value]
 
     def events(self) -> PromptEvents:
         """Follow this prompt's turn from now on: each `PromptEvent` it logs, in log order,
@@ -256,9 +261,9 @@ def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -
         if prompt._outcome is not None:
             continue
         prompt._outcome = outcome
-        done, prompt._done = prompt._done, None
-        if done is not None:
-            done.set()
+        waiters, prompt._waiters = prompt._waiters, None
+        for task in waiters or ():
+            trio.lowlevel.reschedule(task)
     if prompts:
         prompts[0]._session.wake_readers()
 
@@ -292,15 +297,19 @@ def _read_answer(session: Session, outcome: TurnOutcome) -> Answer[object]:
     results: dict[str, ToolResult] = {}
     usage: Usage | None = None
     for event in session.events[outcome.start : outcome.end + 1]:
-        if isinstance(event, AssistantMessage):
+        kind = type(event)
+        if kind is AssistantMessage:
+            assert isinstance(event, AssistantMessage)
             if event.content:
                 text = event.content
             if event.usage is not None:
                 usage = event.usage if usage is None else _add(usage, event.usage)
-        elif isinstance(event, ToolCall):
+        elif kind is ToolCall:
+            assert isinstance(event, ToolCall)
             if not (outcome.structured and event.name == OUTPUT_TOOL):
                 calls.append(event)
-        elif isinstance(event, ToolResult):
+        elif kind is ToolResult:
+            assert isinstance(event, ToolResult)
             results[event.call_id] = event
     stop_reason, why = _stop(outcome.reason)
     return Answer(
@@ -308,7 +317,9 @@ def _read_answer(session: Session, outcome: TurnOutcome) -> Answer[object]:
         reason=why,
         turn=outcome.turn,
         text=text,
-        tool_calls=tuple(_record(call, results.get(call.call_id)) for call in calls),
+        tool_calls=tuple(_record(call, results.get(call.call_id)) for call in calls)
+        if calls
+        else (),
         usage=usage,
         output=outcome.output,
     )
