@@ -25,7 +25,18 @@ import msgspec
 
 from bench.report import Row, markdown, plot, skipped, table
 
-SCENARIOS = ("supervisor", "agents", "sessions", "bash", "acp", "mcp", "peers", "scale", "caps")
+SCENARIOS = (
+    "supervisor",
+    "agents",
+    "sessions",
+    "bash",
+    "acp",
+    "mcp",
+    "peers",
+    "scale",
+    "caps",
+    "tracing",
+)
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 _VERSIONS = (
     "greenroom",

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 import msgspec
 
@@ -60,6 +60,9 @@ class AnthropicModel(HttpModel):
     trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
     """
 
+    #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`).
+    provider: ClassVar[str] = "anthropic"
+
     def __init__(
         self,
         base_url: str | None = None,
@@ -88,6 +91,8 @@ class AnthropicModel(HttpModel):
             context_window=context_window,
             verify=verify,
         )
+        #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
+        self.model_name = model
         self._max_tokens = max_tokens
 
     def body(self, request: ModelRequest) -> dict[str, Any]:

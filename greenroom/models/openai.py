@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import AsyncGenerator, AsyncIterator
-from typing import Any, Final
+from typing import Any, ClassVar, Final
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
@@ -54,6 +54,9 @@ class OpenAIChatModel(HttpModel):
     trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
     """
 
+    #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`).
+    provider: ClassVar[str] = "openai"
+
     def __init__(
         self,
         base_url: str | None = None,
@@ -77,6 +80,8 @@ class OpenAIChatModel(HttpModel):
             context_window=context_window,
             verify=verify,
         )
+        #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
+        self.model_name = model
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for `request` (the wire's messages, tools, streaming options).
