@@ -16,7 +16,6 @@ from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
 from greenroom.models.http import (
     DEFAULT_BACKOFF,
-    DEFAULT_CONTEXT_WINDOW,
     DEFAULT_RETRY_BUDGET,
     HttpModel,
     SseEvent,
@@ -72,7 +71,7 @@ class AnthropicModel(HttpModel):
         max_tokens: int = 8192,
         backoff: Backoff = DEFAULT_BACKOFF,
         retry_budget: float = DEFAULT_RETRY_BUDGET,
-        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        context_window: int | None = None,
         verify: ssl.SSLContext | None = None,
     ) -> None:
         if not model:
@@ -94,6 +93,10 @@ class AnthropicModel(HttpModel):
         #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
         self.model_name = model
         self._max_tokens = max_tokens
+
+    def overflowed(self, kind: str | None, message: str) -> bool:
+        """Anthropic's over-long request: a 400 ``invalid_request_error`` "prompt is too long"."""
+        return kind == "invalid_request_error" and "prompt is too long" in message
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body, laid out for the prompt cache.

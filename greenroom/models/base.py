@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
-from typing import Protocol, runtime_checkable
+from types import MappingProxyType
+from typing import Final, Protocol, runtime_checkable
 
 from greenroom.protocol.model import ModelRequest, StreamChunk
 
@@ -17,6 +18,43 @@ class ModelError(Exception):
         self.code = code
 
 
+class ContextOverflow(ModelError):
+    """The provider refused the request as longer than the model's context window (OpenAI's
+    400 ``context_length_exceeded``, Anthropic's 400 ``invalid_request_error`` "prompt is too
+    long"): the turn compacts the history and tries the step once more."""
+
+
+#: Tokens a model is taken to hold when neither its adapter nor its family says.
+DEFAULT_CONTEXT_WINDOW: Final = 128_000
+
+#: The context windows of known model families, by name prefix (the longest prefix wins).
+CONTEXT_WINDOWS: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "claude-": 200_000,
+        "gpt-3.5-turbo": 16_385,
+        "gpt-4": 8_192,
+        "gpt-4-turbo": 128_000,
+        "gpt-4o": 128_000,
+        "gpt-4.1": 1_047_576,
+        "gpt-5": 400_000,
+        "o1": 200_000,
+        "o3": 200_000,
+        "o4-mini": 200_000,
+    }
+)
+
+
+def context_window_of(model: str) -> int:
+    """The context window of `model` by its family (`CONTEXT_WINDOWS`), else
+    `DEFAULT_CONTEXT_WINDOW`: a local OpenAI-compatible server's model usually needs its
+    own (``context_window=``, ``--context-window``)."""
+    best = ""
+    for prefix in CONTEXT_WINDOWS:
+        if model.startswith(prefix) and len(prefix) > len(best):
+            best = prefix
+    return CONTEXT_WINDOWS[best] if best else DEFAULT_CONTEXT_WINDOW
+
+
 class ModelAdapter(Protocol):
     """Streams one model response for `request`.
 
@@ -25,6 +63,8 @@ class ModelAdapter(Protocol):
     connection releases it when the iterator is closed or the task cancelled.
     Raising (any `Exception`) ends the step with an error. A `Retry` chunk is no
     part of the reply: it tells the caller an attempt failed and another follows.
+    An adapter may say how many tokens its model holds (``context_window``: an int);
+    one that does not is never compacted ahead of a call, only after a `ContextOverflow`.
     """
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]: ...

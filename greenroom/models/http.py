@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from greenroom.backoff import Backoff
-from greenroom.models.base import ModelError
+from greenroom.models.base import ContextOverflow, ModelError, context_window_of
 from greenroom.protocol.model import ModelRequest, Retry, StreamChunk
 
 logger = logging.getLogger("greenroom.models")
@@ -117,10 +117,6 @@ async def sse_events(response: httpx2.Response) -> AsyncGenerator[SseEvent, None
         yield SseEvent(event, "\n".join(data))
 
 
-#: Tokens a model is taken to hold when its adapter is not told (for ACP's ``usage_update``).
-DEFAULT_CONTEXT_WINDOW: Final = 128_000
-
-
 class RetryableError(Exception):
     """An attempt failed in a way another attempt may not: raised by an adapter's event reader
     for an error event such as ``overloaded_error`` (the stream driver decides whether the
@@ -190,7 +186,8 @@ class HttpModel:
     """What both adapters share: one endpoint, the headers that carry the key, the pool, retries.
 
     A subclass builds the wire body (`body`) and turns the response's events into chunks
-    (`_chunks`). ``context_window`` is the tokens the model holds, as the adapter was told.
+    (`_chunks`). ``context_window`` is the tokens the model holds: as the adapter was told,
+    else its family's (`greenroom.models.base.context_window_of`).
     `connections` is the pool a runtime holds for its life (`greenroom.models.base.open_models`).
     """
 
@@ -202,12 +199,12 @@ class HttpModel:
         *,
         backoff: Backoff,
         retry_budget: float,
-        context_window: int,
+        context_window: int | None,
         verify: ssl.SSLContext | None,
     ) -> None:
         if not math.isfinite(retry_budget) or retry_budget < 0:
             raise ValueError(f"retry_budget must be seconds >= 0, got {retry_budget!r}")
-        self.context_window = context_window
+        self.context_window = context_window or context_window_of(model)
         self.connections = ConnectionPool(verify)
         self._url = url
         self._headers = headers
@@ -306,7 +303,7 @@ class HttpModel:
                 yield response
                 return
             status = response.status_code
-            detail = await _error_detail(response)
+            detail, kind = await _error_detail(response)
         finally:
             await response.aclose()
         if status in (401, 403):
@@ -319,7 +316,16 @@ class HttpModel:
                 f"http-{status}",
                 _retry_after(response.headers),
             )
+        if status == 400 and self.overflowed(kind, detail):
+            raise ContextOverflow(
+                f"{self._url} answered HTTP 400: {detail}", "context-overflow"
+            )
         raise ModelError(f"{self._url} answered HTTP {status}: {detail}", f"http-{status}")
+
+    def overflowed(self, kind: str | None, message: str) -> bool:
+        """True if a 400 whose error has `kind` (its ``code``, else its ``type``) and
+        `message` says the request is longer than the model's context window."""
+        return False
 
     def _object(self, event: SseEvent) -> dict[str, Any]:
         """The event's JSON object; an error naming the event for anything else."""
@@ -348,20 +354,22 @@ class HttpModel:
         return ModelError(text, kind)
 
 
-async def _error_detail(response: httpx2.Response) -> str:
+async def _error_detail(response: httpx2.Response) -> tuple[str, str | None]:
+    """An error body's message, and its error's ``code`` (else ``type``) if it has one."""
     raw = await response.aread()
     try:
         payload = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         text = raw.decode("utf-8", "replace").strip()
-        return f"non-JSON body {text[:200]!r}" if text else "empty body"
+        return (f"non-JSON body {text[:200]!r}" if text else "empty body"), None
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
-            return str(error["message"])
+            kind = error.get("code") or error.get("type")
+            return str(error["message"]), kind if isinstance(kind, str) else None
         if isinstance(error, str):
-            return error
-    return msgspec.json.encode(payload).decode()[:200]
+            return error, None
+    return msgspec.json.encode(payload).decode()[:200], None
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:

@@ -14,7 +14,6 @@ from greenroom.backoff import Backoff
 from greenroom.models.base import ModelError
 from greenroom.models.http import (
     DEFAULT_BACKOFF,
-    DEFAULT_CONTEXT_WINDOW,
     DEFAULT_RETRY_BUDGET,
     HttpModel,
     SseEvent,
@@ -65,7 +64,7 @@ class OpenAIChatModel(HttpModel):
         *,
         backoff: Backoff = DEFAULT_BACKOFF,
         retry_budget: float = DEFAULT_RETRY_BUDGET,
-        context_window: int = DEFAULT_CONTEXT_WINDOW,
+        context_window: int | None = None,
         verify: ssl.SSLContext | None = None,
     ) -> None:
         if not model:
@@ -82,6 +81,10 @@ class OpenAIChatModel(HttpModel):
         )
         #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
         self.model_name = model
+
+    def overflowed(self, kind: str | None, message: str) -> bool:
+        """OpenAI's over-long request: a 400 with ``code: context_length_exceeded``."""
+        return kind == "context_length_exceeded"
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for `request` (the wire's messages, tools, streaming options).
