@@ -1,0 +1,328 @@
+"""Chaos, measured: PostgreSQL behind a TCP proxy that passes, delays or black-holes traffic,
+and a JSONL disk that fills up.
+
+The proxy (`Proxy`) is written here with Trio: it listens on 127.0.0.1 and forwards each
+connection to the suite's server on its unix socket. Node 1 reaches the server through
+it; node 2 directly. The disk-full case runs in a child process whose file-size limit
+(``RLIMIT_FSIZE``) is lowered and raised again, so the suite's own files are not limited.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import time
+import urllib.parse
+from functools import partial
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.actors.events import AGENT_ERROR
+from greenroom.actors.loop import CLOSING_GRACE
+from greenroom.models import ScriptedModel
+from greenroom.models.scripted import CallTool, Say, Wait
+from greenroom.protocol.events import (
+    AssistantChunk,
+    Completed,
+    Errored,
+    Interrupted,
+    SessionEvent,
+    StepEnd,
+    StepStart,
+    TurnEnd,
+    TurnStart,
+)
+from greenroom.session.persistence import PersistenceError, SessionLocked
+from greenroom.session.persistence.postgres import PostgresPersistence
+from greenroom.tools.typed import tool
+from tests.pg_server import PgServer
+
+pytestmark = pytest.mark.real_clock
+
+LIMIT = 90.0
+TTL = 2.0
+STATEMENT = 1.0  # node 1's statement deadline, seconds
+
+
+class Proxy:
+    """Forwards loopback TCP connections to a unix socket: ``pass`` (at once), ``delay``
+    (each chunk `delay` seconds late, in order) or black-holed (nothing delivered either
+    way, every socket held open, until `heal`: then what was held is delivered, as TCP
+    retransmits would after a partition)."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = target
+        self.delay = 0.0
+        self._open = trio.Event()
+        self._open.set()
+
+    def black_hole(self) -> None:
+        self._open = trio.Event()
+
+    def heal(self) -> None:
+        self._open.set()
+
+    async def serve(self, *, task_status: trio.TaskStatus[int]) -> None:
+        listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
+        task_status.started(listeners[0].socket.getsockname()[1])
+        await trio.serve_listeners(self._connection, listeners)
+
+    async def _connection(self, client: trio.SocketStream) -> None:
+        try:
+            upstream = await trio.open_unix_socket(str(self.target))
+        except OSError:
+            await client.aclose()
+            return
+        async with client, upstream, trio.open_nursery() as nursery:
+            nursery.start_soon(self._pump, client, upstream, nursery.cancel_scope)
+            nursery.start_soon(self._pump, upstream, client, nursery.cancel_scope)
+
+    async def _pump(
+        self, source: trio.abc.ReceiveStream, sink: trio.abc.SendStream, both: trio.CancelScope
+    ) -> None:
+        send, receive = trio.open_memory_channel[tuple[float, bytes]](math.inf)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._deliver, receive, sink, both)
+            try:
+                while chunk := await source.receive_some():
+                    send.send_nowait((trio.current_time() + self.delay, chunk))
+            except trio.BrokenResourceError:
+                pass
+            await send.aclose()
+
+    async def _deliver(
+        self,
+        receive: trio.MemoryReceiveChannel[tuple[float, bytes]],
+        sink: trio.abc.SendStream,
+        both: trio.CancelScope,
+    ) -> None:
+        async for due, chunk in receive:
+            await trio.sleep_until(due)
+            await self._open.wait()
+            try:
+                await sink.send_all(chunk)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                break
+        both.cancel()  # one side ended: the connection ends
+
+
+def _via(dsn: str, port: int, **query: str) -> str:
+    """`dsn` (the suite's, on a unix socket) pointed at 127.0.0.1:`port`, with `query` added."""
+    parts = urllib.parse.urlsplit(dsn)
+    pairs = [(k, v) for k, v in urllib.parse.parse_qsl(parts.query) if k != "host"]
+    pairs += [("host", "127.0.0.1"), ("port", str(port)), *query.items()]
+    return urllib.parse.urlunsplit(parts._replace(query=urllib.parse.urlencode(pairs)))
+
+
+@tool
+def ping() -> str:
+    """Answer pong."""
+    return "pong"
+
+
+async def _store(dsn: str, node: str) -> PostgresPersistence:
+    # In a thread: connecting blocks, and the proxy runs on this Trio thread.
+    return await trio.to_thread.run_sync(
+        partial(PostgresPersistence, dsn, node=node, lease_ttl=TTL)
+    )
+
+
+async def _close(store: PostgresPersistence) -> None:
+    await trio.to_thread.run_sync(store.close)
+
+
+def _per_turn(events: list[SessionEvent], kind: type) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for event in events:
+        if isinstance(event, kind):
+            counts[event.turn] = counts.get(event.turn, 0) + 1  # type: ignore[attr-defined]
+    return counts
+
+
+async def test_a_black_hole_mid_turn_ends_the_turn_then_another_node_takes_over(
+    pg_server: PgServer, postgres_dsn: str
+) -> None:
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            port = await nursery.start(proxy.serve)
+            node_1 = await _store(
+                _via(postgres_dsn, port, statement_timeout=f"{STATEMENT:g}s"), "node-1"
+            )
+            model = ScriptedModel(
+                [[Say("one")], [Say("calling "), Wait(0.5), CallTool("ping")], [Say("after")]]
+            )
+            async with open_runtime(model=model, persistence=node_1, tools=[ping]) as rt:
+                handle = await rt.agents.create(agent_id="a", session_id="s")
+                agent = handle.agent
+                agent.send("first")
+                await agent.when_idle()
+                agent.send("second")
+                while not any(isinstance(e, AssistantChunk) for e in agent.session.events[-3:]):
+                    await trio.sleep(0.01)
+                proxy.black_hole()  # mid-step: the next write-ahead (the tool call) hangs
+                cut = time.monotonic()
+                await agent.when_idle()
+                turn_took = time.monotonic() - cut
+                began = time.monotonic()
+                await handle.dispose()
+                dispose_took = time.monotonic() - began
+                held = list(agent.session.events)
+            ends = [e for e in held if isinstance(e, TurnEnd)]
+            assert [type(e.reason) for e in ends] == [Completed, Errored]
+            assert turn_took < STATEMENT + 2.0, turn_took  # the statement deadline, not more
+            assert dispose_took < CLOSING_GRACE, dispose_took
+            assert dispose_took < 2 * STATEMENT + 1.0, dispose_took
+
+            # Node 2, straight to the server, takes the session once node 1's lease ran out.
+            node_2 = await _store(postgres_dsn, "node-2")
+            refusals: list[str] = []
+            while True:
+                try:
+                    _, stored, log = await node_2.open("s")
+                    break
+                except SessionLocked:
+                    await trio.sleep(0.1)
+                except PersistenceError as exc:  # a lock node 1 still held: lock_timeout
+                    refusals.append(str(exc))
+            took_over = time.monotonic() - cut
+            assert took_over < TTL + STATEMENT + 3.0, took_over
+            assert all("lock timeout" in refusal for refusal in refusals), refusals
+            # Nothing duplicated (one start and one end per turn, seqs contiguous) and
+            # nothing lost: every event node 1 wrote ahead before the black hole (turn 1,
+            # and turn 2 up to its model call), then the repair's closers.
+            assert [e.seq for e in stored] == list(range(len(stored)))
+            assert _per_turn(stored, TurnStart) == {1: 1, 2: 1}
+            assert _per_turn(stored, TurnEnd) == {1: 1, 2: 1}
+            common = next(i for i, (a, b) in enumerate(zip(stored, held, strict=False)) if a != b)
+            assert isinstance(stored[common - 1], StepStart)
+            assert stored[common - 1].turn == 2
+            assert [type(e) for e in stored[common:]] == [StepEnd, TurnEnd]
+            last = stored[-1]
+            assert isinstance(last, TurnEnd)
+            assert isinstance(last.reason, Interrupted)
+            await log.close()
+
+            # Healed: node 1's stuck statements go through, fenced: they write nothing.
+            proxy.heal()
+            await trio.to_thread.run_sync(_until, lambda: not node_1.writer.stuck)
+            _, again = await node_2.load("s")
+            assert again == stored
+            await _close(node_1)
+            await _close(node_2)
+            nursery.cancel_scope.cancel()
+
+
+async def test_turns_complete_through_a_200_ms_delay_per_packet(
+    pg_server: PgServer, postgres_dsn: str
+) -> None:
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            proxy.delay = 0.2
+            port = await nursery.start(proxy.serve)
+            node = await _store(_via(postgres_dsn, port), "slow")
+            model = ScriptedModel([[Say("calling"), CallTool("ping")], [Say("done")]])
+            async with open_runtime(model=model, persistence=node, tools=[ping]) as rt:
+                handle = await rt.agents.create(agent_id="a", session_id="s")
+                began = time.monotonic()
+                handle.agent.send("hello")
+                await handle.agent.when_idle()
+                took = time.monotonic() - began
+                await handle.dispose()
+                held = list(handle.agent.session.events)
+            assert [type(e.reason) for e in held if isinstance(e, TurnEnd)] == [Completed]
+            assert took > 0.4  # it did go through the delay
+            _, stored = await node.load("s")
+            assert stored == held
+            await _close(node)
+            nursery.cancel_scope.cancel()
+
+
+def _until(check: object) -> None:
+    deadline = time.monotonic() + 30
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+# -- a full disk ------------------------------------------------------------------------------
+
+
+def test_a_full_disk_fails_the_write_naming_the_file_and_loses_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            f"from tests.test_chaos import disk_full; disk_full({str(tmp_path)!r})",
+        ],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    path = str(tmp_path / "sessions" / "s.jsonl")
+    # The failing write named the file and the limit's error.
+    assert f"cannot write {path}: [Errno 27] File too large" in seen["error"]
+    # The full-disk turn ended in error; once space returned, the next turn worked.
+    assert seen["ends"] == ["completed", "error", "completed"]
+    # Every event the session had is on disk, once, in order.
+    assert seen["stored"] == seen["held"]
+
+
+def disk_full(root: str) -> None:
+    """The child: a session on JSONL whose file may not grow while the limit is low."""
+    import resource
+    import signal
+
+    from greenroom.session.persistence import JsonlPersistence
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+    store = JsonlPersistence(Path(root) / "sessions")
+    errors: list[str] = []
+
+    async def run() -> dict[str, object]:
+        async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
+            rt.hooks.on(AGENT_ERROR, lambda agent, turn, step, error: errors.append(str(error)))
+            handle = await rt.agents.create(agent_id="a", session_id="s")
+            agent = handle.agent
+            agent.send("before")
+            await agent.when_idle()
+            size = os.path.getsize(store.path("s"))
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+            agent.send("full " + "x" * 4000)
+            await agent.when_idle()
+            resource.setrlimit(
+                resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+            )
+            agent.send("after")
+            await agent.when_idle()
+            await handle.dispose()
+            held = [json.loads(line) for line in _encode(agent.session.events)]
+        _, stored = await store.load("s")
+        ends = [e.reason for e in stored if isinstance(e, TurnEnd)]
+        turn_errors = [e.message for e in ends if isinstance(e, Errored)]
+        return {
+            "error": " ".join(errors + turn_errors),
+            "ends": [type(e).__name__.lower().replace("errored", "error") for e in ends],
+            "held": held,
+            "stored": [json.loads(line) for line in _encode(stored)],
+        }
+
+    print(json.dumps(trio.run(run)))
+
+
+def _encode(events: list[SessionEvent]) -> list[bytes]:
+    return [_encoder.encode(event) for event in events]
+
+
+_encoder = msgspec.json.Encoder()
