@@ -1,5 +1,6 @@
-"""The README's embedding example runs as written (its model swapped for the scripted one), and
-runs again: a second run takes its stored sessions on where they stopped."""
+"""The README's embedding example runs as written (its model swapped for a scripted one that
+plays the same conversation), runs again (a second run takes its stored sessions on where they
+stopped), and exits non-zero, saying why, when its turns fail."""
 
 from __future__ import annotations
 
@@ -15,37 +16,70 @@ from greenroom.session.persistence import JsonlPersistence
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL_LINE = (
-    'model = AnthropicModel("https://api.anthropic.com", "sk-ant-...", "claude-sonnet-4-5")'
+    'model = AnthropicModel(model="claude-sonnet-4-5")  # ANTHROPIC_API_KEY, ANTHROPIC_BASE_URL'
 )
+HAIKU = "tasks wait in the nursery / a cancel scope shields / the turn ends cleanly"
+#: The coder writes and counts (a tool call, then the answer); the critic answers a Review.
+PLAYED = f"""from greenroom.models import CallTool, Say, ScriptedModel
+    model = ScriptedModel(
+        [
+            [Say("Counting first."), CallTool("word_count", {{"text": "{HAIKU}"}})],
+            [Say("{HAIKU}")],
+            [Say('{{"verdict": "approve", "reasons": ["it scans", "it is about Trio"]}}')],
+        ],
+        delay=0,
+    )"""
+FAILING = """from greenroom.models import Fail, ScriptedModel
+    model = ScriptedModel([[Fail("ConnectError: api.anthropic.com unreachable")]])"""
 
 
-def example() -> str:
-    """The README's first Python block, answering with the scripted echo model."""
+def example(model: str) -> str:
+    """The README's first Python block, its model line replaced by `model`."""
     readme = (ROOT / "README.md").read_text()
     found = re.search(r"```python\n(.*?)```", readme, re.S)
     assert found is not None, "the README has no Python example"
     code = found.group(1)
     assert MODEL_LINE in code, "the example's model line changed: update this test"
-    scripted = "from greenroom.models import ScriptedModel\n    model = ScriptedModel(delay=0)"
-    return code.replace(MODEL_LINE, scripted)
+    return code.replace(MODEL_LINE, model)
 
 
-@pytest.mark.real_clock  # a real interpreter and a real MCP server
-async def test_the_embedding_example_runs_and_runs_again(tmp_path: Path) -> None:
+async def run_example(tmp_path: Path, model: str) -> trio.CompletedProcess[bytes]:
     script = tmp_path / "example.py"
-    script.write_text(example())
+    script.write_text(example(model))
+    return await trio.run_process(
+        [sys.executable, str(script)],
+        cwd=tmp_path,
+        capture_stdout=True,
+        capture_stderr=True,
+        check=False,
+    )
+
+
+@pytest.mark.real_clock  # a real interpreter
+async def test_the_embedding_example_runs_and_runs_again(tmp_path: Path) -> None:
     with trio.fail_after(60):
         for _ in range(2):
-            done = await trio.run_process(
-                [sys.executable, str(script)],
-                cwd=tmp_path,
-                capture_stdout=True,
-                capture_stderr=True,
-                check=False,
-            )
+            done = await run_example(tmp_path, PLAYED)
             assert done.returncode == 0, done.stderr.decode()
             assert b"failed" not in done.stderr, done.stderr.decode()
+            assert done.stdout.decode().splitlines() == [
+                "Counting first.",
+                f'[word_count {{"text": "{HAIKU}"}}]',
+                HAIKU,
+                "critic: approve (it scans; it is about Trio)",
+            ]
     store = JsonlPersistence(tmp_path / "state" / "sessions")
-    for session, turns in (("coder", 2), ("critic", 2)):
+    for session in ("coder", "critic"):
         _, events = await store.load(session)
-        assert len([e for e in events if isinstance(e, TurnEnd)]) == turns
+        ends = [e.reason for e in events if isinstance(e, TurnEnd)]
+        assert [type(reason).__name__ for reason in ends] == ["Completed", "Completed"]
+
+
+@pytest.mark.real_clock  # a real interpreter
+async def test_the_embedding_example_says_so_when_its_turn_fails(tmp_path: Path) -> None:
+    with trio.fail_after(60):
+        done = await run_example(tmp_path, FAILING)
+    errors = done.stderr.decode()
+    assert done.returncode == 1, errors
+    assert "coder: error: ConnectError: api.anthropic.com unreachable" in errors
+    assert "agent 'coder' (session 'coder'): turn 1 failed: ConnectError" in errors
