@@ -3,11 +3,11 @@
 * `SpillDir`: a private directory (0700, made on first use) of spill files
   (0600, created exclusively, never reused), removed whole by `close`. Bash's
   output streams and long tool results each keep one.
-* `cut`: the first ``limit`` characters of a text and a marker line saying how
-  much was cut and where the whole text is. A text that already ended with a
-  marker (it was cut before, by a tool or by the registry) keeps that marker
-  after the new one, so a reader always learns where the whole text is.
-* `find_marker`: the marker a text ends with, if any (``greenroom sessions
+* `cut`: ``limit`` characters of a text, most from its start and the last
+  `TAIL` from its end (where a command's exit code, a tool's status or an
+  earlier marker are), and between them a marker line saying how much was
+  cut there and where the whole text is.
+* `find_marker`: the first marker in a text, if any (``greenroom sessions
   show`` prints it beside a short preview).
 * `TextCap`: the cut of one configured limit, spilling the whole text first.
 
@@ -32,8 +32,10 @@ import trio
 #: (``open_runtime(max_tool_result=...)``): about 25,000 tokens.
 DEFAULT_MAX_TOOL_RESULT: Final = 100_000
 
-_MARKER: Final = re.compile(r"\[(\d+) more characters of (\d+) were cut; [^\n]*\]")
-_MARKER_REACH: Final = 8192  # a marker is one line at the end: a path is at most 4096 bytes
+#: The characters of a text's end a cut keeps (at most a tenth of its limit).
+TAIL: Final = 1_000
+
+_MARKER: Final = re.compile(r"^\[(\d+) of (\d+) characters were cut here; [^\n]*\]$", re.M)
 
 
 class SpillDir:
@@ -87,23 +89,21 @@ class SpillDir:
 
 
 def cut(text: str, limit: int, whole: str) -> str:
-    """`text` if it has at most `limit` characters; else its first `limit` and a marker line
-    ``[N more characters of M were cut; <whole>]`` (`whole` says where the whole text is), followed
-    by the marker `text` already ended with, if it had one."""
+    """`text` if it has at most `limit` characters; else `limit` of them, the last
+    ``min(TAIL, limit // 10)`` from its end, and before those the marker line
+    ``[N of M characters were cut here; <whole>]`` (`whole`: where the whole text is)."""
     if len(text) <= limit:
         return text
-    marker = f"\n[{len(text) - limit} more characters of {len(text)} were cut; {whole}]"
-    earlier = find_marker(text)
-    return f"{text[:limit]}{marker}\n{earlier}" if earlier else f"{text[:limit]}{marker}"
+    tail = min(TAIL, limit // 10)
+    marker = f"[{len(text) - limit} of {len(text)} characters were cut here; {whole}]"
+    end = f"\n{text[len(text) - tail :]}" if tail else ""
+    return f"{text[: limit - tail]}\n{marker}{end}"
 
 
 def find_marker(text: str) -> str | None:
-    """The marker line `text` ends with (as `cut` writes it), or None."""
-    start = text.rfind("\n[", max(0, len(text) - _MARKER_REACH))
-    if start < 0:
-        return None
-    line = text[start + 1 :]
-    return line if _MARKER.fullmatch(line) else None
+    """The first marker line in `text` (as `cut` writes it), or None."""
+    found = _MARKER.search(text)
+    return found.group(0) if found else None
 
 
 class TextCap:

@@ -29,14 +29,16 @@ from greenroom.protocol.events import FileDiff, ToolResult
 from greenroom.protocol.model import ToolTurn
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import JsonlPersistence
-from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, SpillDir, TextCap, cut, find_marker
+from greenroom.session.transcript import SHOWN
+from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, TAIL, SpillDir, TextCap, cut, find_marker
 from greenroom.tools import Tool
 from greenroom.tools.mcp import tool_name
 from tests.acp_peer import Peer
 from tests.test_mcp import served
 
 LIMIT = DEFAULT_MAX_TOOL_RESULT
-_SPILLED = re.compile(r"the whole text is in (/[^\n]*)\]\Z")
+_SPILLED = re.compile(r"the whole text is in (/[^\n]*)\]$", re.M)
+HEAD = LIMIT - TAIL  # what a cut keeps of a text's start
 
 
 class Pad(msgspec.Struct):
@@ -85,8 +87,8 @@ async def test_a_huge_result_is_cut_for_the_log_and_the_model_and_kept_whole() -
         (result,) = results(handle.agent.session.events)
         path = spilled(result.content)
         assert result.content == (
-            f"{whole[:LIMIT]}\n[{size - LIMIT} more characters of {size} were cut;"
-            f" the whole text is in {path}]"
+            f"{whole[:HEAD]}\n[{size - LIMIT} of {size} characters were cut here;"
+            f" the whole text is in {path}]\n{whole[-TAIL:]}"
         )
         assert path.read_text() == whole
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -126,9 +128,9 @@ async def test_each_side_of_a_huge_diff_is_cut_and_kept_whole() -> None:
         big, small = result.diffs
         assert small == FileDiff("small.txt", "after", None)
         assert big.path == "big.txt"
-        assert big.new_text.startswith(new[:LIMIT] + "\n[100000 more characters of 200000")
+        assert big.new_text.startswith(new[:HEAD] + "\n[100000 of 200000 characters were cut")
         assert big.old_text is not None
-        assert big.old_text.startswith(old[:LIMIT] + "\n[200000 more characters of 300000")
+        assert big.old_text.startswith(old[:HEAD] + "\n[200000 of 300000 characters were cut")
         assert spilled(big.new_text).read_text() == new
         assert spilled(big.old_text).read_text() == old
 
@@ -140,7 +142,8 @@ async def test_the_cap_is_the_runtimes_option() -> None:
         handle.agent.send("go")
         await handle.agent.when_idle()
         (result,) = results(handle.agent.session.events)
-        assert result.content.startswith("0123456789\n[3 more characters of 13 were cut; ")
+        assert result.content.startswith("012345678\n[3 of 13 characters were cut here; ")
+        assert result.content.endswith("]\nc")  # a tenth of the cap is kept from the end
         assert spilled(result.content).read_text() == "0123456789abc"
 
 
@@ -171,21 +174,19 @@ async def test_a_spill_that_cannot_be_written_is_said_so() -> None:
     spills = SpillDir("greenroom-test-")
     spills.close()
     shown = await TextCap(4, spills, option="x")("abcdefgh")
-    assert shown.startswith("abcd\n[4 more characters of 8 were cut; the whole text could not")
+    assert shown.startswith("abcd\n[4 of 8 characters were cut here; the whole text could not")
     assert find_marker(shown) is not None
 
 
-def test_a_second_cut_keeps_the_first_marker() -> None:
-    first = cut("a" * 50, 20, "the whole text is in /spill/1.txt")
-    second = cut(first, 10, "the rest is in the session's log")
-    assert second == (
-        "aaaaaaaaaa\n["
-        f"{len(first) - 10} more characters of {len(first)} were cut;"
-        " the rest is in the session's log]\n"
-        "[30 more characters of 50 were cut; the whole text is in /spill/1.txt]"
-    )
-    assert find_marker(second) == (
-        "[30 more characters of 50 were cut; the whole text is in /spill/1.txt]"
+def test_a_cut_keeps_the_end_where_an_exit_code_is() -> None:
+    output = "line\n" * 50_000 + "[exit code: 3]"
+    shown = cut(output, 20_000, "the whole text is in /spill/1.txt")
+    assert len(shown) < 20_100
+    assert shown.startswith("line\nline\n")
+    assert shown.endswith("line\n[exit code: 3]")
+    assert find_marker(shown) == (
+        f"[{len(output) - 20_000} of {len(output)} characters were cut here;"
+        " the whole text is in /spill/1.txt]"
     )
 
 
@@ -202,7 +203,7 @@ async def test_a_5_mb_mcp_result_is_cut_and_kept_whole(tmp_path: Path) -> None:
             (result,) = results(handle.agent.session.events)
             assert not result.is_error
             assert result.content.startswith(
-                "g" * LIMIT + f"\n[{5_000_000 - LIMIT} more characters of 5000000 were cut;"
+                "g" * HEAD + f"\n[{5_000_000 - LIMIT} of 5000000 characters were cut here;"
             )
             assert spilled(result.content).read_text() == "g" * 5_000_000
             (turn,) = [m for m in model.requests[-1].messages if isinstance(m, ToolTurn)]
@@ -437,16 +438,17 @@ def test_sessions_show_prints_bounded_lines_and_the_marker(
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) < 11_000
     (user,) = [i for i, line in enumerate(lines) if line.startswith("  user: ")]
-    assert lines[user] == "  user: " + "u" * 10_000
-    assert lines[user + 1] == (
-        "[2990000 more characters of 3000000 were cut; the rest is in the session's log]"
-    )
+    assert lines[user : user + 3] == [
+        "  user: " + "u" * (SHOWN - TAIL),
+        "[2990000 of 3000000 characters were cut here; the rest is in the session's log]",
+        "u" * TAIL,
+    ]
     (result,) = [line for line in lines if line.startswith("  tool result ")]
-    assert result.startswith(
-        "  tool result [call-1]: " + "r" * 300 + " … [19900000 more characters"
+    assert re.fullmatch(
+        "  tool result \\[call-1\\]: r{300} … \\[19900000 of 20000000 characters were cut here;"
+        " the whole text is in /[^\\]]+\\]",
+        result,
     )
-    assert result.endswith("]")
-    assert "were cut; the whole text is in /" in result
     assert main(["sessions", "show", "whole", "--store", f"jsonl:{tmp_path}"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert max(map(len, lines)) < 11_000
@@ -454,10 +456,10 @@ def test_sessions_show_prints_bounded_lines_and_the_marker(
     assert result == "  tool result [call-1]: " + "r" * 300 + " …"
 
 
-def test_the_marker_is_one_line_at_the_end() -> None:
+def test_the_marker_is_a_line_of_its_own() -> None:
     assert find_marker("plain") is None
     assert find_marker("text\n[not a marker]") is None
     text = cut("z" * 10, 3, "x")
-    assert text == "zzz\n[7 more characters of 10 were cut; x]"
+    assert text == "zzz\n[7 of 10 characters were cut here; x]"
     assert find_marker(text) == text.splitlines()[-1]
     assert find_marker(text + " and more") is None

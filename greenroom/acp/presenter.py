@@ -11,10 +11,10 @@ Every update is bounded, whatever the log holds: its texts together (a
 message chunk; a tool call's title, locations and arguments; a result's
 output and diffs) carry at most `UPDATE_CHARS` characters, any one of them
 at most `TEXT_CHARS`, each diff or location costing `ITEM_CHARS` more (so a
-huge output leaves room for the diffs after it). A longer text is cut with a
-marker (`greenroom.spill.cut`: how much, and that the log holds the rest;
-a marker the text already had, naming a spill file, is kept), and diffs
-past the budget are left out, said so. Escaped as JSON a character takes
+huge output leaves room for the diffs after it). A longer text is cut
+(`greenroom.spill.cut`: its start and its end kept, a marker between saying
+how much was cut and that the log holds the rest), and diffs past the budget
+are left out, said so. Escaped as JSON a character takes
 at most 6 bytes, so an update stays far inside the 8 MiB frame a reader
 takes (`greenroom.acp.frames.MAX_FRAME`), live and on replay.
 """
@@ -72,7 +72,7 @@ UPDATE_CHARS: Final = 1_000_000
 TEXT_CHARS: Final = 250_000
 #: What a diff or a location costs beyond its texts (its JSON), so their number is bounded too.
 ITEM_CHARS: Final = 64
-_MARKER_ROOM: Final = 10_000  # a cut's marker, and the marker the text already had
+_MARKER_ROOM: Final = 10_000  # room left for a cut's marker line
 _REST: Final = "the rest is in the session's log"
 
 

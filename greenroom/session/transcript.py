@@ -1,9 +1,9 @@
 """A session log as a person reads it: turns, messages, tool calls, end reasons.
 
 Bounded whatever the log holds: a tool's result shows its first `PREVIEW`
-characters, and the marker it ends with when it was cut (which names the
-spill file holding its whole text); any other text its first `SHOWN`
-characters, with a marker saying how much more the log holds.
+characters, and its marker when it was cut (which names the spill file
+holding its whole text); any other text `SHOWN` characters of its start and
+end, with a marker between saying how much more the log holds.
 """
 
 from __future__ import annotations
