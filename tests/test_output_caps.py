@@ -32,6 +32,7 @@ from greenroom.session.persistence import JsonlPersistence
 from greenroom.session.transcript import SHOWN
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, TAIL, SpillDir, TextCap, cut, find_marker
 from greenroom.tools import Tool
+from greenroom.tools.files import files_plugin
 from greenroom.tools.mcp import tool_name
 from tests.acp_peer import Peer
 from tests.test_mcp import served
@@ -101,6 +102,30 @@ async def test_a_huge_result_is_cut_for_the_log_and_the_model_and_kept_whole() -
             assert turn.content == result.content
     assert not path.exists()
     assert not path.parent.exists()  # the spill directory goes with the runtime
+
+
+async def test_a_1_mb_read_file_never_reaches_the_models_history_whole(tmp_path: Path) -> None:
+    """ "A 1 MB read_file result made every later prompt fail with the provider's
+    context-length error": whatever read_file's own cap, the model sees at most the cut."""
+    (tmp_path / "one-line.txt").write_text("a" * 1_000_000)
+    (tmp_path / "lines.txt").write_text(("b" * 99 + "\n") * 10_000)
+    reads = [CallTool("read_file", {"path": name}) for name in ("one-line.txt", "lines.txt")]
+    model = ScriptedModel([reads, [Say("read")], [Say("still fine")]])
+    async with open_runtime(model=model) as rt:
+        await rt.plug("tool-files", files_plugin)
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd=str(tmp_path))
+        handle.agent.send("read both")
+        await handle.agent.when_idle()
+        handle.agent.send("and now?")
+        await handle.agent.when_idle()
+        logged = results(handle.agent.session.events)
+        assert len(logged) == 2
+        assert all(not r.is_error and len(r.content) <= LIMIT + 300 for r in logged)
+        later = list(model.requests)[1:]
+        assert len(later) == 2
+        for request in later:
+            turns = [m for m in request.messages if isinstance(m, ToolTurn)]
+            assert [t.content for t in turns] == [r.content for r in logged]
 
 
 async def test_a_result_within_the_cap_is_untouched_and_spills_nothing() -> None:
