@@ -105,8 +105,9 @@ async def test_a_huge_result_is_cut_for_the_log_and_the_model_and_kept_whole() -
 
 
 async def test_a_1_mb_read_file_never_reaches_the_models_history_whole(tmp_path: Path) -> None:
-    """ "A 1 MB read_file result made every later prompt fail with the provider's
-    context-length error": whatever read_file's own cap, the model sees at most the cut."""
+    """Issue 23 found that a 1 MB read_file result made every later prompt fail with the
+    provider's context-length error; whatever read_file's own cap, the model sees at most
+    the cut."""
     (tmp_path / "one-line.txt").write_text("a" * 1_000_000)
     (tmp_path / "lines.txt").write_text(("b" * 99 + "\n") * 10_000)
     reads = [CallTool("read_file", {"path": name}) for name in ("one-line.txt", "lines.txt")]
