@@ -22,6 +22,7 @@ import trio
 from greenroom import open_runtime
 from greenroom.acp.connection import TEARDOWN_GRACE
 from greenroom.models import ScriptedModel
+from greenroom.models.scripted import Hang
 from greenroom.protocol.events import (
     USER,
     Completed,
@@ -35,10 +36,9 @@ from greenroom.session import new_header
 from greenroom.session.persistence import JsonlPersistence, OperationTimeout, PersistenceError
 from greenroom.session.persistence import jsonl as jsonl_module
 from greenroom.session.persistence.writer import Job, Writer
+from greenroom.supervisor import ChildSpec, Supervisor, cleanup_scope
 from tests.acp_process import acp_process
 from tests.test_mcp import SERVERS, alive, pids
-
-pytestmark = pytest.mark.real_clock
 
 LIMIT = 60.0
 
@@ -72,6 +72,7 @@ def gate() -> Iterator[_Gate]:
         stuck.open()  # the abandoned thread finishes, whatever the test did
 
 
+@pytest.mark.real_clock
 async def test_a_job_past_its_deadline_fails_on_the_trio_side_and_the_writer_is_stuck(
     gate: _Gate,
 ) -> None:
@@ -118,26 +119,41 @@ def _until(check: object) -> None:
 # -- a hung fsync does not hang dispose -----------------------------------------------------
 
 
+class _HungFsync:
+    """``os.fdatasync`` as the JSONL writer calls it: blocked while `hang` is set, until
+    `release` (a disk that stopped answering, then came back)."""
+
+    def __init__(self) -> None:
+        self.hang = threading.Event()
+        self.released = threading.Event()
+        self.hang.set()
+
+    def release(self) -> None:
+        self.hang.clear()
+        self.released.set()
+
+
 @pytest.fixture
-def hung_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[threading.Event]:
-    """``os.fdatasync`` as the JSONL writer calls it, blocked until the event is set."""
-    release = threading.Event()
+def hung_fsync(monkeypatch: pytest.MonkeyPatch) -> Iterator[_HungFsync]:
+    hung = _HungFsync()
     real = os.fdatasync
 
-    def blocked(fd: int) -> None:
-        release.wait(timeout=LIMIT)
+    def fdatasync(fd: int) -> None:
+        if hung.hang.is_set():
+            hung.released.wait(timeout=LIMIT)
         real(fd)
 
-    monkeypatch.setattr(jsonl_module.os, "fdatasync", blocked)
+    monkeypatch.setattr(jsonl_module.os, "fdatasync", fdatasync)
     try:
-        yield release
+        yield hung
     finally:
-        release.set()
+        hung.release()
 
 
+@pytest.mark.real_clock
 @pytest.mark.parametrize("sync", ["turn", "always"])
 async def test_a_hung_fsync_does_not_hang_dispose(
-    tmp_path: Path, hung_fsync: threading.Event, sync: str, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, hung_fsync: _HungFsync, sync: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     store = JsonlPersistence(tmp_path, sync=sync, fsync_timeout=0.5)  # type: ignore[arg-type]
     with trio.fail_after(LIMIT):
@@ -155,7 +171,7 @@ async def test_a_hung_fsync_does_not_hang_dispose(
     assert disposed < 3  # one deadline at most, with room for a loaded machine
     assert f"cannot fsync {store.path('s')}: no answer within 0.5 s" in caplog.text
     # Everything was written to the OS, and the session was let go: it opens again.
-    hung_fsync.set()
+    hung_fsync.release()
     async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
         again = await rt.agents.resume(agent_id="a", session_id="s")
         ends = [e for e in again.agent.session.events if isinstance(e, TurnEnd)]
@@ -163,8 +179,9 @@ async def test_a_hung_fsync_does_not_hang_dispose(
         await again.dispose()
 
 
+@pytest.mark.real_clock
 async def test_a_close_past_its_deadline_still_releases_the_lock(
-    tmp_path: Path, hung_fsync: threading.Event
+    tmp_path: Path, hung_fsync: _HungFsync
 ) -> None:
     store = JsonlPersistence(tmp_path, fsync_timeout=0.3)
     log = await store.create(_header("s"))
@@ -172,7 +189,7 @@ async def test_a_close_past_its_deadline_still_releases_the_lock(
     with trio.fail_after(5), pytest.raises(PersistenceError, match=r"no answer within 0\.3 s"):
         await log.close()
     assert not store.path("s").with_suffix(".lock").exists()
-    hung_fsync.set()
+    hung_fsync.release()
     # The next open repairs what the file holds: the turn without its end is closed.
     _, events, log = await store.open("s")
     assert [type(e) for e in events] == [TurnStart, TurnEnd]
@@ -181,8 +198,58 @@ async def test_a_close_past_its_deadline_still_releases_the_lock(
     await log.close()
 
 
+@pytest.mark.real_clock
+async def test_runtime_exit_with_a_hung_fsync_pays_the_deadline_once(
+    tmp_path: Path, hung_fsync: _HungFsync
+) -> None:
+    """Agents are stopped one after another, last created first; with the disk hung the
+    first close waits out the deadline and the writer is stuck, so the others fail at once."""
+    store = JsonlPersistence(tmp_path, fsync_timeout=0.5)
+    model = ScriptedModel([[Hang()]] * 4)
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=model, persistence=store) as rt:
+            for number in range(4):
+                handle = await rt.agents.create(agent_id=f"a{number}", session_id=f"s{number}")
+                handle.agent.send("hello")  # a turn in flight: its dispose writes its end
+            began = time.monotonic()
+        took = time.monotonic() - began
+    assert took < 1.5, took  # one deadline (0.5 s), not four
+    assert not list(tmp_path.glob("*.lock"))
+
+
 def _header(session_id: str) -> SessionHeader:
     return new_header(session_id, cwd=os.getcwd())
+
+
+# -- a supervisor whose children are independent ------------------------------------------
+
+
+async def test_stop_together_waits_out_every_grace_at_once() -> None:
+    cancelled: list[str] = []
+
+    def child(name: str) -> ChildSpec:
+        async def run(*, task_status: trio.TaskStatus[None]) -> None:
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                cancelled.append(name)
+                with cleanup_scope():
+                    await trio.sleep(1.0)  # a slow cleanup, inside the grace
+
+        return ChildSpec(name, run, shutdown=2.0)
+
+    began = trio.current_time()
+    async with Supervisor([child("a"), child("b"), child("c")], stop_together=True):
+        pass
+    assert trio.current_time() - began == pytest.approx(1.0)  # once, not three times
+    assert sorted(cancelled) == ["a", "b", "c"]
+    cancelled.clear()
+    began = trio.current_time()
+    async with Supervisor([child("a"), child("b"), child("c")]):
+        pass
+    assert trio.current_time() - began == pytest.approx(3.0)  # the default: one by one
+    assert cancelled == ["c", "b", "a"]
 
 
 # -- ACP: every session torn down at once ------------------------------------------------
@@ -197,6 +264,7 @@ def _stubborn(name: str, record: Path) -> dict[str, object]:
     }
 
 
+@pytest.mark.real_clock
 @pytest.mark.parametrize("how", ["sigterm", "eof"])
 async def test_sessions_whose_servers_ignore_sigterm_are_torn_down_within_one_grace(
     tmp_path: Path, how: str

@@ -196,9 +196,10 @@ class Supervisor:
     * ``backoff``: an optional `Backoff` slept before each restart; ``rng``
       draws its jitter (pass a seeded ``random.Random`` for repeatable runs).
     * ``stop_together``: for children independent of each other (agents,
-      each its own teardown order): shutdown cancels them all at once (still
-      last started first) and waits out their graces together, so it takes
-      one grace, not one per child. A strategy's stops stay one at a time.
+      each its own teardown order): shutdown cancels them all at once and
+      waits out their graces together, so it takes one grace, not one per
+      child (they unwind in no set order). A strategy's stops stay one at a
+      time.
 
     Not guaranteed: a child that shields its own cleanup with a bare
     ``CancelScope(shield=True)`` (instead of `cleanup_scope`) cannot be cut
