@@ -81,6 +81,7 @@ _ROUNDS: Final = 5
 _PROBE: Final = 64
 _MARK_ENTRY: Final = MARK_VAR.encode() + b"="
 _PROC: Final = "/proc"
+_KEEPER_SHELL: Final = 'exec "$0" -I -S "$1" "$2" <&3 3<&- &'
 
 Match = Callable[[list[bytes]], bool]
 
@@ -290,7 +291,7 @@ class Owner:
     gets its own on first use.
     """
 
-    __slots__ = ("_count", "_ended", "_keeper", "_lifeline", "_live", "pid", "start", "token")
+    __slots__ = ("_count", "_ended", "_lifeline", "_live", "pid", "start", "token")
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -301,8 +302,7 @@ class Owner:
         # Pids of spawns reaped in the last FULL_SCAN_AFTER seconds, oldest first: no other
         # process can have one yet unless the pids wrapped, which a scan of them checks.
         self._ended: dict[int, float] = {}
-        self._keeper: int | None = None  # its pid
-        self._lifeline: int | None = None  # the write end of its pipe, never written to
+        self._lifeline: int | None = None  # the write end of the keeper's pipe, never written to
 
     def spawn(self, env: dict[str, str]) -> Spawn:
         """A new spawn's mark and environment (`Spawn.started` once it runs)."""
@@ -325,33 +325,34 @@ class Owner:
         ended[pid] = now
 
     def _keep(self) -> None:
-        """Start the keeper, unless one runs (it is waited for here, and only here)."""
-        if self._keeper is not None:
-            try:
-                if os.waitpid(self._keeper, os.WNOHANG) == (0, 0):
-                    return
-            except ChildProcessError:
-                pass  # someone else reaped it
-            logger.warning("the process keeper %d exited; starting another", self._keeper)
-        self._keeper = None
+        """Start the keeper, unless it runs (it has not closed its end of the pipe)."""
         if self._lifeline is not None:
+            if not _closed_at_the_other_end(self._lifeline):
+                return
+            logger.warning("the process keeper exited; starting another")
             os.close(self._lifeline)
             self._lifeline = None
         if self.start is None:
             return  # no /proc: nothing for a keeper to find
         read, write = os.pipe()  # both close-on-exec: no spawn inherits the write end
+        token = self.token
         try:
-            self._keeper = os.posix_spawn(
-                sys.executable,
-                [sys.executable, "-I", "-S", os.path.abspath(__file__), self.token],
+            # Through a shell that starts it in the background and exits: the keeper is
+            # init's child, never one of ours (no zombie of ours, no child of ours to count).
+            shell = os.posix_spawn(
+                "/bin/sh",
+                # (An explicit redirection: sh gives a background command /dev/null as stdin.)
+                ["sh", "-c", _KEEPER_SHELL, sys.executable, __file__, token],
                 {},
                 file_actions=[
-                    (os.POSIX_SPAWN_DUP2, read, 0),
+                    (os.POSIX_SPAWN_DUP2, read, 3),
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
                     (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0),
                 ],
                 setsid=True,
             )
+            os.waitpid(shell, 0)  # it exits as soon as it has forked
         except OSError:
             logger.warning("could not start the process keeper", exc_info=True)
             os.close(write)
@@ -359,6 +360,12 @@ class Owner:
             self._lifeline = write  # open until this process ends, however it ends
         finally:
             os.close(read)
+
+
+def _closed_at_the_other_end(write_end: int) -> bool:
+    poller = select.poll()
+    poller.register(write_end, 0)  # POLLERR is always reported: the read end is closed
+    return bool(poller.poll(0))
 
 
 _owner: Owner | None = None

@@ -11,7 +11,10 @@
 * ``hostile``: a bare JSON-RPC server (`Hostile`) that misbehaves on demand:
   garbage lines on its stdout, odd tool names, endless pages, floods of
   ``tools/list_changed``, giant results, exiting in the middle of a call,
-  invalid UTF-8, children left behind.
+  invalid UTF-8, children left behind;
+* ``daemonize NAME``: before serving like ``stdio``, double-forks a detached
+  ``sleep`` (a session of its own, its parent gone) whose argv[0] is NAME,
+  and appends ``daemon <pid>`` to ``$MCP_RECORD``.
 
 Every mode appends ``pid <pid>`` to the file named by ``$MCP_RECORD`` (if
 set) at start; the ``block`` tool appends ``started <tag>`` and, when the
@@ -266,6 +269,27 @@ while True:
 """
 
 
+def daemonize(name: str) -> None:
+    """A ``sleep`` named `name`, detached by a double fork: init's child, not ours."""
+    reader, writer = os.pipe()
+    middle = os.fork()
+    if middle == 0:
+        os.setsid()
+        daemon = os.fork()
+        if daemon == 0:
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # as a daemon does: it holds none of its starter's pipes
+                os.dup2(null, fd)
+            os.execvp("sleep", [name, "1000"])
+        os.write(writer, f"{daemon}".encode())
+        os._exit(0)
+    os.close(writer)
+    daemon_pid = int(os.read(reader, 64))
+    os.close(reader)
+    os.waitpid(middle, 0)
+    record(f"daemon {daemon_pid}")
+
+
 def main() -> None:
     record(f"pid {os.getpid()}")
     serve(sys.argv[1:])
@@ -289,6 +313,9 @@ def serve(argv: list[str]) -> None:
         silent()
     elif mode == "hostile":
         Hostile(argv[1:]).serve()
+    elif mode == "daemonize":
+        daemonize(argv[1])
+        tools_server().run("stdio")
     else:
         sys.exit(f"unknown mode {mode!r}")
 

@@ -1,0 +1,273 @@
+"""No process outlives its owner: real processes that detach, on the real clock.
+
+Each test's processes are found by a unique name: a detached ``sleep`` whose
+argv[0] is the test's marker (``exec -a``), started by a double fork into a
+session of its own (init's child, not ours), and another in the command's own
+process group. Every path by which an owner ends must leave none: a command's
+end, a background task's kill, an agent's dispose, an ACP ``session/close``,
+and SIGKILL of ``greenroom acp`` (its keeper ends them; with the keeper
+killed too, the next holder of the session does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import acp
+import pytest
+import trio
+from acp import schema
+
+from greenroom import open_runtime
+from greenroom.models.scripted import ScriptedModel
+from greenroom.protocol.mcp import McpStdioServer
+from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
+from greenroom.tools.bash.local import LocalBashExecutor
+from greenroom.tools.bash.seam import BashExecRequest
+from greenroom.tools.bash.tools import bash_plugin
+from tests.test_mcp import SERVERS
+
+pytestmark = pytest.mark.real_clock
+
+LIMIT = 60.0
+
+
+def _marker() -> str:
+    return f"orphan-{secrets.token_hex(6)}"
+
+
+def survivors(marker: str) -> list[int]:
+    """Live processes (not zombies) whose argv[0] starts with `marker`."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            argv0 = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0", 1)[0]
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if argv0.startswith(marker.encode()) and state != "Z":
+            found.append(int(name))
+    return found
+
+
+def daemonizing(marker: str) -> str:
+    """Bash that leaves a detached ``sleep`` and one in its group, and waits until both run."""
+    return (
+        f"(setsid bash -c 'exec -a {marker} sleep 1000' &); "
+        f"(exec -a {marker}-group sleep 1000) & "
+        f"until pgrep -f '^{marker} ' >/dev/null && pgrep -f '^{marker}-group ' >/dev/null; "
+        "do sleep 0.02; done; echo up"
+    )
+
+
+async def until_running(marker: str, count: int) -> None:
+    while len(survivors(marker)) < count:
+        await trio.sleep(0.02)
+
+
+async def test_a_command_leaves_nothing_it_detached(tmp_path: Path) -> None:
+    marker = _marker()
+    with trio.fail_after(LIMIT):
+        async with LocalBashExecutor(str(tmp_path)) as executor:
+            spec = executor.resolve(BashExecRequest(command=daemonizing(marker)))
+            result = await executor.run(spec)
+            assert result.stdout.text == "up\n"
+            assert survivors(marker) == []
+
+
+async def test_a_killed_background_task_leaves_nothing_it_detached(tmp_path: Path) -> None:
+    marker = _marker()
+    with trio.fail_after(LIMIT):
+        async with LocalBashExecutor(str(tmp_path)) as executor:
+            command = daemonizing(marker) + "; sleep 1000"
+            task = await executor.start(executor.resolve(BashExecRequest(command=command)))
+            await until_running(marker, 2)
+            assert executor.kill(task.id)
+            await executor.wait(task.id)
+            assert survivors(marker) == []
+
+
+async def test_a_long_running_child_outlives_idle_worker_threads(tmp_path: Path) -> None:
+    """Trio's idle worker threads exit after 10 s; a child started from one lives on."""
+    marker = _marker()
+    with trio.fail_after(LIMIT):
+        async with LocalBashExecutor(str(tmp_path)) as executor:
+            command = f"exec -a {marker} sleep 1000"
+            task = await executor.start(executor.resolve(BashExecRequest(command=command)))
+            await until_running(marker, 1)
+            await trio.sleep(16)
+            assert len(survivors(marker)) == 1
+            snapshot = executor.get(task.id)
+            assert snapshot is not None
+            assert snapshot.status == "running"
+            executor.kill(task.id)
+            await executor.wait(task.id)
+    assert survivors(marker) == []
+
+
+def _daemon_server(marker: str, record: Path) -> McpStdioServer:
+    return McpStdioServer(
+        name="daemon",
+        command=sys.executable,
+        args=[str(SERVERS), "daemonize", f"{marker}-mcp"],
+        env={"MCP_RECORD": str(record)},
+    )
+
+
+def _bash(command: str, *, background: bool) -> str:
+    arguments = {"command": command, "description": "detach", "run_in_background": background}
+    return "tool: bash " + json.dumps(arguments)
+
+
+async def test_dispose_leaves_nothing_a_session_detached(tmp_path: Path) -> None:
+    marker = _marker()
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=ScriptedModel(delay=0), workdir=str(tmp_path)) as rt:
+            await rt.plug("tool-bash", bash_plugin)
+            handle = await rt.agents.create(
+                agent_id="a",
+                session_id="s",
+                cwd=str(tmp_path),
+                mcp_servers=[_daemon_server(marker, tmp_path / "record")],
+            )
+            handle.agent.send(_bash(daemonizing(marker) + "; sleep 1000", background=True))
+            await handle.agent.when_idle()
+            await until_running(marker, 3)  # the task's two and the server's
+            await handle.dispose()
+            assert survivors(marker) == []
+
+
+class Client:
+    """The editor: allows each command once, records nothing else."""
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        pass
+
+    async def request_permission(
+        self, session_id: str, tool_call: Any, options: Any, **kwargs: Any
+    ) -> schema.RequestPermissionResponse:
+        (once,) = [o for o in options if o.kind == "allow_once"]
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id=once.option_id)
+        )
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+
+async def _detaching_session(conn: Any, cwd: Path, marker: str) -> str:
+    """A session whose MCP server and background task detached a process each."""
+    server = schema.McpServerStdio(
+        name="daemon",
+        command=sys.executable,
+        args=[str(SERVERS), "daemonize", f"{marker}-mcp"],
+        env=[],
+    )
+    session = (await conn.new_session(cwd=str(cwd), mcp_servers=[server])).session_id
+    background = _bash(daemonizing(marker) + "; sleep 1000", background=True)
+    answer = await conn.prompt(session_id=session, prompt=[acp.text_block(background)])
+    assert answer.stop_reason == "end_turn"
+    # A foreground command's detached child ends with the command, before the turn does.
+    foreground = _bash(daemonizing(f"{marker}-fg"), background=False)
+    answer = await conn.prompt(session_id=session, prompt=[acp.text_block(foreground)])
+    assert answer.stop_reason == "end_turn"
+    assert survivors(f"{marker}-fg") == []
+    while len(survivors(marker)) < 3:
+        await asyncio.sleep(0.02)
+    return str(session)
+
+
+async def _gone(marker: str) -> None:
+    while survivors(marker):
+        await asyncio.sleep(0.02)
+
+
+def _agent(store: str) -> tuple[str, ...]:
+    return (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0", "--store", store)
+
+
+def _env(home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "GREENROOM_STORE"}
+    return env | {"GREENROOM_HOME": str(home)}
+
+
+def test_close_and_sigkill_leave_nothing_a_session_detached(tmp_path: Path) -> None:
+    closed, killed = _marker(), _marker()
+
+    async def scenario() -> None:
+        command, *args = _agent(f"jsonl:{tmp_path / 'sessions'}")
+        async with acp.spawn_agent_process(
+            Client(), command, *args, env=_env(tmp_path), cwd=tmp_path
+        ) as (conn, process):
+            await conn.initialize(protocol_version=1)
+            session = await _detaching_session(conn, tmp_path, closed)
+            await conn.close_session(session_id=session)
+            assert survivors(closed) == []
+            await _detaching_session(conn, tmp_path, killed)
+            process.send_signal(signal.SIGKILL)
+            # The keeper ends them; the kernel and init take their time on a loaded machine.
+            await asyncio.wait_for(_gone(killed), 20)
+
+    asyncio.run(asyncio.wait_for(scenario(), 2 * LIMIT))
+
+
+def _keeper_of(home: Path) -> int:
+    """The keeper of the process holding the one session under `home` (its lock names it)."""
+    (lock,) = [p for p in home.rglob("*.lock") if p.stat().st_size]
+    token = json.loads(lock.read_text())["owner"].encode()
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cmdline = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if token in cmdline and any(arg.endswith(b"procs.py") for arg in cmdline):
+                return int(name)
+    raise AssertionError(f"no keeper runs for {token!r}")
+
+
+def _store(backend: str, home: Path) -> tuple[str, Persistence]:
+    if backend == "jsonl":
+        return f"jsonl:{home / 'sessions'}", JsonlPersistence(home / "sessions")
+    return f"sqlite:{home / 'sessions.db'}", SqlitePersistence(home / "sessions.db")
+
+
+@pytest.mark.parametrize("backend", ["jsonl", "sqlite"])
+def test_the_next_holder_ends_what_a_killed_holder_left(tmp_path: Path, backend: str) -> None:
+    marker = _marker()
+    url, store = _store(backend, tmp_path)
+
+    async def scenario() -> str:
+        command, *args = _agent(url)
+        async with acp.spawn_agent_process(
+            Client(), command, *args, env=_env(tmp_path), cwd=tmp_path
+        ) as (conn, process):
+            await conn.initialize(protocol_version=1)
+            session = await _detaching_session(conn, tmp_path, marker)
+            os.kill(_keeper_of(tmp_path), signal.SIGKILL)
+            process.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(process.wait(), 10)
+            await asyncio.sleep(0.5)
+            assert len(survivors(marker)) >= 3  # nothing else is left to end them
+            return session
+
+    session = asyncio.run(asyncio.wait_for(scenario(), 2 * LIMIT))
+
+    async def take_over() -> None:
+        with trio.fail_after(LIMIT):
+            _, _, log = await store.open(session)
+            try:
+                assert survivors(marker) == []
+            finally:
+                await log.close()
+
+    trio.run(take_over)
