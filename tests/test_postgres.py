@@ -255,3 +255,72 @@ def test_sessions_list_reads_a_postgres_store(
     trio.run(one)
     assert main(["sessions", "--store", postgres_dsn, "list"]) == 0
     assert "pg-1" in capsys.readouterr().out
+
+
+# -- deadlines ---------------------------------------------------------------------------
+
+
+def _settings(db: psycopg.Connection[object]) -> list[str]:
+    names = ("statement_timeout", "lock_timeout", "idle_in_transaction_session_timeout")
+    return [str(db.execute(f"SHOW {name}").fetchone()[0]) for name in names]  # type: ignore[index]
+
+
+def test_every_connection_has_its_deadlines_and_the_url_sets_them(postgres_dsn: str) -> None:
+    store = PostgresPersistence(postgres_dsn)
+    try:
+        assert (store.statement_timeout, store.lock_timeout) == (5.0, 2.0)
+        assert store.writer.deadline == 5.0
+        with store.connect() as db:
+            assert _settings(db) == ["5s", "2s", "5s"]
+            parameters = db.info.get_parameters()
+            assert parameters["connect_timeout"] == "5"
+            assert (parameters["keepalives"], parameters["keepalives_idle"]) == ("1", "5")
+            assert db.execute("SHOW search_path").fetchone()[0].startswith("test_")  # type: ignore[index]
+    finally:
+        store.close()
+    given = f"{postgres_dsn}&statement_timeout=1500ms&lock_timeout=250&connect_timeout=3"
+    store = PostgresPersistence(given)
+    try:
+        assert (store.statement_timeout, store.lock_timeout) == (1.5, 0.25)
+        assert store.writer.deadline == 1.5
+        assert "statement_timeout" not in store.dsn  # libpq would refuse it
+        with store.connect() as db:
+            assert _settings(db) == ["1500ms", "250ms", "1500ms"]
+            assert db.info.get_parameters()["connect_timeout"] == "3"  # the DSN's own kept
+    finally:
+        store.close()
+
+
+def test_a_duration_that_does_not_read_is_refused_naming_it(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(PersistenceError, match="statement_timeout='soon' in the PostgreSQL DSN"):
+        PostgresPersistence(f"{postgres_dsn}&statement_timeout=soon")
+    assert main(["sessions", "--store", f"{postgres_dsn}&lock_timeout=2h", "list"]) == 2
+    assert "lock_timeout='2h' in the PostgreSQL DSN is not a duration" in capsys.readouterr().err
+
+
+async def test_a_row_held_by_a_silent_node_fails_the_take_over_at_the_lock_timeout(
+    postgres_dsn: str,
+) -> None:
+    """A node cut off mid-append holds the session's row lock; another node's take-over
+    waits `lock_timeout` for it and fails, instead of waiting for as long as it is held."""
+    store = PostgresPersistence(f"{postgres_dsn}&lock_timeout=300ms")
+    try:
+        log = await store.create(_header("s"))
+        await log.close()
+        with psycopg.connect(postgres_dsn) as silent:  # a transaction left open
+            silent.execute("SELECT 1 FROM greenroom_sessions WHERE id = 's' FOR UPDATE")
+            began = time.monotonic()
+            with trio.fail_after(LIMIT), pytest.raises(PersistenceError, match="lock timeout"):
+                await store.open("s")
+            assert time.monotonic() - began < 3
+        _, events, log = await store.open("s")  # the lock gone, the take-over goes through
+        await log.close()
+        assert events == []
+    finally:
+        store.close()
+
+
+def _header(session_id: str) -> SessionHeader:
+    return SessionHeader(id=session_id, created_at=int(time.time() * 1000), cwd="/tmp")
