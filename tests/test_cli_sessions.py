@@ -242,3 +242,22 @@ def test_show_labels_setting_changes(tmp_path: Path, capsys: pytest.CaptureFixtu
         "  model set to default",
         "  end: completed",
     ]
+
+
+@pytest.mark.real_clock  # a real reader process beside a live writer
+async def test_a_live_sqlite_store_is_read_as_it_stands(tmp_path: Path) -> None:
+    store = SqlitePersistence(tmp_path / "live.db")
+    command = [sys.executable, "-m", "greenroom", "sessions", "show", "s1"]
+    try:
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s1")
+            await handle.agent.run("first words")
+            assert (tmp_path / "live.db-wal").exists()  # a live writer: read mode=ro, not immutable
+            with trio.fail_after(30):
+                shown = await trio.run_process(
+                    [*command, "--store", f"sqlite:{tmp_path / 'live.db'}"], capture_stdout=True
+                )
+            assert "  user: first words" in shown.stdout.decode().splitlines()
+            await handle.dispose()
+    finally:
+        store.close()
