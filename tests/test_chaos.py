@@ -220,6 +220,42 @@ async def test_a_black_hole_mid_turn_ends_the_turn_then_another_node_takes_over(
             nursery.cancel_scope.cancel()
 
 
+async def test_a_write_that_lands_past_its_deadline_is_not_written_twice(
+    pg_server: PgServer, postgres_dsn: str
+) -> None:
+    """A short black hole under a node that keeps its lease: the write-ahead gives up at
+    the deadline and keeps its events, the held statements land when the proxy heals, and
+    the next write finds them stored and writes only the rest."""
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            port = await nursery.start(proxy.serve)
+            dsn = _via(postgres_dsn, port, statement_timeout=f"{STATEMENT:g}s")
+            node = await trio.to_thread.run_sync(
+                partial(PostgresPersistence, dsn, node="node", lease_ttl=30.0)
+            )
+            async with open_runtime(model=ScriptedModel(), persistence=node) as rt:
+                handle = await rt.agents.create(agent_id="a", session_id="s")
+                agent = handle.agent
+                agent.send("first")
+                await agent.when_idle()
+                proxy.black_hole()
+                agent.send("second")
+                await agent.when_idle()
+                proxy.heal()
+                await trio.to_thread.run_sync(_until, lambda: not node.writer.stuck)
+                agent.send("third")
+                await agent.when_idle()
+                await handle.dispose()
+                held = list(agent.session.events)
+            ends = [type(e.reason) for e in held if isinstance(e, TurnEnd)]
+            assert ends == [Completed, Errored, Completed]
+            _, stored = await node.load("s")
+            assert stored == held  # the late write landed once; the retry wrote the rest
+            await _close(node)
+            nursery.cancel_scope.cancel()
+
+
 async def test_turns_complete_through_a_200_ms_delay_per_packet(
     pg_server: PgServer, postgres_dsn: str
 ) -> None:
