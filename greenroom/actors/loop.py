@@ -29,6 +29,7 @@ from typing import Any, Final, TypeVar, overload
 
 import trio
 
+from greenroom.actors.compaction import DEFAULT_POLICY, Compactor
 from greenroom.actors.events import (
     AGENT_ERROR,
     AGENT_QUEUED,
@@ -66,7 +67,7 @@ from greenroom.actors.types import (
     ToolView,
 )
 from greenroom.hooks import Hooks
-from greenroom.models.base import ModelAdapter, ModelError
+from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
@@ -76,6 +77,7 @@ from greenroom.protocol.events import (
     Aborted,
     AssistantChunk,
     AssistantMessage,
+    CompactionTrigger,
     ConfigSet,
     ConfigTrigger,
     ContextMessage,
@@ -141,6 +143,7 @@ class LoopAgent:
     __slots__ = (
         "_cancel_reason",
         "_client",
+        "_compactor",
         "_held",
         "_hooks",
         "_id",
@@ -184,6 +187,7 @@ class LoopAgent:
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
+        self._compactor = Compactor(session, self._options.compaction or DEFAULT_POLICY)
         self._idle_waiters: list[trio.Event] | None = None  # made by the first wait
 
     def __repr__(self) -> str:
@@ -299,6 +303,24 @@ class LoopAgent:
         self._inbox.request_flush()
         return message.message_id
 
+    def compact(self, instructions: str | None = None) -> None:
+        """Compact the history (a summary of its older part, docs/semantics.md
+        "Compaction"), with `instructions` for the summary if given: before the running
+        turn's next step, or, while idle, as a one-shot ``compaction`` turn of its own
+        (`when_idle` waits for it). A `cancel` withdraws it. Nothing is logged when there
+        is nothing old enough to summarize.
+        """
+        if self.status == "disposed":
+            raise AgentDisposed(self._id)
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(
+                f"agent {self._id!r}: compaction instructions must be text (str),"
+                f" got {type(instructions).__name__}"
+            )
+        self._compactor.request(instructions.strip() or None if instructions else None)
+        if self._status != "running":
+            self._inbox.request_flush()  # wakes the task, which runs the one-shot turn
+
     def cancel(self, reason: str | None = None) -> None:
         """Stop all pending work: the single public stop verb.
 
@@ -313,7 +335,13 @@ class LoopAgent:
             return
         reason = reason or DEFAULT_CANCEL_REASON
         self._life.cancel_children(reason)
-        pending = self._status == "running" or self._inbox.queued or self._inbox.steering
+        pending = (
+            self._status == "running"
+            or self._inbox.queued
+            or self._inbox.steering
+            or self._compactor.requested
+        )
+        self._compactor.withdraw()
         if not pending:
             return
         self._drop_queued("aborted", reason)
@@ -363,7 +391,7 @@ class LoopAgent:
         """
         if self.status == "disposed":
             return _Wait(None, self._life)
-        if self._status == "idle" and not self._inbox.queued:
+        if self._status == "idle" and not self._inbox.queued and not self._compactor.requested:
             return _Wait(None, None)
         waiter = trio.Event()
         if self._idle_waiters is None:
@@ -387,6 +415,9 @@ class LoopAgent:
                 if inbox.flush_requested:
                     inbox.flush_requested = False
                     await self._flush(0)
+                if self._compactor.requested and not inbox.queued:
+                    await self._compaction_turn(self._session.last_turn + 1)
+                    continue
                 if self._cancelled_before_turn() or not inbox.queued:  # window 1: since the wake
                     continue
                 self._set_status("running")
@@ -469,6 +500,36 @@ class LoopAgent:
             self._turn_scope = None
             await self._close_turn(turn, reason, prompts, start, output)
 
+    async def _compaction_turn(self, turn: int) -> None:
+        """`compact` while idle: a turn of one step that only compacts (the turn ends
+        ``aborted`` on a cancel, the log as before it started)."""
+        if self._cancelled_before_turn():
+            return
+        self._set_status("running")
+        start = self._session.next_seq
+        reason: TurnEndReason = COMPLETED
+        self._turn_scope = scope = trio.CancelScope()
+        try:
+            with scope:
+                self._session.append(TurnStart(turn=turn, trigger=CompactionTrigger(USER)))
+                self._open_step = 1
+                self._session.append(StepStart(turn=turn, step=1))
+                await self._compactor.fit(self._request(self._tools), *self._model_now(), turn, 1)
+            if scope.cancelled_caught:
+                reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
+        except Exception as exc:
+            reason = Errored(step=1, message=str(exc) or type(exc).__name__)
+            self._hooks.emit(AGENT_ERROR, self, turn, 1, exc)
+        except BaseException as exc:
+            if cancelled_in(exc) is not None:
+                reason = DISPOSED
+            raise
+        finally:
+            self._turn_scope = None
+            await self._close_turn(turn, reason, [], start, None)
+        if not self._inbox.queued:
+            self._set_status("idle")
+
     async def _steps(
         self, turn: int, prompts: list[Prompt[Any]], output: OutputTurn | None
     ) -> TurnEndReason:
@@ -550,20 +611,19 @@ class LoopAgent:
     ) -> tuple[bool, FinishReason | None, str]:
         """One model call and its tool calls. Returns (called tools, how the model finished,
         its text)."""
-        request = ModelRequest(
-            messages=self._session.messages(),
-            model=self._options.model,
-            system=self._options.system_prompt,
-            tools=tools.schemas(),
-            output=tools.output if isinstance(tools, OutputTools) else None,
-        )
+        request = await self._compactor.fit(self._request(tools), *self._model_now(), turn, step)
         if self._hooks.has(AGENT_REQUEST):
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
         await self._write_ahead(
             "the model call"
         )  # the prompt, steering: before the model sees them
         try:
-            reply = await self._stream(request, turn, step)
+            try:
+                reply = await self._stream(request, turn, step)
+            except ContextOverflow:  # the estimate was wrong: compact, try once more
+                model = self._model_now()
+                request = await self._compactor.fit(request, *model, turn, step, overflowed=True)
+                reply = await self._stream(request, turn, step)
         except (StepFailed, trio.Cancelled):
             raise
         except ModelError as exc:
@@ -601,6 +661,20 @@ class LoopAgent:
             for context in held:
                 self._session.append(context)
         return True, reason, message.content
+
+    def _request(self, tools: ToolExecutor) -> ModelRequest:
+        return ModelRequest(
+            messages=self._session.messages(),
+            model=self._options.model,
+            system=self._options.system_prompt,
+            tools=tools.schemas(),
+            output=tools.output if isinstance(tools, OutputTools) else None,
+        )
+
+    def _model_now(self) -> tuple[ModelAdapter, str]:
+        """The adapter that answers the next step, and its id."""
+        model = self.model
+        return self._models[model], model
 
     async def _run_tools(
         self, turn: int, step: int, calls: list[ToolCallChunk], tools: ToolExecutor

@@ -12,6 +12,7 @@ from typing import Any, Final, Protocol, TypeVar, overload
 import msgspec
 import trio
 
+from greenroom.actors.compaction import CompactionPolicy
 from greenroom.actors.prompt import Answer, Prompt
 from greenroom.protocol.events import (
     FileDiff,
@@ -38,10 +39,12 @@ T = TypeVar("T")
 
 
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What an agent asks its model for: the model name and its own system prompt."""
+    """What an agent asks its model for: the model name and its own system prompt; and
+    when its history is compacted (`CompactionPolicy`; None: the runtime's)."""
 
     model: str | None = None
     system_prompt: str | None = None
+    compaction: CompactionPolicy | None = None
 
 
 class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -114,6 +117,8 @@ class Agent(Protocol):
     ) -> Answer[Any]: ...
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str: ...
+
+    def compact(self, instructions: str | None = None) -> None: ...
 
     def withdraw(self, message_id: str) -> bool: ...
 

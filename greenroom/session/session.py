@@ -326,7 +326,7 @@ class Session:
         self._messages = messages
         self._turn_messages = turn_messages
         self._reported = 0
-        self._added = sum(map(_size, messages))
+        self._added = sum(map(message_size, messages))
 
     def _read(self, event: SessionEvent) -> None:
         """Take from `event` what the session reads off its log."""
@@ -354,7 +354,7 @@ class Session:
                     self._reported = usage.input_tokens + usage.output_tokens
                     self._added = 0
                 else:
-                    self._added += _size(message)
+                    self._added += message_size(message)
                 if type(event) is UserMessage and self.title is None:
                     self.title, self.title_seq = title_of(event.content), event.seq
 
@@ -391,9 +391,15 @@ def _shortened(text: str, kept: int | None) -> str:
     return text if kept is None else cut(text, kept, CUT_WHOLE)
 
 
-def _size(message: Message) -> int:
-    """UTF-8 bytes of `message`'s text (a tool call's name and arguments included)."""
-    size = len(message.content.encode())
+#: Bytes each message is counted beyond its text: its role and framing (providers count
+#: about 4 tokens a message; 4 bytes a token).
+MESSAGE_FRAMING: Final = 16
+
+
+def message_size(message: Message) -> int:
+    """UTF-8 bytes of `message`'s text (a tool call's name and arguments included), and
+    `MESSAGE_FRAMING`."""
+    size = MESSAGE_FRAMING + len(message.content.encode())
     if type(message) is AssistantTurn:
         for call in message.tool_calls:
             size += len(call.name) + len(call.arguments.encode())

@@ -16,6 +16,8 @@ from greenroom.protocol.events import (
     Aborted,
     AgentSource,
     AssistantMessage,
+    Compacted,
+    CompactionTrigger,
     Completed,
     ConfigSet,
     ConfigTrigger,
@@ -95,6 +97,8 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
                 yield f"turn {turn} (injected by {describe_source(source)})"
             case TurnStart(turn=turn, trigger=ConfigTrigger(source=source)):
                 yield f"turn {turn} (settings changed by {describe_source(source)})"
+            case TurnStart(turn=turn, trigger=CompactionTrigger(source=source)):
+                yield f"turn {turn} (compaction asked by {describe_source(source)})"
             case TurnStart(turn=turn, trigger=trigger):
                 yield f"turn {turn} (message from {describe_source(trigger.source)})"
             case UserMessage(content=content, source=source):
@@ -117,6 +121,8 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
                 yield f"  {_shown(key)} set to {_shown(value)}"
             case PermissionRule(tool=tool, allow=allow):
                 yield f"  {'always allow' if allow else 'always reject'} {_shown(tool)}"
+            case Compacted():
+                yield f"  {describe_compaction(event)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
 
@@ -131,6 +137,16 @@ def _preview(result: str) -> str:
         return result
     marker = find_marker(result)
     return f"{result[:PREVIEW]} … {marker}" if marker else f"{result[:PREVIEW]} …"
+
+
+def describe_compaction(event: Compacted) -> str:
+    """A compaction's line: what the model is sent from here on in place of the log above."""
+    turns = f"turns {event.first_turn}-{event.last_turn}"
+    size = f"{event.tokens_before:,} -> {event.tokens_after:,} tokens"
+    cuts = f", {len(event.cuts)} texts cut" if event.cuts else ""
+    if event.degraded is not None:
+        return f"compacted {turns} without a summary ({size}{cuts}): {_shown(event.degraded)}"
+    return f"compacted {turns} ({size}{cuts}, by {event.model}): {_shown(event.summary)}"
 
 
 def describe_source(source: MessageSource) -> str:

@@ -1,0 +1,438 @@
+"""Compaction: a session longer than its model's context window stays answerable.
+
+Virtual time unless marked: a model of a tiny window (`Windowed`) that refuses a
+request over it, as a provider does, and answers a summarizing request with a
+numbered summary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.actors.compaction import (
+    BYTES_PER_TOKEN,
+    KEPT_CHARS,
+    SUMMARY_SYSTEM,
+    CompactionPolicy,
+)
+from greenroom.actors.types import AgentOptions, ToolInvocation
+from greenroom.models.base import ContextOverflow, context_window_of
+from greenroom.protocol.events import (
+    COMPLETED,
+    REFUSED,
+    USER,
+    Aborted,
+    AssistantMessage,
+    Compacted,
+    CompactionTrigger,
+    Cut,
+    MessageTrigger,
+    PermissionRule,
+    SessionEvent,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
+from greenroom.protocol.model import (
+    Finish,
+    ModelRequest,
+    StreamChunk,
+    TextDelta,
+    ToolCallChunk,
+    ToolTurn,
+    Usage,
+    UserTurn,
+)
+from greenroom.session import Session, new_header
+from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.transcript import transcript
+from greenroom.tools import Tool
+from tests.agents_helpers import new_agent, turn_ends
+
+
+def tokens(request: ModelRequest) -> int:
+    """A request's size as the test's provider counts it: 4 bytes a token of its system
+    prompt, its tools' JSON and each message's JSON (its framing included)."""
+    size = len((request.system or "").encode()) + len(msgspec.json.encode(request.tools))
+    size += sum(len(msgspec.json.encode(message)) for message in request.messages)
+    return -(-size // BYTES_PER_TOKEN)
+
+
+class Windowed:
+    """A model that holds `context_window` tokens: a longer request is refused
+    (`ContextOverflow`, as the adapters raise a provider's refusal); a summarizing request
+    gets ``summary N``; any other gets ``answer N`` and its usage, or the script's next
+    reply (``("tool", name, arguments)`` calls a tool)."""
+
+    def __init__(
+        self,
+        context_window: int,
+        *,
+        summary: str = "ok",
+        usage: bool = True,
+        script: list[tuple[str, ...]] | None = None,
+    ) -> None:
+        self.context_window = self.limit = context_window
+        self.summary = summary  # "ok", "fail", "hang"
+        self.usage = usage
+        self.script = list(script or [])
+        self.sizes: list[int] = []
+        self.requests: list[ModelRequest] = []
+        self.summaries = 0
+        self.answers = 0
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._reply(request)
+
+    async def _reply(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        size = tokens(request)
+        self.sizes.append(size)
+        self.requests.append(request)
+        await trio.sleep(0.01)
+        if size > self.limit:
+            raise ContextOverflow(f"prompt is too long: {size} tokens > {self.limit}")
+        if request.system == SUMMARY_SYSTEM:
+            if self.summary == "fail":
+                raise RuntimeError("the summarizer is down")
+            if self.summary == "hang":
+                await trio.sleep_forever()
+            self.summaries += 1
+            yield TextDelta(f"summary {self.summaries}")
+            yield Finish("stop")
+            return
+        if self.script:
+            step = self.script.pop(0)
+            if step[0] == "tool":
+                yield ToolCallChunk(f"call-{len(self.script)}", step[1], step[2])
+                yield Finish("tool-calls")
+                return
+        self.answers += 1
+        yield TextDelta(f"answer {self.answers}")
+        if self.usage:
+            yield Usage(input_tokens=size, output_tokens=3)
+        yield Finish("stop")
+
+
+class NoArgs(msgspec.Struct):
+    pass
+
+
+def compactions(events: list[SessionEvent] | Any) -> list[Compacted]:
+    return [e for e in events if isinstance(e, Compacted)]
+
+
+# -- the history after a compaction ---------------------------------------------------------
+
+
+def _at(seq: int, event: Any) -> Any:
+    return msgspec.structs.replace(event, seq=seq)
+
+
+def test_the_model_is_sent_the_summary_then_the_kept_events() -> None:
+    """Summary first; the events from kept_seq on verbatim (a cut one shortened with a
+    marker); a refused turn among them left out; a remembered answer still applies."""
+    start = MessageTrigger(USER)
+    log: list[Any] = [
+        TurnStart(turn=1, trigger=start),
+        UserMessage(content="old question", source=USER, message_id="m1"),
+        AssistantMessage(turn=1, step=1, content="old answer"),
+        PermissionRule(tool="bash", allow=True),
+        TurnEnd(turn=1, reason=COMPLETED),
+        TurnStart(turn=2, trigger=start),  # 5: kept from here
+        UserMessage(content="kept question", source=USER, message_id="m2"),
+        AssistantMessage(
+            turn=2, step=1, content="", tool_calls=[ToolCallChunk("c1", "bash", "{}")]
+        ),
+        ToolResult(turn=2, step=1, call_id="c1", content="x" * 5_000),  # 8: cut
+        TurnEnd(turn=2, reason=COMPLETED),
+        TurnStart(turn=3, trigger=start),
+        UserMessage(content="refused question", source=USER, message_id="m3"),
+        TurnEnd(turn=3, reason=REFUSED),
+        TurnStart(turn=4, trigger=start),
+    ]
+    log.append(
+        Compacted(
+            turn=4,
+            step=1,
+            summary="they talked",
+            first_seq=0,
+            kept_seq=5,
+            first_turn=1,
+            last_turn=1,
+            model="m",
+            tokens_before=9_000,
+            tokens_after=600,
+            cuts=[Cut(8, 100)],
+        )
+    )
+    log.append(UserMessage(content="after", source=USER, message_id="m4"))
+    session = Session(new_header("s"), [_at(i, e) for i, e in enumerate(log)])
+    messages = list(session.messages())
+    assert messages[0] == UserTurn('<summary of="turn 1">they talked</summary>')
+    assert messages[1] == UserTurn("kept question")
+    assert isinstance(messages[3], ToolTurn)
+    assert "[4900 of 5000 characters were cut" in messages[3].content
+    assert len(messages[3].content) < 300
+    assert [m.content for m in messages[4:]] == ["after"]  # the refused turn: left out
+    assert session.permissions == {"bash": True}
+    assert len(session.events) == len(log)  # the log keeps every event
+
+
+# -- automatic ------------------------------------------------------------------------------
+
+
+async def test_a_thousand_turns_stay_answerable_under_a_tiny_window() -> None:
+    model = Windowed(1_000)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(1_000):
+            answer = await agent.run(f"question {n}: " + "tell me more about it " * 4)
+            assert answer.text.startswith("answer"), (n, answer)
+        events = list(agent.session.events)
+    assert all(reason == COMPLETED for _, reason in turn_ends(events))
+    assert max(model.sizes) <= model.context_window
+    assert len(compactions(events)) > 10
+    assert model.answers == 1_000
+    asked = [e.content for e in events if isinstance(e, UserMessage)]
+    assert asked == [f"question {n}: " + "tell me more about it " * 4 for n in range(1_000)]
+
+
+async def test_without_reported_usage_the_bytes_rule_alone_keeps_requests_under() -> None:
+    model = Windowed(600, usage=False)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt, options=AgentOptions(system_prompt="be brief " * 20))
+        for n in range(200):
+            await agent.run(f"question {n} " + "words " * 20)
+        events = list(agent.session.events)
+    assert all(reason == COMPLETED for _, reason in turn_ends(events))
+    assert max(model.sizes) <= model.context_window
+    assert compactions(events)
+
+
+async def test_the_threshold_and_the_verbatim_part_are_options() -> None:
+    late, early = Windowed(2_000), Windowed(2_000)
+    async with open_runtime(model=late) as rt:
+        agent = await new_agent(rt)
+        for n in range(60):
+            await agent.run(f"question {n} " + "words " * 20)
+        late_events = compactions(agent.session.events)
+    policy = CompactionPolicy(threshold=0.4, keep=0.1)
+    async with open_runtime(model=early) as rt:
+        agent = await new_agent(rt, options=AgentOptions(compaction=policy))
+        for n in range(60):
+            await agent.run(f"question {n} " + "words " * 20)
+        early_events = compactions(agent.session.events)
+    assert len(early_events) > len(late_events) >= 1
+    assert max(e.tokens_before for e in early_events) <= 0.4 * 2_000 + 200
+    assert max(e.tokens_after for e in early_events) < max(e.tokens_after for e in late_events)
+
+
+def test_a_policy_that_cannot_hold_is_refused() -> None:
+    with pytest.raises(ValueError, match="0 < keep < threshold <= 1"):
+        CompactionPolicy(threshold=0.5, keep=0.6)
+
+
+def test_known_families_have_their_windows() -> None:
+    assert context_window_of("claude-sonnet-4-5") == 200_000
+    assert context_window_of("gpt-4o-mini") == 128_000
+    assert context_window_of("gpt-4.1-mini") == 1_047_576
+    assert context_window_of("gpt-4") == 8_192
+    assert context_window_of("my-local-llama") == 128_000
+
+
+async def test_an_overflow_the_estimate_missed_compacts_and_retries_once() -> None:
+    """A window the estimate does not know (the adapter says none): the refusal compacts."""
+
+    model = Windowed(900)
+    del model.context_window
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(80):
+            answer = await agent.run(f"question {n} " + "words " * 20)
+            assert answer.text.startswith("answer")
+        events = list(agent.session.events)
+    assert all(reason == COMPLETED for _, reason in turn_ends(events))
+    assert compactions(events)
+
+
+# -- on request -----------------------------------------------------------------------------
+
+
+async def test_compact_while_idle_is_a_turn_of_its_own() -> None:
+    model = Windowed(100_000)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(6):
+            await agent.run(f"question {n}")
+        agent.compact("keep the numbers")
+        await agent.when_idle()
+        events = list(agent.session.events)
+        last_start = [e for e in events if isinstance(e, TurnStart)][-1]
+        assert last_start.trigger == CompactionTrigger(USER)
+        (compacted,) = compactions(events)
+        assert compacted.instructions == "keep the numbers"
+        assert "keep the numbers" in model.requests[-1].messages[0].content
+        assert turn_ends(events)[-1] == (7, COMPLETED)
+        await agent.run("and now?")
+        sent = model.requests[-1].messages
+        assert sent[0].content.startswith('<summary of="turns 1-')
+        assert len(sent) < 2 * 6
+
+
+async def test_compact_while_running_applies_before_the_next_step() -> None:
+    model = Windowed(100_000, script=[("tool", "look", "{}")])
+
+    async def look(args: NoArgs, invocation: ToolInvocation) -> str:
+        invocation.agent.compact()
+        return "looked"
+
+    tool = Tool("look", "look", NoArgs, look)
+    async with open_runtime(model=model, tools=[tool]) as rt:
+        agent = await new_agent(rt)
+        for n in range(5):
+            model.script = [] if n < 4 else [("tool", "look", "{}")]
+            await agent.run(f"question {n}")
+        events = list(agent.session.events)
+    (compacted,) = compactions(events)
+    assert (compacted.turn, compacted.step) == (5, 2)
+    assert turn_ends(events)[-1] == (5, COMPLETED)
+
+
+async def test_a_cancel_during_a_compaction_aborts_the_turn_and_leaves_the_log() -> None:
+    model = Windowed(100_000)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(6):
+            await agent.run(f"question {n}")
+        model.summary = "hang"
+        before = len(agent.session.events)
+        messages = list(agent.session.messages())
+        agent.compact()
+        await trio.sleep(1)
+        assert model.requests[-1].system == SUMMARY_SYSTEM
+        agent.cancel("enough")
+        await agent.when_idle()
+        events = list(agent.session.events)
+        assert turn_ends(events)[-1] == (7, Aborted("enough"))
+        assert not compactions(events)
+        assert list(agent.session.messages()) == messages
+        assert len(events) == before + 4  # turn/start, step/start, step/end, turn/end
+        model.summary = "ok"
+        answer = await agent.run("still there?")
+        assert answer.text.startswith("answer")
+
+
+async def test_a_failed_summary_truncates_tool_outputs_and_says_so() -> None:
+    model = Windowed(1_500, summary="fail")
+
+    async def dump(args: NoArgs, invocation: ToolInvocation) -> str:
+        return "y" * 3_000
+
+    tool = Tool("dump", "dump", NoArgs, dump)
+    async with open_runtime(model=model, tools=[tool]) as rt:
+        agent = await new_agent(rt)
+        for n in range(12):
+            model.script = [("tool", "dump", "{}")]
+            answer = await agent.run(f"question {n}")
+            assert answer.text.startswith("answer")
+        events = list(agent.session.events)
+    assert all(reason == COMPLETED for _, reason in turn_ends(events))
+    degraded = [c for c in compactions(events) if c.degraded]
+    assert degraded
+    assert "the summarizer is down" in (degraded[0].degraded or "")
+    assert degraded[0].cuts
+    assert all(c.kept == KEPT_CHARS for c in degraded[0].cuts)
+    asked = [
+        size
+        for size, r in zip(model.sizes, model.requests, strict=True)
+        if r.system != SUMMARY_SYSTEM
+    ]
+    assert max(asked) <= 1_500
+
+
+async def test_a_single_message_larger_than_the_window_is_cut_with_a_marker() -> None:
+    model = Windowed(1_000)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        await agent.run("hello")
+        answer = await agent.run("z" * 20_000)
+        assert answer.text.startswith("answer")
+        (compacted,) = compactions(agent.session.events)
+    sent = model.requests[-1].messages
+    huge = [m for m in sent if isinstance(m, UserTurn) and m.content.startswith("zzz")]
+    assert len(huge) == 1
+    assert "of 20000 characters were cut" in huge[0].content
+    assert compacted.cuts
+    assert max(model.sizes) <= 1_000
+
+
+# -- persistence ----------------------------------------------------------------------------
+
+
+async def test_resume_after_a_compaction_sends_the_same_request(tmp_path: Path) -> None:
+    model = Windowed(1_000)
+    async with open_runtime(model=model, persistence=JsonlPersistence(tmp_path)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        for n in range(40):
+            await handle.agent.run(f"question {n} " + "words " * 10)
+        assert compactions(handle.agent.session.events)
+        await handle.agent.run("next")
+        before = model.requests[-1]
+        await handle.dispose()
+    model.requests.clear()
+    async with open_runtime(model=model, persistence=JsonlPersistence(tmp_path)) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s")
+        # The same prompt again: the request is the old one plus the old answer and it.
+        before_history = list(before.messages)
+        history = list(handle.agent.session.messages())
+        assert history[: len(before_history)] == before_history
+        lines = list(transcript(handle.agent.session.header, handle.agent.session.events))
+        await handle.dispose()
+    for n in range(40):
+        assert any(f"question {n} " in line for line in lines)
+    assert any(line.startswith("  compacted") for line in lines)
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("delay", [0.0, 0.002, 0.01, 0.03])
+async def test_sigkill_during_compaction_loads_compacted_or_not(
+    tmp_path: Path, delay: float
+) -> None:
+    child = Path(__file__).with_name("compaction_child.py")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parents[1])}
+    with trio.fail_after(60):
+        process = await trio.lowlevel.open_process(
+            [sys.executable, str(child), str(tmp_path)], stdout=subprocess.PIPE, env=env
+        )
+        assert process.stdout is not None
+        seen = b""
+        while b"summarizing" not in seen:
+            chunk = await process.stdout.receive_some()
+            assert chunk, f"the child ended early: {seen!r}"
+            seen += chunk
+        await trio.sleep(delay)
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    persistence = JsonlPersistence(tmp_path)
+    header, events = await persistence.load("s")
+    session = Session(header, events)
+    assert len(compactions(events)) <= 1
+    asked = [e.content for e in events if isinstance(e, UserMessage)]
+    assert asked == [f"question {n}" for n in range(len(asked))]
+    history = list(session.messages())
+    if compactions(events):
+        assert history[0].content.startswith("<summary")
+    else:
+        assert [m.content for m in history if isinstance(m, UserTurn)][: len(asked)] == asked
