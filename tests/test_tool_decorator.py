@@ -276,6 +276,11 @@ async def async_function() -> str:
     return ""
 
 
+class Holder:
+    def method(self, city: str) -> str:
+        return city
+
+
 @pytest.mark.parametrize(
     ("function", "options", "message"),
     [
@@ -286,6 +291,7 @@ async def async_function() -> str:
         (bad_default, {}, "bad_default"),
         (unresolved, {}, "unresolved: its annotations do not resolve.*Missing"),
         (async_function, {"thread": True}, "an async function needs no thread"),
+        (Holder.method, {}, "parameter 'self': a method cannot be a tool"),
         (star_args, {"name": "two words"}, "the name 'two words' must be"),
     ],
 )

@@ -155,6 +155,8 @@ def _build(
             raise TypeError(f"{where}: *args and **kwargs cannot be a tool's arguments")
         names = keyword if parameter.kind is parameter.KEYWORD_ONLY else positional
         if parameter.name not in hints:
+            if parameter.name in ("self", "cls"):
+                raise TypeError(f"{where}: a method cannot be a tool; decorate a function")
             raise TypeError(f"{where} has no annotation (the model needs its type)")
         annotation = hints[parameter.name]
         names.append(parameter.name)
