@@ -7,6 +7,7 @@ numbered summary.
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -27,7 +28,9 @@ from greenroom.actors.compaction import (
     CompactionPolicy,
 )
 from greenroom.actors.types import AgentOptions, ToolInvocation
+from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.base import ContextOverflow, context_window_of
+from greenroom.models.openai import OpenAIChatModel
 from greenroom.protocol.events import (
     COMPLETED,
     REFUSED,
@@ -436,3 +439,88 @@ async def test_sigkill_during_compaction_loads_compacted_or_not(
         assert history[0].content.startswith("<summary")
     else:
         assert [m.content for m in history if isinstance(m, UserTurn)][: len(asked)] == asked
+
+
+# -- a provider's refusal, over the wire ----------------------------------------------------
+
+OVERFLOW_BODIES = {
+    "openai": {
+        "error": {
+            "message": "This model's maximum context length is 128000 tokens. However, your"
+            " messages resulted in 131072 tokens. Please reduce the length of the messages.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    },
+    "anthropic": {
+        "type": "error",
+        "error": {
+            "type": "invalid_request_error",
+            "message": "prompt is too long: 211234 tokens > 200000 maximum",
+        },
+    },
+}
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_providers_overflow_error_compacts_and_retries_the_step(kind: str) -> None:
+    from tests.sse_server import Reply, client_tls, sse_server
+    from tests.wire import anthropic_text, openai_text
+
+    text = openai_text if kind == "openai" else anthropic_text
+    refusal = Reply(400, body=msgspec.json.encode(OVERFLOW_BODIES[kind]))
+    replies = [Reply(pieces=text(f"answer {n}")) for n in range(4)]
+    replies += [refusal, Reply(pieces=text("the summary")), Reply(pieces=text("answer 4"))]
+    with trio.fail_after(30):
+        async with sse_server(replies, tls=True) as server:
+            if kind == "openai":
+                model: Any = OpenAIChatModel(
+                    server.url + "/v1", "sk-test", "gpt-4o-mini", verify=client_tls()
+                )
+            else:
+                model = AnthropicModel(
+                    server.url, "sk-test", "claude-sonnet-4-5", verify=client_tls()
+                )
+            async with open_runtime(model=model) as rt:
+                agent = await new_agent(rt)
+                for n in range(4):
+                    await agent.run(f"question {n} " + "words " * 50)
+                answer = await agent.run("question 4")
+                events = list(agent.session.events)
+    assert answer.stop_reason == "completed"
+    assert answer.text == "answer 4"
+    (compacted,) = compactions(events)
+    assert compacted.summary == "the summary"
+    assert compacted.turn == 5
+    bodies = [seen.body for seen in server.requests]
+    assert len(bodies) == 7
+    summarizing, retried = bodies[5], bodies[6]
+    assert SUMMARY_SYSTEM in json.dumps(summarizing)
+    assert "the summary" in json.dumps(retried)
+    assert "question 4" in json.dumps(retried)
+    assert len(json.dumps(retried)) < len(json.dumps(bodies[4]))
+
+
+@pytest.mark.real_clock
+async def test_a_second_overflow_fails_the_turn_and_the_next_prompt_is_tried_again() -> None:
+    from tests.sse_server import Reply, client_tls, sse_server
+    from tests.wire import openai_text
+
+    refusal = Reply(400, body=msgspec.json.encode(OVERFLOW_BODIES["openai"]))
+    replies = [Reply(pieces=openai_text("answer 0")), Reply(pieces=openai_text("answer 1"))]
+    replies += [refusal, Reply(pieces=openai_text("the summary")), refusal]
+    replies += [Reply(pieces=openai_text("answer 2"))]
+    with trio.fail_after(30):
+        async with sse_server(replies, tls=True) as server:
+            model = OpenAIChatModel(server.url + "/v1", "sk-test", "gpt-4o", verify=client_tls())
+            async with open_runtime(model=model) as rt:
+                agent = await new_agent(rt)
+                for n in range(2):
+                    await agent.run(f"question {n}")
+                failed = await agent.run("question 2")
+                again = await agent.run("question 3")
+    assert failed.stop_reason == "error"
+    assert "context_length" in (failed.reason or "") or "maximum context" in (failed.reason or "")
+    assert again.text == "answer 2"

@@ -145,7 +145,8 @@ class Compactor:
         compaction left (its ``context/compacted`` appended first).
 
         Due: one was asked for, the provider refused `request` as too long
-        (`overflowed`: the estimate was wrong, so the verbatim part is halved), or the
+        (`overflowed`: the window is taken to be at most the estimate, and the verbatim
+        part is halved, since the estimate was wrong), or the
         estimate passes the policy's threshold of the model's ``context_window`` (a
         model without one is compacted only in the first two cases). A cancel during
         the summarizing call appends nothing: the log is as it was.
@@ -155,8 +156,8 @@ class Compactor:
         due = self._requested or overflowed
         if not due and (not window or estimate <= self._policy.threshold * window):
             return request
-        if not window:  # the provider refused it: take what was sent as the window
-            window = max(estimate, 1)
+        if overflowed:  # the provider refused `estimate` tokens (as counted here): less fits
+            window = min(window, estimate) if window else estimate
         keep = self._policy.keep / 2 if overflowed else self._policy.keep
         instructions = self._instructions
         event = await self._compact(request, model, model_id, turn, step, window, keep, estimate)
