@@ -292,6 +292,7 @@ class Holder:
         (unresolved, {}, "unresolved: its annotations do not resolve.*Missing"),
         (async_function, {"thread": True}, "an async function needs no thread"),
         (Holder.method, {}, "parameter 'self': a method cannot be a tool"),
+        (star_args, {"kind": "destroy"}, "kind 'destroy' is not one of read, edit"),
         (star_args, {"name": "two words"}, "the name 'two words' must be"),
     ],
 )

@@ -41,6 +41,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 #: Where a decorated function keeps its `Tool` (read it with `as_tool`).
 _TOOL_ATTRIBUTE: Final = "__greenroom_tool__"
+_KINDS: Final = get_args(ToolKind)
 #: The names the model APIs accept for a tool.
 _NAME: Final = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _GOOGLE_SECTION: Final = re.compile(
@@ -93,7 +94,8 @@ def tool(
 
     Raises `TypeError` at decoration, naming the parameter, for one without
     an annotation, of a type msgspec cannot decode from JSON, or that is
-    ``*args``/``**kwargs``; and for ``thread=True`` on an async function.
+    ``*args``/``**kwargs``; and for an unknown ``kind``, a name a model API
+    refuses, or ``thread=True`` on an async function.
     """
 
     def decorate(function: F) -> F:
@@ -137,6 +139,8 @@ def _build(
     tool_name = name if name is not None else getattr(function, "__name__", "")
     if not _NAME.fullmatch(tool_name):
         raise TypeError(f"@tool on {label}: the name {tool_name!r} must be 1-64 of A-Z a-z 0-9 _ -")
+    if kind not in _KINDS:
+        raise TypeError(f"@tool on {label}: kind {kind!r} is not one of {', '.join(_KINDS)}")
     is_async = inspect.iscoroutinefunction(function)
     if thread and is_async:
         raise TypeError(f"@tool(thread=True) on {label}: an async function needs no thread")
