@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import re
 import sqlite3
@@ -16,6 +17,7 @@ from greenroom.models import ModelAdapter, ScriptedModel
 from greenroom.models.base import ModelError
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
+    DEADLINE,
     SYNC_POLICIES,
     JsonlPersistence,
     Persistence,
@@ -141,14 +143,16 @@ def store_from_url(
     try:
         if kind == "jsonl" and rest:
             named = "--store jsonl:"
+            rest, fsync_timeout = _deadline(url, rest, "fsync_timeout")
             root = usable_state_dir(Path(rest).expanduser(), create=not read_only, named=named)
-            return JsonlPersistence(root, sync=sync)
+            return JsonlPersistence(root, sync=sync, fsync_timeout=fsync_timeout)
         if kind == "sqlite" and rest:
+            rest, commit_timeout = _deadline(url, rest, "commit_timeout")
             path = Path(rest).expanduser()
             if read_only:
-                return SqlitePersistence(path, read_only=True)
+                return SqlitePersistence(path, read_only=True, commit_timeout=commit_timeout)
             usable_state_dir(path.parent, create=True, named=f"--store {url}: its folder")
-            return SqlitePersistence(path, sync=sync)
+            return SqlitePersistence(path, sync=sync, commit_timeout=commit_timeout)
         if kind in ("postgresql", "postgres") and rest.startswith("//"):
             from greenroom.session.persistence.postgres import PostgresPersistence
 
@@ -164,13 +168,30 @@ def store_from_url(
     )
 
 
+def _deadline(url: str, rest: str, name: str) -> tuple[str, float]:
+    """``PATH?NAME=SECONDS``: the path, and the deadline it gives (`DEADLINE` if none)."""
+    path, _, query = rest.partition("?")
+    if not query:
+        return path, DEADLINE
+    key, _, value = query.partition("=")
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = 0.0
+    if key != name or not 0 < seconds < math.inf:
+        raise StoreError(f"--store {_safe(url)}: the only option is ?{name}=SECONDS (above 0)")
+    return path, seconds
+
+
 def _check_postgres_store(url: str) -> None:
     """Raises `StoreError` unless greenroom's tables exist at `url` (a reader must not make
     them, which `PostgresPersistence` does on open)."""
     import psycopg
 
+    from greenroom.session.persistence.postgres import own_parameters
+
     try:
-        with psycopg.connect(url, connect_timeout=10) as db:
+        with psycopg.connect(own_parameters(url)[0], connect_timeout=10) as db:
             found = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
     except psycopg.Error as exc:
         raise StoreError(f"--store {_safe(url)}: {exc}") from None

@@ -21,6 +21,7 @@ import trio
 
 from greenroom import open_runtime
 from greenroom.acp.connection import TEARDOWN_GRACE
+from greenroom.cli import StoreError, store_from_url
 from greenroom.models import ScriptedModel
 from greenroom.models.scripted import Hang
 from greenroom.protocol.events import (
@@ -33,7 +34,13 @@ from greenroom.protocol.events import (
     TurnStart,
 )
 from greenroom.session import new_header
-from greenroom.session.persistence import JsonlPersistence, OperationTimeout, PersistenceError
+from greenroom.session.persistence import (
+    DEADLINE,
+    JsonlPersistence,
+    OperationTimeout,
+    PersistenceError,
+    SqlitePersistence,
+)
 from greenroom.session.persistence import jsonl as jsonl_module
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.supervisor import ChildSpec, Supervisor, cleanup_scope
@@ -219,6 +226,22 @@ async def test_runtime_exit_with_a_hung_fsync_pays_the_deadline_once(
 
 def _header(session_id: str) -> SessionHeader:
     return new_header(session_id, cwd=os.getcwd())
+
+
+def test_the_store_url_sets_the_fsync_and_commit_deadlines(tmp_path: Path) -> None:
+    jsonl = store_from_url(f"jsonl:{tmp_path / 'j'}?fsync_timeout=0.25")
+    assert isinstance(jsonl, JsonlPersistence)
+    assert (jsonl.root, jsonl.fsync_timeout) == (tmp_path / "j", 0.25)
+    sqlite = store_from_url(f"sqlite:{tmp_path / 'db.sqlite'}?commit_timeout=1.5")
+    assert isinstance(sqlite, SqlitePersistence)
+    assert (sqlite.path, sqlite.writer.deadline) == (str(tmp_path / "db.sqlite"), 1.5)
+    sqlite.close()
+    default = store_from_url(f"jsonl:{tmp_path / 'j'}")
+    assert isinstance(default, JsonlPersistence)
+    assert default.fsync_timeout == DEADLINE
+    for bad in ("fsync_timeout=soon", "fsync_timeout=0", "commit_timeout=1", "fsync_timeout"):
+        with pytest.raises(StoreError, match=r"the only option is \?fsync_timeout=SECONDS"):
+            store_from_url(f"jsonl:{tmp_path / 'j'}?{bad}")
 
 
 # -- a supervisor whose children are independent ------------------------------------------

@@ -291,11 +291,22 @@ def test_every_connection_has_its_deadlines_and_the_url_sets_them(postgres_dsn: 
         store.close()
 
 
+def test_sessions_list_reads_a_store_url_with_deadlines(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    store = PostgresPersistence(postgres_dsn)
+    store.close()  # the tables made
+    given = f"{postgres_dsn}&statement_timeout=2s&lock_timeout=1s"
+    assert main(["sessions", "--store", given, "list"]) == 0
+    assert "no sessions in" in capsys.readouterr().err
+
+
 def test_a_duration_that_does_not_read_is_refused_naming_it(
     postgres_dsn: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(PersistenceError, match="statement_timeout='soon' in the PostgreSQL DSN"):
         PostgresPersistence(f"{postgres_dsn}&statement_timeout=soon")
+    PostgresPersistence(postgres_dsn).close()  # the tables made: a reader gets as far
     assert main(["sessions", "--store", f"{postgres_dsn}&lock_timeout=2h", "list"]) == 2
     assert "lock_timeout='2h' in the PostgreSQL DSN is not a duration" in capsys.readouterr().err
 

@@ -5,6 +5,7 @@ imported from there: psycopg takes longer to import than the rest of greenroom d
 """
 
 from greenroom.session.persistence.base import (
+    DEADLINE,
     SYNC_POLICIES,
     CorruptLog,
     Holder,
@@ -27,6 +28,7 @@ from greenroom.session.persistence.jsonl import JsonlPersistence, encode_session
 from greenroom.session.persistence.sqlite import SqlitePersistence
 
 __all__ = [
+    "DEADLINE",
     "SYNC_POLICIES",
     "CorruptLog",
     "Holder",

@@ -123,6 +123,7 @@ class JsonlPersistence:
             )
         self.root = Path(root)
         self.sync: SyncPolicy = sync
+        self.fsync_timeout = fsync_timeout
         delay = TURN_SYNC_DELAY if sync == "turn" else 0.0
         # Its errors name no store: the log that waited names the file.
         self._writer: Writer[_Fsync] = Writer(partial(_fsync_batch, delay), deadline=fsync_timeout)

@@ -165,7 +165,7 @@ class PostgresPersistence:
         self.sync: SyncPolicy = sync
         self.node = node or socket.gethostname()
         self.lease_ttl = lease_ttl
-        self.dsn, timeouts = _own_parameters(dsn)
+        self.dsn, timeouts = own_parameters(dsn)
         self.where = _describe(self.dsn)
         self.statement_timeout = _duration(timeouts, "statement_timeout", STATEMENT_TIMEOUT)
         self.lock_timeout = _duration(timeouts, "lock_timeout", LOCK_TIMEOUT)
@@ -665,11 +665,9 @@ def _next_epoch(db: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def _own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
-    """`dsn` without the parameters greenroom reads itself, and those, by name.
-
-    A URL carries them in its query; a ``key=value`` DSN as more of its pairs.
-    """
+def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
+    """`dsn` without the parameters greenroom reads itself (libpq refuses them), and those,
+    by name. A URL carries them in its query; a ``key=value`` DSN as more of its pairs."""
     if "://" in dsn:
         parts = urllib.parse.urlsplit(dsn)
         pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
