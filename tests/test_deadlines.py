@@ -8,6 +8,8 @@ servers ignore SIGTERM exits within one grace, not one per session.
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import signal
 import sys
@@ -15,9 +17,12 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import acp
 import pytest
 import trio
+from acp import schema
 
 from greenroom import open_runtime
 from greenroom.acp.connection import TEARDOWN_GRACE
@@ -312,3 +317,60 @@ async def test_sessions_whose_servers_ignore_sigterm_are_torn_down_within_one_gr
     assert not [pid for pid in servers if alive(pid)]
     # One server's stop (stdin closed, SIGTERM, SIGKILL: ~4.5 s), not four in a row.
     assert took < TEARDOWN_GRACE + 2.5, took
+
+
+class _AllowingEditor:
+    """The editor: allows each command once, records nothing."""
+
+    async def session_update(self, session_id: str, update: object, **kwargs: object) -> None:
+        pass
+
+    async def request_permission(
+        self, session_id: str, tool_call: object, options: list[Any], **kwargs: object
+    ) -> schema.RequestPermissionResponse:
+        (once,) = [o for o in options if o.kind == "allow_once"]
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id=once.option_id)
+        )
+
+    def on_connect(self, conn: object) -> None:
+        pass
+
+
+@pytest.mark.real_clock
+def test_sessions_whose_bash_tasks_ignore_sigterm_are_torn_down_within_one_grace(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "shells"
+    # The shell ignores SIGTERM (its sleeps die of it, the loop goes on): only SIGKILL ends it.
+    stubborn = f"trap '' TERM; echo $$ >> {record}; while :; do sleep 0.2; done"
+    arguments = {"command": stubborn, "description": "stubborn", "run_in_background": True}
+    prompt = [acp.text_block("tool: bash " + json.dumps(arguments))]
+
+    async def scenario() -> float:
+        command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+        env = {k: v for k, v in os.environ.items() if k != "GREENROOM_STORE"}
+        env["GREENROOM_HOME"] = str(tmp_path / "home")
+        async with acp.spawn_agent_process(_AllowingEditor(), *command, env=env, cwd=tmp_path) as (
+            conn,
+            process,
+        ):
+            await conn.initialize(protocol_version=1)
+            for _ in range(4):
+                session = (await conn.new_session(cwd=str(tmp_path), mcp_servers=[])).session_id
+                answer = await conn.prompt(session_id=session, prompt=prompt)
+                assert answer.stop_reason == "end_turn"
+            while len(_shells(record)) < 4:
+                await asyncio.sleep(0.02)
+            began = time.monotonic()
+            process.send_signal(signal.SIGTERM)
+            assert await process.wait() == 0
+            return time.monotonic() - began
+
+    took = asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+    assert not [pid for pid in _shells(record) if alive(pid)]
+    assert took < TEARDOWN_GRACE, took  # one kill grace (3 s), not one per session
+
+
+def _shells(record: Path) -> list[int]:
+    return [int(line) for line in record.read_text().split()] if record.exists() else []
