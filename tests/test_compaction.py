@@ -524,3 +524,58 @@ async def test_a_second_overflow_fails_the_turn_and_the_next_prompt_is_tried_aga
     assert failed.stop_reason == "error"
     assert "context_length" in (failed.reason or "") or "maximum context" in (failed.reason or "")
     assert again.text == "answer 2"
+
+
+# -- ACP: /compact with the official SDK client, then a load that replays it all -----------
+
+
+def test_compact_over_acp_then_a_load_replays_every_message(tmp_path: Path) -> None:
+    import asyncio
+
+    import acp
+    from acp import schema
+
+    from tests.test_acp_e2e import Recorder
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    env = {"GREENROOM_HOME": str(home)}
+    asked = [f"question number {n}" for n in range(6)]
+
+    def users(recorder: Recorder) -> list[str]:
+        return [
+            u.content.text for _, u in recorder.updates if isinstance(u, schema.UserMessageChunk)
+        ]
+
+    async def first() -> str:
+        recorder = Recorder()
+        async with acp.spawn_agent_process(recorder, *command, env=env, cwd=work) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+            for question in asked:
+                await conn.prompt(session_id=session, prompt=[acp.text_block(question)])
+            answer = await conn.prompt(
+                session_id=session, prompt=[acp.text_block("/compact keep the numbers")]
+            )
+            assert answer.stop_reason == "end_turn"
+            assert "Compacted " in recorder.text(session)
+            usages = [u for _, u in recorder.updates if isinstance(u, schema.UsageUpdate)]
+            assert usages
+            after = await conn.prompt(session_id=session, prompt=[acp.text_block("and then")])
+            assert after.stop_reason == "end_turn"
+            return session
+
+    async def second(session: str) -> None:
+        recorder = Recorder()
+        async with acp.spawn_agent_process(recorder, *command, env=env, cwd=work) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(session_id=session, cwd=str(work), mcp_servers=[])
+            assert users(recorder) == [*asked, "and then"]
+            assert "Compacted " in recorder.text(session)
+
+    async def scenario() -> None:
+        session = await asyncio.wait_for(first(), 60)
+        await asyncio.wait_for(second(session), 60)
+
+    asyncio.run(scenario())

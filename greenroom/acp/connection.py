@@ -92,6 +92,7 @@ from greenroom.protocol.acp import (
     ToolCallProgress,
 )
 from greenroom.protocol.events import (
+    COMPLETED,
     AssistantMessage,
     Completed,
     Errored,
@@ -102,6 +103,7 @@ from greenroom.protocol.events import (
     ToolCall,
     TurnEnd,
     TurnEndReason,
+    TurnStart,
     UserMessage,
 )
 from greenroom.protocol.mcp import (
@@ -132,6 +134,8 @@ _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 LIST_PAGE: Final = 50
 #: The most of a sub-agent's progress shown in its ``task`` call (its latest part).
 PROGRESS_CHARS: Final = 4000
+#: A prompt whose text begins with it compacts the session (``/compact [instructions]``).
+COMPACT_COMMAND: Final = "/compact"
 _ECHOED_ID: Final = 65536  # characters of a request id an oversized answer's error still echoes
 
 
@@ -369,8 +373,29 @@ class AcpConnection:
 
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self._record(params.session_id)
-        message_id = record.handle.agent.send(_text(params.prompt)).id
+        text = _text(params.prompt)
+        command, _, instructions = text.strip().partition(" ")
+        if command == COMPACT_COMMAND:
+            agent = record.handle.agent
+            last_turn = agent.session.last_turn
+            agent.compact(instructions.strip() or None)
+            self.nursery.start_soon(self._compacted, request_id, agent, last_turn)
+            return
+        message_id = record.handle.agent.send(text).id
         record.pending[message_id] = _Pending(request_id)
+
+    async def _compacted(self, request_id: RequestId, agent: Agent, last_turn: int) -> None:
+        """Answer a ``/compact`` once the agent is idle again: by its compaction turn's end
+        (``end_turn`` when nothing needed one)."""
+        await agent.when_idle()
+        reason: TurnEndReason = COMPLETED
+        for event in reversed(agent.session.events):
+            if isinstance(event, TurnEnd) and event.turn > last_turn:
+                reason = event.reason
+                break
+            if isinstance(event, TurnStart) and event.turn <= last_turn:
+                break
+        self.respond(request_id, PromptResult(_stop_reason(reason, False)))
 
     def _steer(self, request_id: RequestId, params: PromptParams) -> None:
         agent = self._record(params.session_id).handle.agent

@@ -53,6 +53,7 @@ from greenroom.protocol.acp import (
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
+    Compacted,
     ConfigSet,
     ModelRetry,
     SessionEvent,
@@ -137,6 +138,14 @@ class Presenter:
                 yield AgentMessageChunk(
                     TextBlock(notice), f"{session_id}/{turn}/{step}/retry-{attempt}"
                 )
+            case Compacted(turn=turn, step=step):
+                # A notice of its own, then the window as the next request will use it.
+                yield AgentMessageChunk(
+                    TextBlock(_bounded(compaction_notice(event))),
+                    f"{session_id}/{turn}/{step}/compacted-{event.seq}",
+                )
+                window = self._context_windows.get(self._model(session), 0)
+                yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
             case ToolCall(call_id=call_id, arguments=arguments):
                 cwd = session.header.cwd
                 budget = _Budget()
@@ -180,6 +189,16 @@ class Presenter:
     def _model(self, session: Session) -> str:
         chosen = session.config.get("model")
         return chosen if chosen in self._models else self._models[0]
+
+
+def compaction_notice(event: Compacted) -> str:
+    """What an editor is told of a compaction: the turns it stands for, and its summary (or
+    that it degraded, and why)."""
+    turns = event.last_turn - event.first_turn + 1
+    counted = f"{turns} turn" if turns == 1 else f"{turns} turns"
+    if event.degraded is not None:
+        return f"Compacted {counted} without a summary ({event.degraded}).\n"
+    return f"Compacted {counted}: {event.summary}\n"
 
 
 class _Budget:
