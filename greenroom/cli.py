@@ -56,12 +56,16 @@ class Unkeyed:
         yield  # an async generator, as the seam streams
 
 
-def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
+def model_from_spec(
+    spec: str, environ: Mapping[str, str], context_window: int | None = None
+) -> ModelAdapter:
     """The adapter `spec` names; raises `ValueError` naming what is wrong or missing
     (`MissingKey` for a key not in `environ`).
 
     ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (``OPENAI_API_KEY``,
     ``OPENAI_BASE_URL``), ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``).
+    `context_window` (``--context-window``) is the tokens an API model holds, in place of
+    its family's default.
     """
     kind, _, detail = spec.partition(":")
     if kind == "scripted":
@@ -83,10 +87,10 @@ def model_from_spec(spec: str, environ: Mapping[str, str]) -> ModelAdapter:
         if kind == "openai":
             from greenroom.models.openai import OpenAIChatModel
 
-            return OpenAIChatModel(base, key, detail)
+            return OpenAIChatModel(base, key, detail, context_window=context_window)
         from greenroom.models.anthropic import AnthropicModel
 
-        return AnthropicModel(base, key, detail)
+        return AnthropicModel(base, key, detail, context_window=context_window)
     raise ValueError(
         f"--model {spec!r}: unknown model kind {kind!r} (known: scripted, openai, anthropic)"
     )
@@ -257,6 +261,13 @@ def main(argv: list[str] | None = None) -> int:
         " is the default)",
     )
     acp.add_argument(
+        "--context-window",
+        type=int,
+        metavar="TOKENS",
+        help="the tokens an openai: or anthropic: model holds (default: its family's, else"
+        " 128000); a local OpenAI-compatible server's model usually needs it",
+    )
+    acp.add_argument(
         "--sync",
         choices=SYNC_POLICIES,
         default="turn",
@@ -297,9 +308,11 @@ def main(argv: list[str] | None = None) -> int:
 
             specs = args.model or ["scripted"]
             models: dict[str, ModelAdapter] = {}
+            if args.context_window is not None and args.context_window <= 0:
+                parser.error(f"--context-window must be tokens > 0, got {args.context_window}")
             for spec in specs:
                 try:
-                    models[spec] = model_from_spec(spec, os.environ)
+                    models[spec] = model_from_spec(spec, os.environ, args.context_window)
                 except MissingKey as exc:  # told to the editor at the prompt, not as an exit
                     print(f"greenroom acp: {exc}", file=sys.stderr)
                     models[spec] = Unkeyed(f"{exc} (set it where the editor starts greenroom)")
