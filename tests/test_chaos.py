@@ -24,6 +24,7 @@ import pytest
 import trio
 
 from greenroom import open_runtime
+from greenroom.acp.connection import TEARDOWN_GRACE
 from greenroom.actors.events import AGENT_ERROR
 from greenroom.actors.loop import CLOSING_GRACE
 from greenroom.models import ScriptedModel
@@ -42,6 +43,7 @@ from greenroom.protocol.events import (
 from greenroom.session.persistence import PersistenceError, SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
 from greenroom.tools.typed import tool
+from tests.acp_process import acp_process
 from tests.pg_server import PgServer
 
 pytestmark = pytest.mark.real_clock
@@ -217,6 +219,60 @@ async def test_a_black_hole_mid_turn_ends_the_turn_then_another_node_takes_over(
             assert again == stored
             await _close(node_1)
             await _close(node_2)
+            nursery.cancel_scope.cancel()
+
+
+async def test_greenroom_acp_on_a_black_holed_store_answers_and_exits_in_time(
+    tmp_path: Path, pg_server: PgServer, postgres_dsn: str
+) -> None:
+    """The issue's measurement, end to end: a black hole under ``greenroom acp``'s store.
+    A cancel is answered at once and its prompt within the statement deadline (the prompt
+    hung 120 s, the cancel got no answer), a later prompt fails at once naming why, and the
+    end of stdin ends the process within the teardown grace (it ran on until the proxy
+    healed)."""
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            port = await nursery.start(proxy.serve)
+            store = _via(postgres_dsn, port, statement_timeout=f"{STATEMENT:g}s")
+            args = ("--store", store, "--lease-ttl", f"{TTL:g}", "--model", "scripted:0")
+            async with acp_process(tmp_path / "home", *args) as node:
+                session = await node.new_session(str(tmp_path))
+                assert (await node.prompt(session, "before"))["result"]["stopReason"] == "end_turn"
+                proxy.black_hole()
+                began = time.monotonic()
+                prompted = await node.request(
+                    "session/prompt",
+                    {"sessionId": session, "prompt": [{"type": "text", "text": "into the hole"}]},
+                )
+                await trio.sleep(0.3)  # its write-ahead is waiting on the hole
+                cancel = await node.call("session/cancel", {"sessionId": session})
+                assert cancel["result"] == {}
+                assert time.monotonic() - began < 1.0  # the cancel is answered at once
+                answer = await node.response(prompted)
+                assert answer["result"]["stopReason"] == "cancelled", answer
+                assert time.monotonic() - began < STATEMENT + 2.0  # within the deadline
+                # The next prompt fails at once, naming why: the store is still not answering.
+                began = time.monotonic()
+                answer = await node.prompt(session, "still there?")
+                assert "past its deadline (1 s)" in answer["error"]["message"], answer
+                assert time.monotonic() - began < 1.0
+                began = time.monotonic()
+                assert await node.close() == 0
+                exited = time.monotonic() - began
+            assert exited < TEARDOWN_GRACE, exited
+            # Another node takes the session over once the dead one's lease ran out.
+            other = await _store(postgres_dsn, "node-2")
+            while True:
+                try:
+                    _, stored, log = await other.open(session)
+                    break
+                except (SessionLocked, PersistenceError):
+                    await trio.sleep(0.1)
+            await log.close()
+            assert _per_turn(stored, TurnEnd) == {1: 1}
+            proxy.heal()
+            await _close(other)
             nursery.cancel_scope.cancel()
 
 
