@@ -17,6 +17,7 @@ from typing import Any
 
 import trio
 
+from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.events import AGENT_TURN_END
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
@@ -156,6 +157,7 @@ async def open_runtime(
     tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
     workdir: str | None = None,
     max_tool_result: int = DEFAULT_MAX_TOOL_RESULT,
+    compaction: CompactionPolicy = DEFAULT_POLICY,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
@@ -166,6 +168,8 @@ async def open_runtime(
     run when the session's front end does not ask anyone (default: it may).
     ``spawn_limits`` bound agent teams (`AgentHandle.spawn`, the ``task`` tool):
     how deep children nest and how many live children one parent may have.
+    ``compaction`` says when an agent's history is compacted and how much recent
+    context stays verbatim, unless its `AgentOptions.compaction` says otherwise.
     With ``persistence``,
     every session's events go to its sink over it (one durable append per
     turn) and `agents.resume` can load sessions back. The agents' supervisor
@@ -215,6 +219,7 @@ async def open_runtime(
             release_owned=partial(release_owner, bash),
             servers=McpHub(tool_registry, hooks),
             limits=spawn_limits,
+            compaction=compaction,
         )
         yield Runtime(
             agents=agents,

@@ -594,3 +594,20 @@ def test_the_command_line_sets_an_api_models_window(capsys: pytest.CaptureFixtur
         main(["acp", "--context-window", "0"])
     assert exited.value.code == 2
     assert "--context-window must be tokens > 0, got 0" in capsys.readouterr().err
+
+
+async def test_the_runtimes_policy_applies_unless_the_agents_options_say_otherwise() -> None:
+    async def compacted_tokens(model: Windowed, **options: Any) -> list[int]:
+        async with open_runtime(
+            model=model, compaction=CompactionPolicy(threshold=0.3, keep=0.1)
+        ) as rt:
+            agent = await new_agent(rt, **options)
+            for n in range(60):
+                await agent.run(f"question {n} " + "words " * 20)
+            return [c.tokens_before for c in compactions(agent.session.events)]
+
+    runtimes = await compacted_tokens(Windowed(2_000))
+    own = await compacted_tokens(
+        Windowed(2_000), options=AgentOptions(compaction=CompactionPolicy())
+    )
+    assert max(runtimes) <= 0.3 * 2_000 + 200 < min(own)

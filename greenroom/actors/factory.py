@@ -16,6 +16,7 @@ from typing import cast
 import msgspec
 import trio
 
+from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned, Spawner
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
@@ -59,6 +60,7 @@ class AgentFactory:
     """
 
     __slots__ = (
+        "_compaction",
         "_default_owner",
         "_hooks",
         "_limits",
@@ -85,6 +87,7 @@ class AgentFactory:
         persistence: Persistence | None = None,
         servers: ServerHub | None = None,
         limits: SpawnLimits | None = None,
+        compaction: CompactionPolicy = DEFAULT_POLICY,
     ) -> None:
         self._hooks = hooks
         self._sessions = sessions
@@ -96,6 +99,7 @@ class AgentFactory:
         self._release_owned = release_owned
         self._servers = servers
         self._limits = limits or SpawnLimits()
+        self._compaction = compaction  # an agent's own options may say otherwise
         self._spawner: Spawner = self._spawn  # one bound method, shared by every life
 
     def get(self, agent_id: str) -> Agent | None:
@@ -296,6 +300,7 @@ class AgentFactory:
                 hooks=self._hooks,
                 options=plan.options,
                 client=plan.client,
+                compaction=self._compaction,
             ),
             spawner=self._spawner,
             owner=owner,

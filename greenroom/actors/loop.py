@@ -29,7 +29,7 @@ from typing import Any, Final, TypeVar, overload
 
 import trio
 
-from greenroom.actors.compaction import DEFAULT_POLICY, Compactor
+from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy, Compactor
 from greenroom.actors.events import (
     AGENT_ERROR,
     AGENT_QUEUED,
@@ -171,6 +171,7 @@ class LoopAgent:
         hooks: Hooks,
         options: AgentOptions | None = None,
         client: SessionClient | None = None,
+        compaction: CompactionPolicy = DEFAULT_POLICY,
     ) -> None:
         self._id = agent_id
         self._session = session
@@ -187,7 +188,7 @@ class LoopAgent:
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
-        self._compactor = Compactor(session, self._options.compaction or DEFAULT_POLICY)
+        self._compactor = Compactor(session, self._options.compaction or compaction)
         self._idle_waiters: list[trio.Event] | None = None  # made by the first wait
 
     def __repr__(self) -> str:
