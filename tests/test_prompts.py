@@ -266,6 +266,19 @@ async def test_events_of_a_prompt_no_turn_takes_end_when_it_settles() -> None:
         agent.cancel()
 
 
+async def test_a_reader_gets_each_event_as_it_is_logged() -> None:
+    async with open_runtime(model=ScriptedModel([[Say("a"), Wait(5), Say("b")]])) as rt:
+        agent = await new_agent(rt)
+        prompt = agent.send("go")
+        started = trio.current_time()
+        async for event in prompt.events():
+            if isinstance(event, AssistantChunk) and event.chunk == TextDelta("a"):
+                break
+        assert trio.current_time() - started < 5  # not at the turn's end
+        assert not prompt.settled
+        agent.cancel()
+
+
 async def test_a_cancelled_reader_goes_on_from_its_position() -> None:
     async with open_runtime(model=ScriptedModel([[Say("a"), Wait(1), Say("b"), Wait(1)]])) as rt:
         agent = await new_agent(rt)

@@ -255,11 +255,10 @@ def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:
 
 
 def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -> None:
-    """Give each unsettled prompt of `prompts` its fate (a prompt settles once: a second
-    settle is ignored), wake its awaiters, and wake the session's readers."""
+    """Give each prompt of `prompts` its fate, wake its awaiters, and wake the session's
+    readers. Once per prompt: the agent settles a prompt as it takes it out of the one
+    place it was (a FIFO of the inbox, or the turn that took it)."""
     for prompt in prompts:
-        if prompt._outcome is not None:
-            continue
         prompt._outcome = outcome
         waiters, prompt._waiters = prompt._waiters, None
         for task in waiters or ():
