@@ -25,7 +25,7 @@ from greenroom.actors.types import ToolInvocation, ToolOutcome
 from greenroom.cli import main
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import CallTool, Fail, Say, ScriptedModel
-from greenroom.protocol.events import FileDiff, ToolResult
+from greenroom.protocol.events import Completed, FileDiff, ToolResult
 from greenroom.protocol.model import ToolTurn
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import JsonlPersistence
@@ -35,6 +35,7 @@ from greenroom.tools import Tool
 from greenroom.tools.files import files_plugin
 from greenroom.tools.mcp import tool_name
 from tests.acp_peer import Peer
+from tests.agents_helpers import turn_ends
 from tests.test_mcp import served
 
 LIMIT = DEFAULT_MAX_TOOL_RESULT
@@ -187,6 +188,24 @@ async def test_an_error_text_is_cut_too() -> None:
         assert result.content.startswith("fails failed: ValueError: xxx")
         assert len(result.content) < LIMIT + 300
         assert spilled(result.content).read_text().endswith("x" * 1000)
+
+
+async def test_a_text_utf_8_cannot_hold_is_mended_not_lost(tmp_path: Path) -> None:
+    """A lone surrogate (a file name not in UTF-8, decoded as Python does) made the log
+    refuse the result: the turn failed and a resume lost the call's result."""
+    diffs = [FileDiff("caf\udce9.txt", "new \ud83d\ude00", None)]
+    model = ScriptedModel([[CallTool("huge")], [Say("ok")]])
+    store = JsonlPersistence(tmp_path)
+    tools = [huge("bad \ud800 text", diffs)]
+    async with open_runtime(model=model, persistence=store, tools=tools) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        assert turn_ends(handle.agent.session.events) == [(1, Completed())]
+    _header, events = await store.load("s")
+    (result,) = results(events)
+    assert result.content == "bad \ufffd text"
+    assert result.diffs == [FileDiff("caf\ufffd.txt", "new \U0001f600", None)]
 
 
 @pytest.mark.parametrize("bad", [0, -1, True, 2.5, "100"])

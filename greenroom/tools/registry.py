@@ -19,7 +19,7 @@ model's history ever holds more.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any, Final, Generic, TypeVar
@@ -187,23 +187,28 @@ class ToolRegistry:
     async def execute(
         self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry] = NO_TOOLS
     ) -> ToolOutcome:
-        """Run one call through the gate; its result, every text of it bounded."""
+        """Run one call through the gate; its result, every text of it bounded (and one
+        UTF-8 can hold: a lone surrogate, as a file name not in UTF-8 decodes, would make
+        the log refuse the result, so it becomes U+FFFD)."""
         outcome = await self._execute(invocation, extra)
-        cap = self._cap
-        if len(outcome.content) <= cap.limit and not any(
-            len(diff.new_text) > cap.limit or len(diff.old_text or "") > cap.limit
-            for diff in outcome.diffs
-        ):
+        limit = self._cap.limit
+        if all(len(text) <= limit and _encodes(text) for text in _texts(outcome)):
             return outcome
+        bound = self._bound
         diffs = [
             FileDiff(
-                diff.path,
-                await cap(diff.new_text),
-                None if diff.old_text is None else await cap(diff.old_text),
+                await bound(diff.path),
+                await bound(diff.new_text),
+                None if diff.old_text is None else await bound(diff.old_text),
             )
             for diff in outcome.diffs
         ]
-        return msgspec.structs.replace(outcome, content=await cap(outcome.content), diffs=diffs)
+        return msgspec.structs.replace(outcome, content=await bound(outcome.content), diffs=diffs)
+
+    async def _bound(self, text: str) -> str:
+        if not _encodes(text):
+            text = text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
+        return await self._cap(text)
 
     async def _execute(
         self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry]
@@ -289,6 +294,26 @@ class ToolRegistry:
         if decision.endswith("_always") and session is not None:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
         return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+def _texts(outcome: ToolOutcome) -> Iterator[str]:
+    yield outcome.content
+    for diff in outcome.diffs:
+        yield diff.path
+        yield diff.new_text
+        if diff.old_text is not None:
+            yield diff.old_text
+
+
+def _encodes(text: str) -> bool:
+    """Whether `text` is UTF-8 as it is (no lone surrogate)."""
+    if text.isascii():
+        return True
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _family(session: Session | None) -> list[Session]:
