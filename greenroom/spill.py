@@ -35,7 +35,7 @@ DEFAULT_MAX_TOOL_RESULT: Final = 100_000
 #: The characters of a text's end a cut keeps (at most a tenth of its limit).
 TAIL: Final = 1_000
 
-_MARKER: Final = re.compile(r"^\[(\d+) of (\d+) characters were cut here; [^\n]*\]$", re.M)
+_MARKER: Final = re.compile(r"^\[\d+ of \d+ characters were cut here; [^\n]*\]$", re.M)
 
 
 class SpillDir:
