@@ -8,7 +8,11 @@
   The executor's tasks run concurrently while the baseline is sequential; each
   executor task is a ``bash -c true`` (``true`` being a bash builtin, one
   process), so a second, informational baseline runs ``bash -c true``
-  sequentially through ``trio.run_process``;
+  sequentially through ``trio.run_process``. Each executor task pays for
+  process ownership (`greenroom.procs`): its mark in the environment, and the
+  sweep for what it detached when its shell is reaped (here nothing, the
+  common case); the keeper starts once per process, at the first run's first
+  task;
 * flood: the growth of peak RSS (``ru_maxrss``) while 20 background tasks each
   write 50 MB to stdout, over the RSS after importing greenroom and opening the
   executor, measured in a fresh interpreter (``python -m bench._bash_rss``) so

@@ -12,17 +12,21 @@ use it, one for each way an owner ends:
 * **The spawn ends** (its shell or server has exited and been reaped, and its
   group SIGKILLed by its caller): `Spawn.end` kills every process still
   carrying the spawn's mark, so a detached child does not outlive the command
-  that started it. It looks only at processes started since the spawn (pids
-  above the spawn's, in the kernel's cyclic order; the whole table once the
-  spawn is older than `FULL_SCAN_AFTER` or the pids wrapped), which keeps
-  the common case to one ``listdir("/proc")``.
+  that started it. It looks only at processes started since the spawn: the
+  kernel hands pids out in cyclic order, so those are the pids above the
+  spawn's up to the last handed out (``ns_last_pid``), each looked at when
+  there are few (`_PROBE`, skipping this process's own spawns), else those
+  of one ``listdir("/proc")``; every process once the spawn is older than
+  `FULL_SCAN_AFTER` (the pids may have gone round since).
 * **The greenroom process dies**, even by SIGKILL: a keeper, started once per
-  process at its first spawn (this file run as a script, stdlib only, in a
-  session of its own), holds the read end of a pipe only greenroom writes to.
-  The pipe's end, however greenroom ended, wakes it: it SIGKILLs the groups of
-  the spawns still running (recorded through the pipe, each checked to be
-  led by the same process: the leader still carries its spawn's mark) and
-  every process carrying any mark of the token, then exits.
+  process at its first spawn (this file run as a script, stdlib only, through
+  a shell that exits at once, so it is init's child in a session of its own),
+  holds the read end of a pipe whose write end only greenroom holds and never
+  writes. The pipe's end, however greenroom ended, wakes it: it SIGKILLs
+  every process carrying any mark of the token, and the process group of
+  each such process that leads one (a member that replaced its environment
+  goes with its group), then exits. Each spawn checks that the keeper still
+  runs (its end of the pipe is open) and starts another if not.
 * **The keeper died too** (killed with its owner): the next holder of one of
   the dead process's sessions sweeps every process carrying the dead
   process's token (`sweep_owner`), which the session lock records beside the
@@ -40,7 +44,7 @@ the interpreter in the child: measured, a ``bash -c true`` went from 2.2 to
 3.6 ms. It would also fire when the thread that forked the child exits, and
 Trio forks from its thread cache, whose threads exit once idle. And it
 covers only the direct child, not what that child started. The keeper covers
-every descendant and costs one pipe write per spawn.
+every descendant and costs a ``poll`` of its pipe per spawn.
 
 Why not ``PR_SET_CHILD_SUBREAPER``: it is process-wide, so a process
 embedding greenroom would adopt every orphan of every child it has, and
