@@ -10,7 +10,6 @@ import msgspec
 import psycopg
 import pytest
 import trio
-import trio.testing
 
 from greenroom import open_runtime
 from greenroom.cli import main, sessions_root
@@ -43,7 +42,7 @@ async def _record_a_session(state: Path) -> None:
 
 
 def test_sessions_list_and_show(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    trio.run(_record_a_session, tmp_path, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(_record_a_session, tmp_path)  # real clock: a virtual one outruns fsyncs
     assert main(["sessions", "--state-dir", str(tmp_path), "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     assert len(listed) == 1
@@ -87,7 +86,7 @@ async def _record_a_family(state: Path) -> None:
 def test_sessions_list_shows_children_under_their_parent(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    trio.run(_record_a_family, tmp_path, clock=trio.testing.MockClock(autojump_threshold=0))
+    trio.run(_record_a_family, tmp_path)  # real clock: a virtual one outruns fsyncs
     assert main(["sessions", "--state-dir", str(tmp_path), "list"]) == 0
     listed = capsys.readouterr().out.splitlines()
     ids = [line.split("  created")[0] for line in listed]
