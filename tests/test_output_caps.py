@@ -332,7 +332,7 @@ async def test_no_frame_is_over_the_limit_live_or_on_replay(tmp_path: Path) -> N
     """The log holds a 20 MB result, a 9 MB message, 9 MB arguments and a 9 MB diff."""
     result, message, pad = the_whole(20_000_000), the_whole(9_000_000, "m"), "p" * 9_000_000
     diffs = [FileDiff("big.txt", the_whole(9_000_000, "n"), the_whole(9_000_000, "o"))]
-    diffs += [FileDiff(f"f{i}.txt", "x" * 1000) for i in range(20_000)]
+    diffs += [FileDiff(f"f{i}.txt", "x" * 1000) for i in range(2_000)]
     model = ScriptedModel([[Say(message), CallTool("huge", {"pad": pad})], [Say("done")]])
     tools = [huge(result, diffs)]
     # A cap above the result: the log really holds all of it, as an older log might.
@@ -373,7 +373,7 @@ async def test_no_frame_is_over_the_limit_live_or_on_replay(tmp_path: Path) -> N
         d == {"type": "diff", "path": f"f{i}.txt", "newText": "x" * 1000, "oldText": None}
         for i, d in enumerate(small)
     )
-    assert shown[-1] == f"[{20_000 - len(small)} more diffs not shown; {rest}"
+    assert shown[-1] == f"[{2_000 - len(small)} more diffs not shown; {rest}"
 
 
 async def test_an_answer_over_the_limit_becomes_an_error_answer(tmp_path: Path) -> None:
