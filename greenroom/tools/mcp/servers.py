@@ -14,7 +14,7 @@ once (beside the others), and the SDK's transport ends the server: stdin
 closed, 2 s, SIGTERM to its process group, 2 s, SIGKILL. The servers' tools
 are offered under ``mcp__<server>__<tool>`` while their server is ready, and
 every call goes through the runtime's `ToolRegistry` (its ``tools/execute``
-waterfall and its permission gate) like any other tool.
+waterfall, its permission gate and its bound on results) like any other tool.
 """
 
 from __future__ import annotations
