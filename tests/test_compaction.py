@@ -611,3 +611,65 @@ async def test_the_runtimes_policy_applies_unless_the_agents_options_say_otherwi
         Windowed(2_000), options=AgentOptions(compaction=CompactionPolicy())
     )
     assert max(runtimes) <= 0.3 * 2_000 + 200 < min(own)
+
+
+class Family(Windowed):
+    """A parent that gives each prompt to a child (``task``); a child that calls ``dump``
+    four times, then answers at length; summaries fail, so compactions truncate."""
+
+    async def _reply(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        size = tokens(request)
+        self.sizes.append(size)
+        self.requests.append(request)
+        await trio.sleep(0.01)
+        if size > self.limit:
+            raise ContextOverflow(f"prompt is too long: {size} tokens > {self.limit}")
+        if request.system == SUMMARY_SYSTEM:
+            raise RuntimeError("the summarizer is down")
+        last = request.messages[-1]
+        self.answers += 1
+        if any("child:" in m.content for m in request.messages):
+            if sum(isinstance(m, ToolTurn) for m in request.messages) < 4:
+                yield ToolCallChunk(f"dump-{self.answers}", "dump", "{}")
+                yield Finish("tool-calls")
+                return
+            yield TextDelta("R" * 1_500)
+        elif isinstance(last, UserTurn):
+            arguments = json.dumps({"prompt": f"child: look into {self.answers}"})
+            yield ToolCallChunk(f"task-{self.answers}", "task", arguments)
+            yield Finish("tool-calls")
+            return
+        else:
+            yield TextDelta("done")
+        yield Finish("stop")
+
+
+async def test_sub_agents_compact_on_their_own_and_task_results_are_never_cut() -> None:
+    from greenroom.session.store import SESSION_CREATED
+    from greenroom.tools.subagents import task_plugin
+
+    async def dump(args: NoArgs, invocation: ToolInvocation) -> str:
+        return "y" * 3_000
+
+    model = Family(2_500)
+    async with open_runtime(model=model, tools=[Tool("dump", "dump", NoArgs, dump)]) as rt:
+        await rt.plug("tool-task", task_plugin)
+        sessions: list[Session] = []
+        rt.hooks.on(SESSION_CREATED, sessions.append)
+        parent = await new_agent(rt, session_id="p")
+        for n in range(8):
+            answer = await parent.run(f"question {n}")
+            assert answer.text == "done"
+        events = list(parent.session.events)
+    results = [e for e in events if isinstance(e, ToolResult)]
+    assert [r.content for r in results] == ["R" * 1_500] * 8
+    degraded = compactions(events)
+    assert degraded
+    assert all(c.degraded for c in degraded)
+    assert not {cut.seq for c in degraded for cut in c.cuts} & {r.seq for r in results}
+    children = [s for s in sessions if s.id != "p"]
+    assert len(children) == 8
+    for child in children:  # each compacted its own history: the dumps cut
+        (compacted, *_) = compactions(child.events)
+        assert compacted.cuts
+    assert max(model.sizes) <= model.limit

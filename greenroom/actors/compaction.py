@@ -152,9 +152,11 @@ class Compactor:
         the summarizing call appends nothing: the log is as it was.
         """
         window = _window_of(model)
-        estimate = self.estimate(request)
         due = self._requested or overflowed
-        if not due and (not window or estimate <= self._policy.threshold * window):
+        if not due and not window:
+            return request
+        estimate = self.estimate(request)
+        if not due and estimate <= self._policy.threshold * window:
             return request
         if overflowed:  # the provider refused `estimate` tokens (as counted here): less fits
             window = min(window, estimate) if window else estimate
@@ -404,15 +406,23 @@ def _fit_kept(
     events: Sequence[SessionEvent], kept_seq: int, cuts: list[Cut], size: int, budget: int
 ) -> tuple[list[Cut], int]:
     """Cut the largest verbatim texts until the verbatim part fits `budget` (each keeps at
-    least `KEPT_CHARS`): a single message larger than the window never reaches the model."""
+    least `KEPT_CHARS`): a single message larger than the window never reaches the model.
+    A sub-agent's answer is cut last, only when cutting every other text was not enough."""
     if size <= budget:
         return cuts, size
     known = {c.seq: c.kept for c in cuts}
+    names = _tool_names(events, kept_seq)
     sizes = sorted(
-        ((_event_bytes(e), e.seq) for e in events[kept_seq:] if e.seq not in known),
-        reverse=True,
+        (
+            type(e) is ToolResult and names.get(e.call_id) == TASK_TOOL,
+            -_event_bytes(e),
+            e.seq,
+        )
+        for e in events[kept_seq:]
+        if e.seq not in known
     )
-    for whole, seq in sizes:
+    for _, minus, seq in sizes:
+        whole = -minus
         if size <= budget or whole <= KEPT_CHARS:
             break
         kept = max(KEPT_CHARS, whole - (size - budget))
