@@ -68,6 +68,7 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
+from greenroom.models.usage import turn_usage
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
@@ -848,6 +849,8 @@ class LoopAgent:
         ``sync="always"`` both only once it is fsynced."""
         if self._open_step:
             self._close_step(turn)
+        if (usage := turn_usage(self._session.events, start, turn)) is not None:
+            self._session.append(usage)
         end = self._session.append(TurnEnd(turn=turn, reason=reason)).seq
         try:
             if self._session.persistent:

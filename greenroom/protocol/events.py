@@ -245,6 +245,15 @@ class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
     instructions: str | None = None
 
 
+class TurnUsage(Event, frozen=True, gc=False, tag="turn/usage"):
+    """The tokens of a turn: `usage` its steps' summed, `session` every turn's of the session
+    so far, this one's included. Just before ``turn/end``, when a step reported usage."""
+
+    turn: int
+    usage: Usage
+    session: Usage
+
+
 class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     """A call the model made; `kind`, `title` and `locations` say, for a reader, what it does."""
 
@@ -306,6 +315,7 @@ SessionEvent: TypeAlias = (
     | AssistantChunk
     | AssistantMessage
     | ModelRetry
+    | TurnUsage
     | Compacted
     | ToolCall
     | ToolStart

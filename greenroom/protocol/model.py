@@ -45,6 +45,15 @@ class Usage(
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
 
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+            self.reasoning_tokens + other.reasoning_tokens,
+        )
+
 
 class Retry(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="retry"):
     """Not part of the reply: the adapter's `attempt` (from 1) failed with `error` before

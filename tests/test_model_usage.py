@@ -1,0 +1,137 @@
+"""Usage per prompt: each turn's tokens (input, output, reasoning, cache reads and writes) summed
+in a ``turn/usage`` record, with the session's running total, which a resumed session goes on
+from. A loopback server over TLS.
+
+Real sockets, so the real clock: every test bounds itself with ``trio.fail_after``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.models.usage import turn_usage
+from greenroom.protocol.events import (
+    COMPLETED,
+    USER,
+    AssistantMessage,
+    MessageTrigger,
+    SessionEvent,
+    TurnEnd,
+    TurnStart,
+    TurnUsage,
+)
+from greenroom.protocol.model import Usage
+from greenroom.session.persistence import JsonlPersistence
+from tests.sse_server import Reply, sse
+from tests.test_model_adapters import LIMIT, adapter, sse_server
+from tests.test_model_pool import NOTE
+from tests.wire import ant_block, ant_delta, ant_end, ant_stop_block
+
+
+def ant_reply(block: dict[str, Any], deltas: list[dict[str, Any]], stop: str, usage: Usage) -> Any:
+    """An Anthropic stream of one block whose usage is `usage` (the input as the API splits it)."""
+    start = {
+        "type": "message_start",
+        "message": {
+            "id": "msg_01",
+            "type": "message",
+            "role": "assistant",
+            "content": [],
+            "model": "claude-sonnet-4-5",
+            "usage": {
+                "input_tokens": usage.input_tokens
+                - usage.cache_read_tokens
+                - usage.cache_write_tokens,
+                "cache_read_input_tokens": usage.cache_read_tokens,
+                "cache_creation_input_tokens": usage.cache_write_tokens,
+                "output_tokens": 1,
+            },
+        },
+    }
+    return sse(
+        ("message_start", start),
+        ant_block(0, block),
+        *[ant_delta(0, delta) for delta in deltas],
+        ant_stop_block(0),
+        *ant_end(stop, usage.output_tokens),
+    )
+
+
+def text(usage: Usage) -> Reply:
+    return Reply(
+        pieces=ant_reply(
+            {"type": "text", "text": ""},
+            [{"type": "text_delta", "text": "Done."}],
+            "end_turn",
+            usage,
+        )
+    )
+
+
+def note(usage: Usage) -> Reply:
+    block = {"type": "tool_use", "id": "c1", "name": "note", "input": {}}
+    delta = {"type": "input_json_delta", "partial_json": '{"text": "x"}'}
+    return Reply(pieces=ant_reply(block, [delta], "tool_use", usage))
+
+
+STEP_1 = Usage(input_tokens=1200, output_tokens=30, cache_write_tokens=1100)
+STEP_2 = Usage(input_tokens=1300, output_tokens=12, cache_read_tokens=1100, cache_write_tokens=150)
+TURN_2 = Usage(input_tokens=1400, output_tokens=9, cache_read_tokens=1250, cache_write_tokens=100)
+
+
+def records(events: Any) -> list[TurnUsage]:
+    return [e for e in events if isinstance(e, TurnUsage)]
+
+
+@pytest.mark.real_clock
+async def test_each_turn_sums_its_steps_and_the_session_goes_on_after_a_restart(
+    tmp_path: Path,
+) -> None:
+    replies = [note(STEP_1), text(STEP_2), text(TURN_2), text(TURN_2)]
+    with trio.fail_after(LIMIT):
+        async with sse_server(replies) as server:
+            model = adapter("anthropic", server.url)
+            store = JsonlPersistence(tmp_path)
+            async with open_runtime(model=model, tools=[NOTE], persistence=store) as rt:
+                agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+                first = await agent.send("take a note")
+                second = await agent.send("again")
+            async with open_runtime(model=model, tools=[NOTE], persistence=store) as rt:
+                resumed = (await rt.agents.resume(agent_id="a", session_id="s")).agent
+                await resumed.send("once more")
+    turn_1 = STEP_1 + STEP_2
+    assert turn_1 == Usage(2500, 42, cache_read_tokens=1100, cache_write_tokens=1250)
+    assert [(r.turn, r.usage, r.session) for r in records(resumed.session.events)] == [
+        (1, turn_1, turn_1),
+        (2, TURN_2, turn_1 + TURN_2),
+        (3, TURN_2, turn_1 + TURN_2 + TURN_2),
+    ]
+    # The prompt's answer reports the same sum.
+    assert first.usage == turn_1
+    assert second.usage == TURN_2
+    # The record closes its turn: right before turn/end.
+    events = resumed.session.events
+    for record in records(events):
+        assert isinstance(events[record.seq + 1], TurnEnd)
+
+
+def test_a_turn_without_usage_has_no_record_and_the_total_skips_it() -> None:
+    one = Usage(10, 2, reasoning_tokens=1)
+    events: list[SessionEvent] = [
+        TurnStart(seq=0, turn=1, trigger=MessageTrigger(USER)),
+        AssistantMessage(seq=1, turn=1, step=1, content="a", usage=one),
+        TurnUsage(seq=2, turn=1, usage=one, session=one),
+        TurnEnd(seq=3, turn=1, reason=COMPLETED),
+        TurnStart(seq=4, turn=2, trigger=MessageTrigger(USER)),
+        AssistantMessage(seq=5, turn=2, step=1, content="b"),
+    ]
+    assert turn_usage(events, 4, 2) is None
+    events.append(AssistantMessage(seq=6, turn=2, step=2, content="c", usage=one))
+    record = turn_usage(events, 4, 2)
+    assert record is not None
+    assert (record.usage, record.session) == (one, Usage(20, 4, reasoning_tokens=2))
