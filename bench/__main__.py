@@ -36,6 +36,7 @@ SCENARIOS = (
     "scale",
     "caps",
     "tracing",
+    "files",
     "compaction",
 )
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"

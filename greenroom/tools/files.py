@@ -35,7 +35,16 @@ from greenroom.tools.confine import PathRefused, Roots, open_regular, replace, r
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
-__all__ = ["PathRefused", "ReadCaps", "confined", "file_tools", "files_plugin"]
+__all__ = [
+    "FileTools",
+    "PathRefused",
+    "ReadCaps",
+    "Window",
+    "confined",
+    "file_tools",
+    "files_plugin",
+    "read_window",
+]
 
 T = TypeVar("T")
 
@@ -103,7 +112,7 @@ def _editor(invocation: ToolInvocation) -> EditorFiles | None:
     return invocation.client.files if invocation.client is not None else None
 
 
-class _Window(msgspec.Struct, frozen=True, gc=False):
+class Window(msgspec.Struct, frozen=True, gc=False):
     """What a read shows of a file, and whether the file goes on after it."""
 
     text: bytes
@@ -112,8 +121,28 @@ class _Window(msgspec.Struct, frozen=True, gc=False):
     cut: bool  # its last line is cut by the byte cap
     more: bool
 
+    def render(self, path: str, cap: int) -> str:
+        """The text, then a note of what it left out and how to read on, if anything."""
+        if not self.text:
+            if self.first == 1:
+                return "(empty)"
+            return f"(nothing from line {self.first}: {path} has fewer lines)"
+        text = self.text.decode("utf-8", "replace")
+        last = self.first + self.lines - 1
+        notes = [f"lines {self.first}-{last} of {path}"]
+        if self.cut:
+            notes.append(
+                f"line {last} is longer than {cap:,} bytes and only its first"
+                f" {len(self.text):,} are shown (read_file shows no more of it; bash can)"
+            )
+        if self.more:
+            notes.append(f"more follows: read on with offset={last + 1}")
+        if len(notes) == 1 and self.first == 1:
+            return text
+        return f"{text}{'' if text.endswith(_NEWLINE) else _NEWLINE}[{'; '.join(notes)}]"
 
-def _window(read: Callable[[int], bytes], offset: int, limit: int, cap: int) -> _Window:
+
+def read_window(read: Callable[[int], bytes], offset: int, limit: int, cap: int) -> Window:
     """Lines ``offset .. offset + limit - 1`` of what `read` yields, in at most `cap` bytes.
 
     Whole lines only, unless the first line alone is longer than `cap`: then
@@ -124,45 +153,53 @@ def _window(read: Callable[[int], bytes], offset: int, limit: int, cap: int) -> 
     while line < offset:
         buffer = read(_CHUNK)
         if not buffer:
-            return _Window(b"", offset, 0, False, False)
+            return Window(b"", offset, 0, False, False)
         newlines = buffer.count(b"\n")
         if line + newlines < offset:
             line += newlines
             continue
         buffer = buffer.split(b"\n", offset - line)[-1]
         line = offset
-    data = bytearray(buffer)
-    while len(data) <= cap:
-        chunk = read(_CHUNK)
-        if not chunk:
+    # Whole chunks are only counted (cheap); only the one holding the last line is split.
+    chunks, size, newlines, rest = [], 0, 0, b""
+    chunk = buffer or read(_CHUNK)
+    while chunk:
+        found = chunk.count(b"\n")
+        if newlines + found >= limit:
+            rest = chunk.split(b"\n", limit - newlines)[-1]
+            chunks.append(chunk[: len(chunk) - len(rest)])
+            newlines = limit
             break
-        data += chunk
-    pieces = data.split(b"\n", limit)
-    if len(pieces) > limit:
-        end, lines = len(data) - len(pieces[-1]), limit
-    else:
-        end, lines = len(data), len(pieces) - (not pieces[-1])
-    cut = False
-    if end > cap:
+        chunks.append(chunk)
+        newlines += found
+        size += len(chunk)
+        if size > cap:
+            break
+        chunk = read(_CHUNK)
+    data = b"".join(chunks)
+    del chunks
+    if len(data) > cap:
         end = data.rfind(b"\n", 0, cap) + 1
-        lines = data.count(b"\n", 0, end)
-        if not end:
-            end, lines, cut = cap, 1, True
-            while end > 1 and data[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte
-                end -= 1
-    more = end < len(data) or bool(read(1))
-    return _Window(bytes(data[:end]), offset, lines, cut, more)
+        if end:
+            return Window(data[:end], offset, newlines - data.count(b"\n", end), False, True)
+        end = cap  # one line longer than the cap: its head, whole characters only
+        while end > 1 and data[end] & 0xC0 == 0x80:  # a UTF-8 continuation byte
+            end -= 1
+        return Window(data[:end], offset, 1, True, True)
+    if newlines == limit:
+        return Window(data, offset, limit, False, bool(rest) or bool(read(1)))
+    return Window(data, offset, newlines + (not data.endswith(b"\n") and bool(data)), False, False)
 
 
-def _read_local(roots: Roots, path: str, offset: int, limit: int, cap: int) -> _Window:
+def _read_local(roots: Roots, path: str, offset: int, limit: int, cap: int) -> Window:
     fd, _, _ = open_regular(roots, path)
     try:
-        return _window(lambda n: os.read(fd, n), offset, limit, cap)
+        return read_window(lambda n: os.read(fd, n), offset, limit, cap)
     finally:
         os.close(fd)
 
 
-def _read_text(text: str, offset: int, limit: int, cap: int) -> _Window:
+def _read_text(text: str, offset: int, limit: int, cap: int) -> Window:
     data = text.encode("utf-8", "surrogatepass")
     position = 0
 
@@ -172,28 +209,7 @@ def _read_text(text: str, offset: int, limit: int, cap: int) -> _Window:
         position += len(chunk)
         return chunk
 
-    return _window(read, offset, limit, cap)
-
-
-def _shown(window: _Window, path: str, cap: int) -> str:
-    """The window's text, then a note of what it left out and how to read on, if anything."""
-    if not window.text:
-        if window.first == 1:
-            return "(empty)"
-        return f"(nothing from line {window.first}: {path} has fewer lines)"
-    text = window.text.decode("utf-8", "replace")
-    last = window.first + window.lines - 1
-    notes = [f"lines {window.first}-{last} of {path}"]
-    if window.cut:
-        notes.append(
-            f"line {last} is longer than {cap:,} bytes and only its first"
-            f" {len(window.text):,} are shown (read_file shows no more of it; bash can)"
-        )
-    if window.more:
-        notes.append(f"more follows: read on with offset={last + 1}")
-    if len(notes) == 1 and window.first == 1:
-        return text
-    return f"{text}{'' if text.endswith(_NEWLINE) else _NEWLINE}[{'; '.join(notes)}]"
+    return read_window(read, offset, limit, cap)
 
 
 def _refuse(message: str, code: str) -> ToolOutcome:
@@ -242,7 +258,7 @@ class FileTools:
             return _refuse(f"read_file: {exc}", "path-refused")
         except OSError as exc:
             return _refuse(f"read_file: cannot read {args.path!r}: {exc.strerror}", "os-error")
-        return _shown(window, args.path, cap)
+        return window.render(args.path, cap)
 
     async def write_file(self, args: WriteArgs, call: ToolInvocation) -> str | ToolOutcome:
         try:
