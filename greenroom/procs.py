@@ -132,6 +132,16 @@ def alive(pid: int, start: int | None) -> bool:
     return start is not None and start_time(pid) == start
 
 
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return False  # another user's: it cannot carry our mark and stay ours
+    return True
+
+
 def _pids() -> list[int]:
     try:
         return [int(name) for name in os.listdir(_PROC) if name.isdigit()]
@@ -159,35 +169,23 @@ def _last_pid() -> int | None:
         return None
 
 
-class Victims:
-    """Processes a sweep SIGKILLed: their pidfds, until `wait` has seen them exit."""
-
-    __slots__ = ("_fds",)
-
-    def __init__(self, fds: list[int]) -> None:
-        self._fds = fds
-
-    def __len__(self) -> int:
-        return len(self._fds)
-
-    def wait(self, timeout: float = KILL_WAIT) -> None:
-        """Block until each has exited (at most `timeout` seconds), then close the pidfds."""
-        poller = select.poll()
-        for fd in self._fds:
-            poller.register(fd, select.POLLIN)
-        pending = set(self._fds)
-        deadline = time.monotonic() + timeout
-        try:
-            while pending and (left := deadline - time.monotonic()) > 0:
-                for fd, _ in poller.poll(left * 1000):
-                    poller.unregister(fd)
-                    pending.discard(fd)
-            if pending:
-                logger.warning("%d swept processes had not exited after SIGKILL", len(pending))
-        finally:
-            for fd in self._fds:
-                os.close(fd)
-            self._fds = []
+def _wait_exited(fds: list[int], timeout: float) -> None:
+    """Block until each pidfd's process has exited, at most `timeout` seconds; close them."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, select.POLLIN)
+    pending = set(fds)
+    deadline = time.monotonic() + timeout
+    try:
+        while pending and (left := deadline - time.monotonic()) > 0:
+            for fd, _ in poller.poll(left * 1000):
+                poller.unregister(fd)
+                pending.discard(fd)
+        if pending:
+            logger.warning("%d swept processes had not exited after SIGKILL", len(pending))
+    finally:
+        for fd in fds:
+            os.close(fd)
 
 
 def _kill_marked(candidates: Iterable[int], match: Match, killed: dict[int, int]) -> bool:
@@ -212,28 +210,29 @@ def _kill_marked(candidates: Iterable[int], match: Match, killed: dict[int, int]
     return found
 
 
-def _sweep(candidates: Callable[[], Iterable[int]], match: Match) -> Victims | None:
-    """Kill what matches, looking again while a look finds some (their forks race the kill)."""
+def _sweep(candidates: Callable[[], Iterable[int]], match: Match, wait: float) -> int:
+    """SIGKILL what matches, looking again while a look finds some (their forks race the
+    kill), then wait up to `wait` seconds for them to exit; how many there were.
+
+    Blocking: reading a process's environment waits for its memory map, which
+    a process stuck on a hung file system can hold.
+    """
     killed: dict[int, int] = {}
     for _ in range(_ROUNDS):
         if not _kill_marked((p for p in candidates() if p not in killed), match, killed):
             break
-    return Victims(list(killed.values())) if killed else None
+    _wait_exited(list(killed.values()), wait)
+    return len(killed)
 
 
 def sweep_owner(token: str) -> int:
     """SIGKILL every process carrying a mark of `token`, and wait for them; how many there were.
 
-    For a token whose process is gone (the next holder's sweep, the keeper):
-    blocking, so call it from a thread.
+    For a token whose process is gone (the next holder's sweep, the keeper).
+    Blocking (see `_sweep`): call it from a thread.
     """
     prefix = token.encode() + b"."
-    victims = _sweep(_pids, lambda marks: any(m.startswith(prefix) for m in marks))
-    if victims is None:
-        return 0
-    count = len(victims)
-    victims.wait()
-    return count
+    return _sweep(_pids, lambda marks: any(m.startswith(prefix) for m in marks), KILL_WAIT)
 
 
 class Spawn:
@@ -259,33 +258,60 @@ class Spawn:
         self._born = time.monotonic()
         self._owner.track(pid)
 
-    def end(self) -> Victims | None:
-        """SIGKILL whatever still carries this spawn's mark; call it once the process is reaped.
+    def end(self) -> Sweep | None:
+        """What to sweep for this spawn; call it once its process is reaped. Idempotent.
 
-        Returns what it killed, for the caller to `Victims.wait` for in a
-        thread (a SIGKILLed process exits at once unless it is stuck in the
-        kernel), or None, the common case. Never blocks; idempotent.
+        None, the common case, when no process but this process's own spawns
+        started since (told from the pids handed out since, without reading
+        any process); else the `Sweep` to run in a thread. Never blocks.
         """
         pid = self.pid
         if pid is None:
             return None
         self.pid = None
-        mine = self.mark.encode()
-        full = time.monotonic() - self._born >= FULL_SCAN_AFTER
         owner = self._owner
         owner.untrack(pid)
+        if time.monotonic() - self._born >= FULL_SCAN_AFTER:
+            return Sweep(owner, pid, self.mark, full=True)
+        last = _last_pid()
+        if (
+            last is not None
+            and pid <= last <= pid + _PROBE
+            and not any(_exists(p) for p in range(pid + 1, last + 1) if not owner.spawned(p))
+        ):
+            return None
+        return Sweep(owner, pid, self.mark, full=False)
 
-        def candidates() -> Iterable[int]:
-            last = None if full else _last_pid()
-            if last is None:
-                return _pids()
-            if pid <= last <= pid + _PROBE:  # a few pids since: look at each, not at all
-                return (other for other in range(pid + 1, last + 1) if not owner.spawned(other))
-            # Above the spawn's pid, and below the last one once the pids wrapped.
-            wrapped_to = last if last < pid else 0
-            return (other for other in _pids() if other > pid or other <= wrapped_to)
 
-        return _sweep(candidates, lambda marks: mine in marks)
+class Sweep:
+    """What one spawn's end has to look through: the processes started since it."""
+
+    __slots__ = ("_full", "_mark", "_owner", "_pid")
+
+    def __init__(self, owner: Owner, pid: int, mark: str, full: bool) -> None:
+        self._owner = owner
+        self._pid = pid
+        self._mark = mark.encode()
+        self._full = full
+
+    def run(self, wait: float = KILL_WAIT) -> int:
+        """SIGKILL whatever carries the spawn's mark, and wait up to `wait` seconds for it to
+        exit; how many there were. Blocking: run it in a thread (and abandon it on a cancel,
+        see `_sweep`)."""
+        mine = self._mark
+        return _sweep(self._candidates, lambda marks: mine in marks, wait)
+
+    def _candidates(self) -> Iterable[int]:
+        if self._full:
+            return _pids()
+        pid, last = self._pid, _last_pid()
+        if last is None:
+            return _pids()
+        if pid <= last <= pid + _PROBE:
+            return (other for other in range(pid + 1, last + 1) if not self._owner.spawned(other))
+        # Above the spawn's pid, and below the last one once the pids wrapped.
+        wrapped_to = last if last < pid else 0
+        return (other for other in _pids() if other > pid or other <= wrapped_to)
 
 
 class Owner:

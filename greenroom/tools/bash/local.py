@@ -38,7 +38,7 @@ from typing import Final
 import trio
 
 from greenroom.hooks import Disposers, Listeners
-from greenroom.procs import Spawn, owner
+from greenroom.procs import KILL_WAIT, Spawn, owner
 from greenroom.spill import SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
@@ -59,6 +59,9 @@ logger = logging.getLogger("greenroom.bash")
 
 #: Seconds between SIGTERM and SIGKILL.
 KILL_GRACE: Final = 3.0
+#: Seconds to wait for the sweep of what a command detached: finding it, and its exit once
+#: SIGKILLed (`KILL_WAIT` of those).
+SWEEP_GRACE: Final = KILL_WAIT + 1.0
 #: Seconds to keep reading a command's pipes after it exited (a child it left may hold them).
 DRAIN_GRACE: Final = 1.0
 #: Finished task records kept per owner token (``None`` included) until forgotten.
@@ -228,10 +231,15 @@ class _Command:
         await self._sweep()
 
     async def _sweep(self) -> None:
-        """End what the shell detached from its group (it carries the mark); once reaped."""
-        victims = self.owned.end()
-        if victims is not None:
-            await trio.to_thread.run_sync(victims.wait)
+        """End what the shell detached from its group (it carries the mark); once reaped.
+
+        Bounded by `SWEEP_GRACE`, and abandoned on a cancel: reading a process's
+        environment can hang with it (a hung file system), never the caller.
+        """
+        sweep = self.owned.end()
+        if sweep is not None:
+            with trio.move_on_after(SWEEP_GRACE):
+                await trio.to_thread.run_sync(sweep.run, abandon_on_cancel=True)
 
     @property
     def exit_code(self) -> int | None:

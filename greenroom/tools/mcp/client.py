@@ -438,9 +438,10 @@ async def _stop(process: trio.Process, owned: Spawn) -> None:
         await process.wait()
     if process.returncode is None:
         logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
-    victims = owned.end()
-    if victims is not None:
-        await trio.to_thread.run_sync(victims.wait, _SWEEP)
+    sweep = owned.end()
+    if sweep is not None:  # abandoned past its time: a hung process's environment can hang a read
+        with trio.move_on_after(_SWEEP):
+            await trio.to_thread.run_sync(sweep.run, _SWEEP, abandon_on_cancel=True)
 
 
 def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
