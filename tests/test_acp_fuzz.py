@@ -4,8 +4,8 @@ Each example feeds a few hostile frames (arbitrary bytes, arbitrary JSON,
 nesting up to 100,000 levels, frames over the size limit, valid frames with
 mutated params and ids) to a live connection, then asks it for a real prompt.
 Every frame with a usable id is answered exactly once; the prompt after them
-ends its turn. The suite runs `EXAMPLES` examples; ``pytest -m slow`` runs
-`SLOW_EXAMPLES` more.
+ends its turn. The suite runs `EXAMPLES` examples, in `SHARDS` tests of an equal share
+each (so parallel workers share the fuzz); ``pytest -m slow`` runs `SLOW_EXAMPLES` more.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from greenroom.models import ScriptedModel
 from tests.acp_peer import bridge
 
 EXAMPLES = 2000
+SHARDS = 4
 STILL_HERE = [{"type": "text", "text": "still here"}]
 SLOW_EXAMPLES = 20_000
 
@@ -131,9 +132,12 @@ async def _survives(frames: list[tuple[bytes, str | int | None]]) -> None:
             assert "method" in frame or (("result" in frame) != ("error" in frame))
 
 
-@hypothesis.settings(max_examples=EXAMPLES, deadline=None)
+@pytest.mark.parametrize("shard", range(SHARDS))
+@hypothesis.settings(max_examples=EXAMPLES // SHARDS, deadline=None)
 @hypothesis.given(frames=st.lists(hostile, min_size=1, max_size=4))
-async def test_no_frame_ends_the_connection(frames: list[tuple[bytes, str | int | None]]) -> None:
+async def test_no_frame_ends_the_connection(
+    shard: int, frames: list[tuple[bytes, str | int | None]]
+) -> None:
     await _survives(frames)
 
 
