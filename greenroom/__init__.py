@@ -2,7 +2,7 @@
 
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.life import AgentHandle
-from greenroom.actors.prompt import Answer, Prompt, StopReason, ToolCallRecord
+from greenroom.actors.prompt import Answer, Prompt, PromptEvent, StopReason, ToolCallRecord
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
 from greenroom.runtime import Runtime, open_runtime
@@ -19,6 +19,7 @@ __all__ = [
     "AgentRegistry",
     "Answer",
     "Prompt",
+    "PromptEvent",
     "Runtime",
     "SpawnLimits",
     "SpawnRefused",
