@@ -38,6 +38,7 @@ SCENARIOS = (
     "tracing",
     "files",
     "compaction",
+    "models",
 )
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 _VERSIONS = (
