@@ -12,6 +12,7 @@ import asyncio
 import json
 import os
 import signal
+import sqlite3
 import sys
 import threading
 import time
@@ -32,6 +33,7 @@ from greenroom.models.scripted import Hang
 from greenroom.protocol.events import (
     USER,
     Completed,
+    Errored,
     Interrupted,
     MessageTrigger,
     SessionHeader,
@@ -227,6 +229,41 @@ async def test_runtime_exit_with_a_hung_fsync_pays_the_deadline_once(
         took = time.monotonic() - began
     assert took < 1.5, took  # one deadline (0.5 s), not four
     assert not list(tmp_path.glob("*.lock"))
+
+
+@pytest.mark.real_clock
+async def test_a_commit_blocked_by_another_writer_fails_at_its_deadline(tmp_path: Path) -> None:
+    """SQLite: another process holds the database's write lock; the write-ahead's commit
+    gives up at ``commit_timeout``, the turn ends in error, dispose does not wait, and
+    the session resumes once the lock is gone."""
+    path = tmp_path / "store.sqlite"
+    store = SqlitePersistence(path, commit_timeout=0.5)
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s")
+            other = sqlite3.connect(path, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")  # the write lock, held
+            try:
+                began = time.monotonic()
+                handle.agent.send("hello")
+                await handle.agent.when_idle()
+                turn = time.monotonic() - began
+                began = time.monotonic()
+                await handle.dispose()
+                disposed = time.monotonic() - began
+            finally:
+                other.execute("ROLLBACK")
+                other.close()
+            ends = [e for e in handle.agent.session.events if isinstance(e, TurnEnd)]
+            assert isinstance(ends[-1].reason, Errored)
+            assert "database is locked" in ends[-1].reason.message or (
+                "no answer within 0.5 s" in ends[-1].reason.message
+            ), ends[-1].reason.message
+            assert turn < 3, turn
+            assert disposed < 3, disposed
+            again = await rt.agents.resume(agent_id="a", session_id="s")
+            await again.dispose()
+    store.close()
 
 
 def _header(session_id: str) -> SessionHeader:
