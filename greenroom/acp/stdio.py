@@ -5,8 +5,9 @@ stdout is kept for frames and file descriptor 1 (and ``sys.stdout``) is
 pointed at stderr, so a stray print, a warning or a log line can never
 corrupt the stream. End of input, SIGTERM and SIGHUP all take the same
 teardown (prompts answered ``cancelled`` and background tasks killed at once,
-then agents disposed with their final ``turn/end`` on disk), then the process
-exits 0.
+then every agent disposed at once, each with its final ``turn/end`` on disk),
+then the process exits 0, within the teardown's grace even when the store has
+stopped answering (its operations have deadlines).
 """
 
 from __future__ import annotations
