@@ -673,3 +673,27 @@ async def test_sub_agents_compact_on_their_own_and_task_results_are_never_cut() 
         (compacted, *_) = compactions(child.events)
         assert compacted.cuts
     assert max(model.sizes) <= model.limit
+
+
+async def test_compact_asked_in_a_turns_last_step_runs_when_the_turn_ends() -> None:
+    model = Windowed(100_000, script=[("tool", "look", "{}")])
+
+    async def look(args: NoArgs, invocation: ToolInvocation) -> str:
+        return "looked"
+
+    tool = Tool("look", "look", NoArgs, look)
+    async with open_runtime(model=model, tools=[tool]) as rt:
+        agent = await new_agent(rt)
+        for n in range(5):
+            await agent.run(f"question {n}")
+        prompt = agent.send("last one")
+        while model.answers < 6:  # the answer's step has begun: no step follows it
+            await trio.sleep(0.001)
+        agent.compact()
+        await agent.when_idle()
+        assert prompt.settled
+        events = list(agent.session.events)
+    (compacted,) = compactions(events)
+    starts = [e for e in events if isinstance(e, TurnStart)]
+    assert starts[-1].trigger == CompactionTrigger(USER)
+    assert compacted.turn == starts[-1].turn == 7

@@ -308,9 +308,9 @@ class LoopAgent:
     def compact(self, instructions: str | None = None) -> None:
         """Compact the history (a summary of its older part, docs/semantics.md
         "Compaction"), with `instructions` for the summary if given: before the running
-        turn's next step, or, while idle, as a one-shot ``compaction`` turn of its own
-        (`when_idle` waits for it). A `cancel` withdraws it. Nothing is logged when there
-        is nothing old enough to summarize.
+        turn's next step, or, while idle or when that turn ends without another step, as
+        a one-shot ``compaction`` turn of its own (`when_idle` waits for it). A `cancel`
+        withdraws it. Nothing is logged when there is nothing old enough to summarize.
         """
         if self.status == "disposed":
             raise AgentDisposed(self._id)
@@ -320,8 +320,9 @@ class LoopAgent:
                 f" got {type(instructions).__name__}"
             )
         self._compactor.request(instructions.strip() or None if instructions else None)
-        if self._status != "running":
-            self._inbox.request_flush()  # wakes the task, which runs the one-shot turn
+        # Wakes the task when idle; when a running turn ends before another step, the
+        # task finds it on its way back and runs the one-shot turn then.
+        self._inbox.request_flush()
 
     def cancel(self, reason: str | None = None) -> None:
         """Stop all pending work: the single public stop verb.
@@ -430,7 +431,7 @@ class LoopAgent:
                     continue
                 await self._turn(self._session.last_turn + 1)
                 inbox.requeue_steering()
-                if not inbox.queued:
+                if not inbox.queued and not self._compactor.requested:
                     self._set_status("idle")
         finally:
             self._set_status("disposed")
