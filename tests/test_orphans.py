@@ -16,6 +16,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,12 +28,14 @@ from acp import schema
 
 from greenroom import open_runtime
 from greenroom.models.scripted import ScriptedModel
+from greenroom.procs import owner
 from greenroom.protocol.mcp import McpStdioServer
 from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
+from greenroom.session.persistence.lock import SessionLock
 from greenroom.tools.bash.local import LocalBashExecutor
 from greenroom.tools.bash.seam import BashExecRequest
 from greenroom.tools.bash.tools import bash_plugin
-from tests.test_mcp import SERVERS
+from tests.test_mcp import SERVERS, alive
 
 pytestmark = pytest.mark.real_clock
 
@@ -220,19 +223,26 @@ def test_close_and_sigkill_leave_nothing_a_session_detached(tmp_path: Path) -> N
     asyncio.run(asyncio.wait_for(scenario(), 2 * LIMIT))
 
 
-def _keeper_of(home: Path) -> int:
-    """The keeper of the process holding the one session under `home` (its lock names it)."""
-    (lock,) = [p for p in home.rglob("*.lock") if p.stat().st_size]
-    token = json.loads(lock.read_text())["owner"].encode()
+def keepers(token: str) -> list[int]:
+    """The live keeper processes of the greenroom process whose token is `token`."""
+    found = []
     for name in os.listdir("/proc"):
         if name.isdigit():
             try:
                 cmdline = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
             except OSError:
                 continue
-            if token in cmdline and any(arg.endswith(b"procs.py") for arg in cmdline):
-                return int(name)
-    raise AssertionError(f"no keeper runs for {token!r}")
+            ours = token.encode() in cmdline and any(a.endswith(b"procs.py") for a in cmdline)
+            if ours and alive(int(name)):
+                found.append(int(name))
+    return found
+
+
+def _keeper_of(home: Path) -> int:
+    """The keeper of the process holding the one session under `home` (its lock names it)."""
+    (lock,) = [p for p in home.rglob("*.lock") if p.stat().st_size]
+    (keeper,) = keepers(json.loads(lock.read_text())["owner"])
+    return keeper
 
 
 def _store(backend: str, home: Path) -> tuple[str, Persistence]:
@@ -271,3 +281,47 @@ def test_the_next_holder_ends_what_a_killed_holder_left(tmp_path: Path, backend:
                 await log.close()
 
     trio.run(take_over)
+
+
+async def test_a_killed_keeper_is_started_again(tmp_path: Path) -> None:
+    token = owner().token
+    with trio.fail_after(LIMIT):
+        async with LocalBashExecutor(str(tmp_path)) as executor:
+            spec = executor.resolve(BashExecRequest(command="true"))
+            await executor.run(spec)
+            (first,) = keepers(token)
+            os.kill(first, signal.SIGKILL)
+            while alive(first):
+                await trio.sleep(0.02)
+            await executor.run(spec)
+            (second,) = keepers(token)
+            assert second != first
+
+
+def _left(pid: int, host: str, start: int | None, token: str) -> bytes:
+    return json.dumps({"pid": pid, "host": host, "start": start, "owner": token}).encode()
+
+
+async def test_a_lock_file_sweeps_only_for_a_dead_holder_of_this_host(tmp_path: Path) -> None:
+    me, host = owner(), socket.gethostname()
+    assert me.start is not None
+    marker = _marker()
+    path = tmp_path / "s.lock"
+
+    async def take(record: bytes) -> None:
+        path.write_bytes(record)
+        lock = await trio.to_thread.run_sync(SessionLock.acquire, path, "s")
+        lock.release()
+
+    with trio.fail_after(LIMIT):
+        async with LocalBashExecutor(str(tmp_path)) as executor:
+            command = f"exec -a {marker} sleep 1000"
+            task = await executor.start(executor.resolve(BashExecRequest(command=command)))
+            await until_running(marker, 1)
+            await take(_left(me.pid, host, me.start, me.token))  # its holder still runs
+            await take(_left(me.pid, "elsewhere", me.start + 1, me.token))  # another machine
+            await take(_left(me.pid, host, None, me.token))  # no start time: not checkable
+            assert len(survivors(marker)) == 1
+            await take(_left(me.pid, host, me.start + 1, me.token))  # its pid is someone else's
+            assert survivors(marker) == []
+            assert (await executor.wait(task.id)).signal == "SIGKILL"
