@@ -697,3 +697,20 @@ async def test_compact_asked_in_a_turns_last_step_runs_when_the_turn_ends() -> N
     starts = [e for e in events if isinstance(e, TurnStart)]
     assert starts[-1].trigger == CompactionTrigger(USER)
     assert compacted.turn == starts[-1].turn == 7
+
+
+async def test_compact_of_a_model_without_a_window_summarizes_and_cuts_nothing() -> None:
+    model = Windowed(100_000)
+    del model.context_window
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(6):
+            await agent.run(f"question {n} " + "words " * 100)
+        agent.compact()
+        await agent.when_idle()
+        (compacted,) = compactions(agent.session.events)
+        history = [m.content for m in agent.session.messages()]
+    assert compacted.summary == "summary 1"
+    assert compacted.cuts == []
+    assert compacted.last_turn >= 3
+    assert "question 5 " + "words " * 100 in history  # the newest turn stays verbatim

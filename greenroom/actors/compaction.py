@@ -160,9 +160,19 @@ class Compactor:
             return request
         if overflowed:  # the provider refused `estimate` tokens (as counted here): less fits
             window = min(window, estimate) if window else estimate
+        elif not window:  # asked for, of a model with no window: measure against what is there
+            window = estimate
         keep = self._policy.keep / 2 if overflowed else self._policy.keep
         instructions = self._instructions
-        event = await self._compact(request, model, model_id, turn, step, window, keep, estimate)
+        try:
+            event = await self._compact(
+                request, model, model_id, turn, step, max(window, 1), keep, estimate
+            )
+        except trio.Cancelled:
+            raise
+        except Exception:  # a fault here must not fail every later step: send as it is
+            logger.exception("session %r: the compaction failed", self._session.id)
+            event = None
         self._requested, self._instructions = False, None
         if event is None:
             return request
@@ -170,14 +180,6 @@ class Compactor:
             event = msgspec.structs.replace(event, instructions=instructions)
         self._session.append(event)
         return msgspec.structs.replace(request, messages=self._session.messages())
-
-    async def compact_now(
-        self, request: ModelRequest, model: ModelAdapter, model_id: str, turn: int, step: int
-    ) -> bool:
-        """Run the compaction asked for (a one-shot compaction turn); True if it logged one."""
-        before = self._session.next_seq
-        await self.fit(request, model, model_id, turn, step)
-        return self._session.next_seq > before
 
     async def _compact(
         self,
@@ -196,9 +198,10 @@ class Compactor:
         previous = session.compaction
         start = previous.kept_seq if previous is not None else 0
         budget = int(keep * window * BYTES_PER_TOKEN)
+        verbatim = budget  # what the verbatim part is planned to fit
         if self._requested:  # asked for: summarize at least two thirds of what is there
-            budget = min(budget, _bytes_from(events, start, {}) // 3)
-        kept_seq, kept_bytes = _plan(events, start, budget)
+            verbatim = min(budget, _bytes_from(events, start, {}) // 3)
+        kept_seq, kept_bytes = _plan(events, start, verbatim)
         carried = [c for c in previous.cuts if c.seq >= kept_seq] if previous else []
         cuts, kept_bytes = _fit_kept(events, kept_seq, carried, kept_bytes, budget)
         if kept_seq == start:  # nothing new to summarize: only what is too large is cut
