@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import acp
 import pytest
 import trio
 
@@ -27,6 +28,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import Usage
 from greenroom.session.persistence import JsonlPersistence
+from tests.acp_peer import bridge
 from tests.sse_server import Reply, sse
 from tests.test_model_adapters import LIMIT, adapter, sse_server
 from tests.test_model_pool import NOTE
@@ -135,3 +137,28 @@ def test_a_turn_without_usage_has_no_record_and_the_total_skips_it() -> None:
     record = turn_usage(events, 4, 2)
     assert record is not None
     assert (record.usage, record.session) == (one, Usage(20, 4, reasoning_tokens=2))
+
+
+@pytest.mark.real_clock
+async def test_acp_reports_the_turns_usage_with_its_cache_figures() -> None:
+    with trio.fail_after(LIMIT):
+        async with (
+            sse_server([note(STEP_1), text(STEP_2)]) as server,
+            bridge(None, adapter("anthropic", server.url)) as b,
+        ):
+            b.runtime.tools.register(NOTE)
+            session = await b.peer.new_session()
+            prompt = [{"type": "text", "text": "take a note"}]
+            answer = await b.peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+    result = answer["result"]
+    assert result["usage"] == {
+        "totalTokens": 2542,
+        "inputTokens": 2500,
+        "outputTokens": 42,
+        "cachedReadTokens": 1100,
+        "cachedWriteTokens": 1250,
+    }
+    assert acp.schema.PromptResponse.model_validate(result).usage is not None
+    # The context in use after each step: its whole input (cached included) and its output.
+    used = [u["used"] for u in b.peer.updates(session) if u["sessionUpdate"] == "usage_update"]
+    assert used == [1230, 1312]

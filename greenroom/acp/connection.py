@@ -45,6 +45,7 @@ from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.actors.events import AGENT_STATUS, AGENT_TURN_END
 from greenroom.actors.life import AgentHandle
 from greenroom.actors.types import Agent, SessionClient
+from greenroom.models.usage import usage_of_turn
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -76,6 +77,7 @@ from greenroom.protocol.acp import (
     OutgoingRequest,
     PromptParams,
     PromptResult,
+    PromptUsage,
     RequestId,
     Response,
     SessionInfo,
@@ -113,6 +115,7 @@ from greenroom.protocol.mcp import (
     McpStdioServer,
     check_servers,
 )
+from greenroom.protocol.model import Usage
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
 from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
@@ -707,17 +710,18 @@ class AcpConnection:
         for message_id, pending in list(record.pending.items()):
             if pending.turn == turn:
                 del record.pending[message_id]
-                self._settle(pending, reason)
+                self._settle(pending, reason, usage_of_turn(agent.session.events, turn))
 
     def _present(self, session: Session, event: SessionEvent, *, replay: bool) -> None:
         for update in self.presenter.present(session, event, replay=replay):
             self.send(Notification("session/update", SessionNotificationParams(session.id, update)))
 
-    def _settle(self, pending: _Pending, reason: TurnEndReason) -> None:
+    def _settle(self, pending: _Pending, reason: TurnEndReason, usage: Usage | None) -> None:
         if isinstance(reason, Errored) and not pending.cancelled:
             self.fail(pending.request_id, INTERNAL_ERROR, f"the turn failed: {reason.message}")
             return
-        self.respond(pending.request_id, PromptResult(_stop_reason(reason, pending.cancelled)))
+        result = PromptResult(_stop_reason(reason, pending.cancelled), _prompt_usage(usage))
+        self.respond(pending.request_id, result)
 
     async def _release(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
@@ -844,6 +848,19 @@ def _text(prompt: list[ContentBlock]) -> str:
     if not text.strip():
         raise RpcError(INVALID_PARAMS, "invalid params: prompt has no text")
     return text
+
+
+def _prompt_usage(usage: Usage | None) -> PromptUsage | None:
+    if usage is None:
+        return None
+    return PromptUsage(
+        usage.input_tokens + usage.output_tokens,
+        usage.input_tokens,
+        usage.output_tokens,
+        usage.reasoning_tokens or None,
+        usage.cache_read_tokens or None,
+        usage.cache_write_tokens or None,
+    )
 
 
 def _stop_reason(reason: TurnEndReason, cancelled: bool) -> StopReason:

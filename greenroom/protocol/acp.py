@@ -303,8 +303,21 @@ StopReason: TypeAlias = Literal[
 ]
 
 
-class PromptResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PromptUsage(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+    """A turn's tokens (ACP's unstable ``PromptResponse.usage``); the input counts the cached
+    reads and writes, the output the thought tokens."""
+
+    total_tokens: int
+    input_tokens: int
+    output_tokens: int
+    thought_tokens: int | None = None
+    cached_read_tokens: int | None = None
+    cached_write_tokens: int | None = None
+
+
+class PromptResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
     stop_reason: StopReason
+    usage: PromptUsage | None = None
 
 
 SteeringOutcome: TypeAlias = Literal["injected", "startedNewTurn", "failed"]
