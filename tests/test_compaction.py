@@ -714,3 +714,17 @@ async def test_compact_of_a_model_without_a_window_summarizes_and_cuts_nothing()
     assert compacted.cuts == []
     assert compacted.last_turn >= 3
     assert "question 5 " + "words " * 100 in history  # the newest turn stays verbatim
+
+
+async def test_the_embedder_sees_a_compaction_in_prompt_events() -> None:
+    model = Windowed(100_000)
+    async with open_runtime(model=model) as rt:
+        agent = await new_agent(rt)
+        for n in range(5):
+            await agent.run(f"question {n}")
+        prompt = agent.send("one more")
+        agent.compact()
+        seen = [event async for event in prompt.events()]
+    kinds = [type(event).__name__ for event in seen]
+    assert kinds.index("Compacted") < kinds.index("AssistantChunk")
+    assert kinds[-1] == "TurnEnd"

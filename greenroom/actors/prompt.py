@@ -22,6 +22,7 @@ from greenroom.protocol.events import (
     Aborted,
     AssistantChunk,
     AssistantMessage,
+    Compacted,
     Completed,
     Disposed,
     Errored,
@@ -50,7 +51,9 @@ StopReason: TypeAlias = Literal[
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
 #: its tool calls as they are logged, start and end, its step ends and its end.
-PromptEvent: TypeAlias = AssistantChunk | ToolCall | ToolStart | ToolResult | StepEnd | TurnEnd
+PromptEvent: TypeAlias = (
+    AssistantChunk | ToolCall | ToolStart | ToolResult | Compacted | StepEnd | TurnEnd
+)
 
 #: The tool a turn asked for a structured output offers the model (`greenroom.actors.output`);
 #: its calls are the output's attempts, not tool calls of the answer.
@@ -243,7 +246,7 @@ class PromptEvents:
             if isinstance(event, AssistantChunk):
                 if isinstance(event.chunk, TextDelta | ReasoningDelta):
                     return event
-            elif isinstance(event, ToolCall | ToolStart | ToolResult | StepEnd):
+            elif isinstance(event, ToolCall | ToolStart | ToolResult | Compacted | StepEnd):
                 return event
         return None
 
