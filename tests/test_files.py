@@ -121,6 +121,18 @@ async def test_a_write_replaces_the_file_whole_keeping_its_mode(places: tuple[Pa
     assert stat.S_IMODE((work / "a.txt").stat().st_mode) == 0o640
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a file away needs root")
+async def test_a_write_keeps_the_files_owner(places: tuple[Path, Path]) -> None:
+    work, _ = places
+    (work / "a.txt").write_text("old")
+    os.chown(work / "a.txt", 65534, 65534)
+    outcome = await call("edit_file", work, path="a.txt", old_string="old", new_string="new")
+    assert not outcome.is_error, outcome.content
+    info = (work / "a.txt").stat()
+    assert (info.st_uid, info.st_gid) == (65534, 65534)
+    assert (work / "a.txt").read_text() == "new"
+
+
 async def test_links_are_followed_only_while_they_stay_inside(places: tuple[Path, Path]) -> None:
     work, outside = places
     (work / "sub").mkdir()

@@ -139,29 +139,29 @@ def replace(
     """Replace the file `path` names with ``new(old text)`` (old is None for a new file).
 
     The new text goes to a temporary file in the same directory, which is
-    then renamed over the file, keeping its permission bits; the directory
-    must exist. Returns the old text, the new one and the file's resolved
-    path. Whatever `new` raises propagates, and nothing is written. Raises as
-    `resolve` does.
+    then renamed over the file, keeping its owner (where allowed) and its
+    permission bits; the directory must exist. Returns the old text, the new
+    one and the file's resolved path. Whatever `new` raises propagates, and
+    nothing is written. Raises as `resolve` does.
     """
 
     def write(dir_fd: int, name: str, shown: str) -> tuple[str | None, str, str]:
         try:
             fd, info, _ = _open_read(dir_fd, name, shown)
         except FileNotFoundError:
-            old, mode = None, 0o666
+            old, was = None, None
         else:
             with open(fd, "rb") as file:
                 old = file.read().decode("utf-8", "replace")
-            mode = info.st_mode & 0o777
+            was = info
         text = new(old)
-        _write_over(dir_fd, name, text.encode("utf-8"), mode if old is not None else None)
+        _write_over(dir_fd, name, text.encode("utf-8"), was)
         return old, text, shown
 
     return _walk(roots, path, write)
 
 
-def kind(mode: int) -> str:
+def _kind(mode: int) -> str:
     """What a file of `mode` is, in words ("FIFO (named pipe)", "socket", ...)."""
     return next((name for test, name in _KINDS if test(mode)), "special file")
 
@@ -191,7 +191,7 @@ def _open_read(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_result,
 
 def _check_regular(info: os.stat_result, shown: str) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise PathRefused(f"{shown!r:.200} is a {kind(info.st_mode)}, not a regular file")
+        raise PathRefused(f"{shown!r:.200} is a {_kind(info.st_mode)}, not a regular file")
     if info.st_nlink > 1:
         raise PathRefused(
             f"{shown!r:.200} has {info.st_nlink} hard links; a file with more than one is"
@@ -200,7 +200,8 @@ def _check_regular(info: os.stat_result, shown: str) -> None:
         )
 
 
-def _write_over(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
+def _write_over(dir_fd: int, name: str, data: bytes, was: os.stat_result | None) -> None:
+    """`data` as the file `name` of `dir_fd`, by a rename; owner and mode kept from `was`."""
     temporary = f".greenroom-{secrets.token_hex(8)}.tmp"
     fd = os.open(temporary, _TEMPORARY, 0o666, dir_fd=dir_fd)
     try:
@@ -208,8 +209,12 @@ def _write_over(dir_fd: int, name: str, data: bytes, mode: int | None) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
-            if mode is not None:
-                os.fchmod(fd, mode)
+            if was is not None:
+                if (was.st_uid, was.st_gid) != (os.geteuid(), os.getegid()):
+                    # Only root (or a group member) may; else the file becomes the writer's.
+                    with contextlib.suppress(PermissionError):
+                        os.fchown(fd, was.st_uid, was.st_gid)
+                os.fchmod(fd, was.st_mode & 0o777)
         finally:
             os.close(fd)
         os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)

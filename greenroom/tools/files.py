@@ -93,19 +93,24 @@ def confined(invocation: ToolInvocation, path: str) -> str:
     `PathRefused` naming the path and where it resolved (or what it is), and
     `OSError` when the walk itself fails. Blocking file system work.
     """
-    return resolve(_roots(invocation), path)
+    return resolve(Roots(*_directories(invocation)), path)
 
 
-def _roots(invocation: ToolInvocation) -> Roots:
+def _directories(invocation: ToolInvocation) -> tuple[str, list[str]]:
     header = invocation.agent.session.header if invocation.agent is not None else None
     if header is None or header.cwd is None:
         raise PathRefused("file tools need a session with a working directory (cwd)")
-    return Roots(header.cwd, header.additional_directories)
+    return header.cwd, header.additional_directories
 
 
-async def _in_thread(work: Callable[[], T]) -> T:
-    # A hung file system must not hang the call: a cancel abandons the thread.
-    return await trio.to_thread.run_sync(work, abandon_on_cancel=True)
+async def _in_thread(call: ToolInvocation, work: Callable[[Roots], T]) -> T:
+    """``work(the session's roots)`` in a worker thread, abandoned by a cancel.
+
+    The roots are made there too: resolving them is file system work, and a
+    hung mount must not hang the Trio thread either.
+    """
+    cwd, others = _directories(call)
+    return await trio.to_thread.run_sync(lambda: work(Roots(cwd, others)), abandon_on_cancel=True)
 
 
 def _editor(invocation: ToolInvocation) -> EditorFiles | None:
@@ -244,14 +249,13 @@ class FileTools:
     async def read_file(self, args: ReadArgs, call: ToolInvocation) -> str | ToolOutcome:
         limit, cap = args.limit or self.caps.lines, self.caps.bytes
         try:
-            roots = _roots(call)
             files = _editor(call)
             if files is None:
                 window = await _in_thread(
-                    lambda: _read_local(roots, args.path, args.offset, limit, cap)
+                    call, lambda roots: _read_local(roots, args.path, args.offset, limit, cap)
                 )
             else:
-                path = await _in_thread(lambda: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
                 text = await files.read_text(path, None, None)
                 window = _read_text(text, args.offset, limit, cap)
         except PathRefused as exc:
@@ -262,12 +266,13 @@ class FileTools:
 
     async def write_file(self, args: WriteArgs, call: ToolInvocation) -> str | ToolOutcome:
         try:
-            roots = _roots(call)
             files = _editor(call)
             if files is None:
-                old, _, path = await _in_thread(lambda: replace(roots, args.path, _content(args)))
+                old, _, path = await _in_thread(
+                    call, lambda roots: replace(roots, args.path, _content(args))
+                )
             else:
-                path = await _in_thread(lambda: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
                 try:
                     old = await files.read_text(path, None, None)
                 except Exception:  # a new file: nothing to read (the editor says so its own way)
@@ -290,12 +295,13 @@ class FileTools:
             return _edited(old, args.old_string, args.new_string)
 
         try:
-            roots = _roots(call)
             files = _editor(call)
             if files is None:
-                old, new, path = await _in_thread(lambda: replace(roots, args.path, edit))
+                old, new, path = await _in_thread(
+                    call, lambda roots: replace(roots, args.path, edit)
+                )
             else:
-                path = await _in_thread(lambda: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
                 old = await files.read_text(path, None, None)
                 new = edit(old)
                 await files.write_text(path, new)
