@@ -37,7 +37,7 @@ from greenroom.session.persistence import (
     SessionExists,
     SessionLocked,
 )
-from greenroom.session.persistence.postgres import PostgresPersistence
+from greenroom.session.persistence.postgres import PostgresPersistence, own_parameters
 from tests.acp_process import acp_process
 from tests.agents_helpers import assert_enclosed, turn_ends
 from tests.pg_server import PgServer
@@ -335,3 +335,22 @@ async def test_a_row_held_by_a_silent_node_fails_the_take_over_at_the_lock_timeo
 
 def _header(session_id: str) -> SessionHeader:
     return SessionHeader(id=session_id, created_at=int(time.time() * 1000), cwd="/tmp")
+
+
+def test_the_deadlines_are_read_off_every_form_of_dsn() -> None:
+    assert own_parameters("postgresql:///db?host=/run/pg&password=x") == (
+        "postgresql:///db?host=/run/pg&password=x",  # none of ours: as given, to the byte
+        {},
+    )
+    assert own_parameters("postgresql:///db?host=/run/pg&statement_timeout=2s") == (
+        "postgresql:///db?host=%2Frun%2Fpg",  # no host in the authority: still a URL
+        {"statement_timeout": "2s"},
+    )
+    assert own_parameters("postgresql://u@h:5/db?lock_timeout=1s") == (
+        "postgresql://u@h:5/db",
+        {"lock_timeout": "1s"},
+    )
+    assert own_parameters("host=/run/pg dbname=db statement_timeout='3 s' user=u") == (
+        "host=/run/pg dbname=db user=u",
+        {"statement_timeout": "3 s"},
+    )

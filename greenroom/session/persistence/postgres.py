@@ -669,11 +669,13 @@ def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
     """`dsn` without the parameters greenroom reads itself (libpq refuses them), and those,
     by name. A URL carries them in its query; a ``key=value`` DSN as more of its pairs."""
     if "://" in dsn:
-        parts = urllib.parse.urlsplit(dsn)
-        pairs = urllib.parse.parse_qsl(parts.query, keep_blank_values=True)
+        base, _, query = dsn.partition("?")
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True)
         own = {key: value for key, value in pairs if key in _OWN_PARAMETERS}
+        if not own:
+            return dsn, own  # as given, to the byte
         rest = urllib.parse.urlencode([(k, v) for k, v in pairs if k not in _OWN_PARAMETERS])
-        return urllib.parse.urlunsplit(parts._replace(query=rest)), own
+        return f"{base}?{rest}" if rest else base, own
     own = {}
     for match in _PAIR.finditer(dsn):
         own[match[1]] = match[2].strip("'")
