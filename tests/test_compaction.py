@@ -67,9 +67,13 @@ from tests.agents_helpers import new_agent, turn_ends
 
 def tokens(request: ModelRequest) -> int:
     """A request's size as the test's provider counts it: 4 bytes a token of its system
-    prompt, its tools' JSON and each message's JSON (its framing included)."""
+    prompt, its tools' JSON and each message's texts (a call's name and arguments too),
+    and 6 tokens a message for its role and framing (more than greenroom reckons)."""
     size = len((request.system or "").encode()) + len(msgspec.json.encode(request.tools))
-    size += sum(len(msgspec.json.encode(message)) for message in request.messages)
+    for message in request.messages:
+        size += 24 + len(message.content.encode())
+        for call in getattr(message, "tool_calls", ()):
+            size += len(call.name) + len(call.arguments.encode())
     return -(-size // BYTES_PER_TOKEN)
 
 
@@ -298,6 +302,7 @@ async def test_compact_while_running_applies_before_the_next_step() -> None:
     model = Windowed(100_000, script=[("tool", "look", "{}")])
 
     async def look(args: NoArgs, invocation: ToolInvocation) -> str:
+        assert invocation.agent is not None
         invocation.agent.compact()
         return "looked"
 
@@ -728,3 +733,17 @@ async def test_the_embedder_sees_a_compaction_in_prompt_events() -> None:
     kinds = [type(event).__name__ for event in seen]
     assert kinds.index("Compacted") < kinds.index("AssistantChunk")
     assert kinds[-1] == "TurnEnd"
+
+
+async def test_compact_refuses_instructions_that_are_not_text_and_a_disposed_agent() -> None:
+    from greenroom.actors.types import AgentDisposed
+
+    async with open_runtime(model=Windowed(100_000)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        with pytest.raises(TypeError, match="compaction instructions must be text"):
+            handle.agent.compact(5)  # type: ignore[arg-type]
+        await handle.agent.when_idle()
+        assert not compactions(handle.agent.session.events)
+        await handle.dispose()
+        with pytest.raises(AgentDisposed):
+            handle.agent.compact()
