@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from greenroom.actors.types import Agent
 from greenroom.hooks import EmitHook, WaterfallHook
-from greenroom.protocol.events import AssistantMessage, StatusName, TurnEndReason
+from greenroom.protocol.events import AssistantMessage, StatusName, ToolProgress, TurnEndReason
 from greenroom.protocol.model import ModelRequest, StreamChunk
 
 AGENT_CREATED: EmitHook[[Agent]] = EmitHook("agent/created")
@@ -22,6 +22,8 @@ AGENT_TURN_END: EmitHook[[Agent, int, TurnEndReason]] = EmitHook("agent/turn-end
 AGENT_STEP_START: EmitHook[[Agent, int, int]] = EmitHook("agent/step-start")
 AGENT_STEP_END: EmitHook[[Agent, int, int]] = EmitHook("agent/step-end")
 AGENT_STREAM_CHUNK: EmitHook[[Agent, int, int, StreamChunk]] = EmitHook("agent/stream-chunk")
+#: a running call's output so far (`Session.show_progress`: transient, never logged)
+AGENT_TOOL_PROGRESS: EmitHook[[Agent, ToolProgress]] = EmitHook("agent/tool-progress")
 #: (agent, turn, steering content)
 AGENT_STEERING: EmitHook[[Agent, int, str]] = EmitHook("agent/steering")
 #: (agent, turn, step, error); turn or step is 0 outside one

@@ -40,6 +40,7 @@ from greenroom.actors.events import (
     AGENT_STEP_RESULT,
     AGENT_STEP_START,
     AGENT_STREAM_CHUNK,
+    AGENT_TOOL_PROGRESS,
     AGENT_TURN_CONTINUATION,
     AGENT_TURN_END,
     AGENT_TURN_START,
@@ -94,6 +95,7 @@ from greenroom.protocol.events import (
     StepStart,
     ToolCall,
     ToolError,
+    ToolProgress,
     ToolResult,
     ToolStart,
     TurnEnd,
@@ -754,6 +756,7 @@ class LoopAgent:
 
     def _settle_rest(
         self,
+                partial(self._show_progress, turn, step, call.call_id),
         turn: int,
         step: int,
         calls: list[ToolCallChunk],
@@ -795,6 +798,11 @@ class LoopAgent:
                 step=step,
                 call_id=call.call_id,
                 content=outcome.content,
+    def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
+        progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
+        self._session.show_progress(progress)
+        self._hooks.emit(AGENT_TOOL_PROGRESS, self, progress)
+
                 is_error=outcome.is_error,
                 error=outcome.error,
                 diffs=outcome.diffs,

@@ -31,6 +31,7 @@ from greenroom.protocol.events import (
     Refused,
     StepEnd,
     ToolCall,
+    ToolProgress,
     ToolResult,
     ToolStart,
     TurnEnd,
@@ -50,9 +51,17 @@ StopReason: TypeAlias = Literal[
 ]
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
-#: its tool calls as they are logged, start and end, its step ends and its end.
+#: its tool calls as they are logged, start and end, its step ends and its end; and, between
+#: a call's start and end, what it has shown so far (`ToolProgress`, never logged).
 PromptEvent: TypeAlias = (
-    AssistantChunk | ToolCall | ToolStart | ToolResult | Compacted | StepEnd | TurnEnd
+    AssistantChunk
+    | ToolCall
+    | ToolStart
+    | ToolProgress
+    | ToolResult
+    | Compacted
+    | StepEnd
+    | TurnEnd
 )
 
 #: The tool a turn asked for a structured output offers the model (`greenroom.actors.output`);
@@ -194,20 +203,28 @@ class Prompt(Generic[T]):
         turn that ended before the call yields nothing, and so does a prompt
         no turn takes (the iterator ends when it is settled). A cancelled
         reader loses nothing: the next ``__anext__`` goes on from its position.
+
+        A running call's progress is yielded once the reader has read the log up
+        to its end: the call's latest notice not yet yielded, so a slow reader
+        sees fewer, later ones (each stands for the earlier), never one after the
+        call's ``tool/result``, and none published before the call.
         """
         session = self._session
-        return PromptEvents(self, session.next_seq, session.open_turn)
+        live = session.live
+        seen = live.version if live is not None else 0
+        return PromptEvents(self, session.next_seq, session.open_turn, seen)
 
 
 class PromptEvents:
     """The iterator `Prompt.events` returns: a position in the log and the turn it is in."""
 
-    __slots__ = ("_current", "_finished", "_position", "_prompt")
+    __slots__ = ("_current", "_finished", "_position", "_prompt", "_seen")
 
-    def __init__(self, prompt: Prompt[Any], position: int, current: int | None) -> None:
+    def __init__(self, prompt: Prompt[Any], position: int, current: int | None, seen: int) -> None:
         self._prompt = prompt
         self._position = position
         self._current = current  # the turn the log has open at the position
+        self._seen = seen  # the version of the latest progress notice yielded (`LiveCalls`)
         self._finished = False
 
     def __aiter__(self) -> PromptEvents:
@@ -220,6 +237,8 @@ class PromptEvents:
             turn = prompt._turn
             if turn is not None:  # until a turn takes it, what it will be is unknown
                 event = self._next_of(session, turn)
+                if event is None and self._current == turn:
+                    event = self._progress_of(session)
                 if event is not None:
                     await trio.lowlevel.checkpoint()
                     return event
@@ -249,6 +268,15 @@ class PromptEvents:
             elif isinstance(event, ToolCall | ToolStart | ToolResult | Compacted | StepEnd):
                 return event
         return None
+
+    def _progress_of(self, session: Session) -> ToolProgress | None:
+        """The next progress notice of the session's running calls not yet yielded."""
+        live = session.live
+        entry = live.after(self._seen) if live is not None else None
+        if entry is None:
+            return None
+        self._seen, progress = entry
+        return progress
 
 
 def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:

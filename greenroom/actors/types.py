@@ -201,7 +201,11 @@ class ToolInvocation:
     it whatever the tool is awaiting. ``agent`` is None for a call made
     outside any agent; ``client`` is its session's front end, if any;
     ``on_start`` is called once the call is allowed, just before it runs;
-    ``spawn`` starts a child of the calling agent (None outside an agent).
+    ``spawn`` starts a child of the calling agent (None outside an agent);
+    ``progress(output, total)`` shows what the running call has written so far (the
+    tail of its output, at most `PROGRESS_BYTES`, and how many bytes in all) to the
+    session's live readers: never logged, each notice replacing the last (None
+    outside an agent).
     """
 
     call_id: str
@@ -212,6 +216,7 @@ class ToolInvocation:
     client: SessionClient | None = None
     on_start: Callable[[], None] | None = None
     spawn: Spawn | None = None
+    progress: Callable[[str, int], None] | None = None
 
 
 class ToolOutcome(msgspec.Struct, frozen=True):

@@ -289,6 +289,43 @@ class ToolResult(Event, frozen=True, gc=False, tag="tool/result"):
     error: ToolError | None = None
     diffs: list[FileDiff] = []
 
+PlanStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
+PlanPriority: TypeAlias = Literal["high", "medium", "low"]
+
+
+class PlanEntry(msgspec.Struct, frozen=True, gc=False):
+    """One task of an agent's plan, shaped like ACP's ``PlanEntry``."""
+
+    content: str
+    priority: PlanPriority = "medium"
+    status: PlanStatus = "pending"
+
+
+class PlanSet(Event, frozen=True, gc=False, tag="plan/set"):
+    """The agent's plan is now `entries`, whole (the ``todo`` tool's call `call_id`); the
+    last one of a session holds."""
+
+    turn: int
+    call_id: str
+    entries: list[PlanEntry]
+
+
+class ToolProgress(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag="tool/progress"):
+    """What a running call has shown so far: `output` the last `PROGRESS_BYTES` of it at
+    most (UTF-8), `total` the bytes it wrote. A transient notice, never a log event: the
+    latest one of a call stands for every earlier one, and its ``tool/result`` for all."""
+
+    turn: int
+    step: int
+    call_id: str
+    output: str
+    total: int
+
+
+#: Bytes of a running call's output a `ToolProgress` carries at most (its tail).
+PROGRESS_BYTES: Final = 8192
+
+
 
 class ConfigSet(Event, frozen=True, gc=False, tag="config/set"):
     """A setting of the session changed (``mode``, ``model``); the last one of a key holds."""
@@ -319,6 +356,7 @@ SessionEvent: TypeAlias = (
     | Compacted
     | ToolCall
     | ToolStart
+    | PlanSet
     | ToolResult
     | ConfigSet
     | PermissionRule

@@ -399,11 +399,16 @@ MESSAGE_FRAMING: Final = 16
 def message_size(message: Message) -> int:
     """UTF-8 bytes of `message`'s text (a tool call's name and arguments included), and
     `MESSAGE_FRAMING`."""
-    size = MESSAGE_FRAMING + len(message.content.encode())
+    size = MESSAGE_FRAMING + _utf8(message.content)
     if type(message) is AssistantTurn:
         for call in message.tool_calls:
-            size += len(call.name) + len(call.arguments.encode())
+            size += len(call.name) + _utf8(call.arguments)
     return size
+
+
+def _utf8(text: str) -> int:
+    """UTF-8 bytes of `text`, without encoding it when it is ASCII (most text is)."""
+    return len(text) if text.isascii() else len(text.encode())
 
 
 def _context_of(events: Sequence[SessionEvent]) -> list[Message]:

@@ -39,16 +39,19 @@ import trio
 
 from greenroom.hooks import Disposers, Listeners
 from greenroom.procs import KILL_WAIT, Spawn, owner
+from greenroom.protocol.events import PROGRESS_BYTES
 from greenroom.spill import SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
+    PROGRESS_INTERVAL,
     TAIL_BYTES,
     BashExecRequest,
     BashExecSpec,
     BashOutput,
     BashRunResult,
     BashTask,
+    OutputProgress,
     StreamOutput,
     TaskDoneListener,
     TaskStatus,
@@ -142,6 +145,43 @@ class _Capture:
         return self.tail[start:].decode("utf-8", "replace"), lossy
 
 
+class _LiveTail:
+    """Both streams' last `PROGRESS_BYTES`, as they arrived, for a running command's progress."""
+
+    __slots__ = ("reported", "tail", "total")
+
+    def __init__(self) -> None:
+        self.tail = bytearray()
+        self.total = 0
+        self.reported = 0  # `total` at the last notice
+
+    def feed(self, data: bytes | bytearray) -> None:
+        self.total += len(data)
+        if len(data) >= PROGRESS_BYTES:
+            self.tail[:] = data[-PROGRESS_BYTES:]
+            return
+        self.tail += data
+        if len(self.tail) > PROGRESS_BYTES:
+            del self.tail[: len(self.tail) - PROGRESS_BYTES]
+
+    def text(self) -> str:
+        tail = self.tail
+        start = 0
+        while start < len(tail) and start < 3 and tail[start] & 0xC0 == 0x80:
+            start += 1  # a character the cut split: not shown as a replacement mark
+        return tail[start:].decode("utf-8", "replace")
+
+
+async def _report(live: _LiveTail, progress: OutputProgress) -> None:
+    """Tell `progress` the new output, at most every `PROGRESS_INTERVAL` seconds. A tick is
+    what paces it, so a command that writes in bursts costs a notice per tick at most."""
+    while True:
+        await trio.sleep(PROGRESS_INTERVAL)
+        if live.total != live.reported:
+            live.reported = live.total
+            progress(live.text(), live.total)
+
+
 def _write_all(fd: int, data: bytes | bytearray) -> None:
     if fd < 0:
         return
@@ -176,11 +216,14 @@ class _Command:
         owned.started(process.pid)
         return cls(process, owned, spills)
 
-    async def finish(self, kill_after: float = math.inf) -> bool:
+    async def finish(
+        self, kill_after: float = math.inf, progress: OutputProgress | None = None
+    ) -> bool:
         """Pump both pipes until the process exits and they drain; True if it timed out.
 
         Past `kill_after` the group is terminated; on a cancel of the caller it is
-        terminated and reaped (shielded) before the cancel propagates.
+        terminated and reaped (shielded) before the cancel propagates. With
+        `progress`, the output so far is told as `BashExecutor.run` says.
         """
         assert self.process.stdout is not None
         assert self.process.stderr is not None
@@ -188,8 +231,12 @@ class _Command:
         try:
             async with trio.open_nursery() as nursery:
                 drained = [trio.Event(), trio.Event()]
-                nursery.start_soon(_pump, self.process.stdout, self.stdout, drained[0])
-                nursery.start_soon(_pump, self.process.stderr, self.stderr, drained[1])
+                live = None
+                if progress is not None:
+                    live = _LiveTail()
+                    nursery.start_soon(_report, live, progress)
+                nursery.start_soon(_pump, self.process.stdout, self.stdout, drained[0], live)
+                nursery.start_soon(_pump, self.process.stderr, self.stderr, drained[1], live)
                 try:
                     with trio.move_on_after(kill_after) as waiting:
                         await self.process.wait()
@@ -257,10 +304,17 @@ class _Command:
             return str(-code)
 
 
-async def _pump(stream: trio.abc.ReceiveStream, capture: _Capture, drained: trio.Event) -> None:
+async def _pump(
+    stream: trio.abc.ReceiveStream,
+    capture: _Capture,
+    drained: trio.Event,
+    live: _LiveTail | None,
+) -> None:
     try:
         while chunk := await stream.receive_some(65536):
             capture.feed(chunk)
+            if live is not None:
+                live.feed(chunk)
         drained.set()
     finally:
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
@@ -354,10 +408,13 @@ class LocalBashExecutor:
             owner=request.owner,
         )
 
-    async def run(self, spec: BashExecSpec) -> BashRunResult:
-        """Run in the foreground. A cancel of the caller kills the group, reaps, then propagates."""
+    async def run(
+        self, spec: BashExecSpec, progress: OutputProgress | None = None
+    ) -> BashRunResult:
+        """Run in the foreground, telling `progress` the output so far (see the seam). A
+        cancel of the caller kills the group, reaps, then propagates."""
         command = await _Command.spawn(spec, self._spills)
-        timed_out = await command.finish(spec.timeout_ms / 1000)
+        timed_out = await command.finish(spec.timeout_ms / 1000, progress)
         return BashRunResult(
             exit_code=command.exit_code,
             signal=command.signal_name,

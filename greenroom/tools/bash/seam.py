@@ -80,6 +80,13 @@ class BashOutput(msgspec.Struct, frozen=True, kw_only=True):
 
 TaskDoneListener = Callable[[BashTask], object]
 
+#: Seconds between two progress notices of one running command, at least.
+PROGRESS_INTERVAL: Final = 0.1
+
+#: What `BashExecutor.run` tells while a command runs: ``(output, total)``, the last
+#: `PROGRESS_BYTES` of its stdout and stderr as they arrived, and the bytes of both so far.
+OutputProgress = Callable[[str, int], None]
+
 
 class UnknownTask(KeyError):
     def __init__(self, task_id: str) -> None:
@@ -100,7 +107,13 @@ class BashExecutor(Protocol):
 
     def resolve(self, request: BashExecRequest) -> BashExecSpec: ...
 
-    async def run(self, spec: BashExecSpec) -> BashRunResult: ...
+    async def run(
+        self, spec: BashExecSpec, progress: OutputProgress | None = None
+    ) -> BashRunResult:
+        """Run `spec` in the caller's task. With `progress`, call it with the output so far
+        at most every `PROGRESS_INTERVAL` seconds while the command runs, and only when
+        there is new output; never after `run` returns. It must not block or raise."""
+        ...
 
     async def start(self, spec: BashExecSpec) -> BashTask: ...
 

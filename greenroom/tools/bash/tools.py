@@ -163,7 +163,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         if args.run_in_background:
             task = await executor.start(spec)
             return f"started background task {task.id}"
-        return render_result(await executor.run(spec))
+        return render_result(await executor.run(spec, call.progress))
 
     def _reachable(task_id: str, call: ToolInvocation) -> ToolOutcome | None:
         """An error outcome when the caller may not reach `task_id`, else None."""
