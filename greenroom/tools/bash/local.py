@@ -12,8 +12,12 @@
   the whole stream also goes to a private spill file (directory 0700, file
   0600, created exclusively), so memory stays bounded whatever a command
   writes and nothing is lost.
-* When the shell exits, whatever it left in its group is SIGKILLed at once:
-  a command's background children do not outlive it.
+* Each command is a `greenroom.procs.Spawn`: its environment carries its
+  mark (``GREENROOM_OWNER``). When the shell exits, whatever it left in its
+  group is SIGKILLed at once, and then whatever still carries its mark
+  (detached by ``setsid`` or a double fork), found and waited for in a
+  thread within `SWEEP_GRACE`: a command's background children do not
+  outlive it. Should greenroom die, its keeper ends them (see `greenroom.procs`).
 * Background tasks run in the executor's nursery. A finished task's record
   (its tails, its spill files) is kept until `forget`, and at most
   `FINISHED_KEPT` per owner token: the oldest goes first. Closing the executor
