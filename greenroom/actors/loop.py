@@ -749,6 +749,7 @@ class LoopAgent:
                 self._client,
                 partial(self._log_start, turn, step, call.call_id),
                 self._life.spawn,
+                partial(self._show_progress, turn, step, call.call_id),
             )
         )
         self._log_result(turn, step, call, outcome)
@@ -756,7 +757,6 @@ class LoopAgent:
 
     def _settle_rest(
         self,
-                partial(self._show_progress, turn, step, call.call_id),
         turn: int,
         step: int,
         calls: list[ToolCallChunk],
@@ -791,6 +791,11 @@ class LoopAgent:
     def _log_start(self, turn: int, step: int, call_id: str) -> None:
         self._session.append(ToolStart(turn=turn, step=step, call_id=call_id))
 
+    def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
+        progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
+        self._session.show_progress(progress)
+        self._hooks.emit(AGENT_TOOL_PROGRESS, self, progress)
+
     def _log_result(self, turn: int, step: int, call: ToolCallChunk, outcome: ToolOutcome) -> None:
         self._session.append(
             ToolResult(
@@ -798,11 +803,6 @@ class LoopAgent:
                 step=step,
                 call_id=call.call_id,
                 content=outcome.content,
-    def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
-        progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
-        self._session.show_progress(progress)
-        self._hooks.emit(AGENT_TOOL_PROGRESS, self, progress)
-
                 is_error=outcome.is_error,
                 error=outcome.error,
                 diffs=outcome.diffs,

@@ -26,6 +26,7 @@ from greenroom.protocol.events import (
     StepEnd,
     StepStart,
     ToolCall,
+    ToolProgress,
     ToolResult,
     ToolStart,
     TurnEnd,
@@ -33,6 +34,7 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.protocol.model import AssistantTurn, Message, ToolTurn, UserTurn
+from greenroom.session.live import LiveCalls
 from greenroom.spill import cut
 
 E = TypeVar("E", bound=SessionEvent)
@@ -138,6 +140,7 @@ class Session:
         "compaction",
         "config",
         "header",
+        "live",
         "on_append",
         "parent",
         "permissions",
@@ -175,6 +178,8 @@ class Session:
         self._last_turn = 0
         self._open_turn: int | None = None
         self._readers: trio.lowlevel.ParkingLot | None = None  # made by the first reader
+        #: The running calls' progress (`show_progress`), made by the first notice.
+        self.live: LiveCalls | None = None
         for index, event in enumerate(seed):
             if event.seq != index:
                 raise ValueError(
@@ -217,6 +222,9 @@ class Session:
         sink = self._sink
         if sink is not None:
             sink.append(event)
+        live = self.live
+        if live is not None and isinstance(event, ToolResult):
+            live.end(event.call_id)  # its result stands for every notice it showed
         on_append = self.on_append
         if on_append is not None:
             on_append(self, event)
@@ -245,6 +253,15 @@ class Session:
         waits for changed (a prompt of the session was settled)."""
         if self._readers is not None:
             self._readers.unpark_all()
+
+    def show_progress(self, progress: ToolProgress) -> None:
+        """Keep `progress` as its running call's latest notice (never logged: see
+        `LiveCalls`) and wake the readers. Until that call's ``tool/result``."""
+        live = self.live
+        if live is None:
+            live = self.live = LiveCalls()
+        live.publish(progress)
+        self.wake_readers()
 
     @property
     def persistent(self) -> bool:
