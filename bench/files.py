@@ -1,9 +1,9 @@
 """File tools: ``read_file`` of a 1 MB file with the safe open, against plain opens.
 
-The file is 1 MiB of source-like lines (about 45 bytes each, so the
-2,000-line cap binds at about 90 KB) in a subdirectory of the session's root;
-the page cache holds it. Per read, in microseconds, each variant run K times
-in a row, the variants alternating inside each repeat:
+The file is 1 MiB of source-like lines (about 33 bytes each, so the
+2,000-line cap binds at about 66 KB) in a subdirectory of the session's root;
+the page cache holds it. Per read, in microseconds: the median of K reads,
+the variants compared taking turns read by read:
 
 * ours: what ``read_file`` runs in its worker thread: `Roots` of the session's
   directory, `confine.open_regular` (the walk from the root's descriptor,
@@ -25,6 +25,7 @@ from __future__ import annotations
 import gc
 import os
 import random
+import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -71,12 +72,18 @@ def _plain_capped(path: Path, caps: ReadCaps) -> str:
         return read_window(file.read, 1, caps.lines, caps.bytes).render(_PATH, caps.bytes)
 
 
-def _timed(k: int, work: Callable[[], object]) -> float:
+def _interleaved(k: int, *variants: Callable[[], object]) -> list[float]:
+    """Microseconds per call of each variant: the median of K calls, the variants taking
+    turns call by call (a median, not a mean: one preempted call on a shared machine
+    must not decide a repeat)."""
     gc.collect()
-    t0 = time.perf_counter()
+    spent: list[list[float]] = [[] for _ in variants]
     for _ in range(k):
-        work()
-    return (time.perf_counter() - t0) / k * 1e6
+        for times, work in zip(spent, variants, strict=True):
+            t0 = time.perf_counter()
+            work()
+            times.append(time.perf_counter() - t0)
+    return [statistics.median(times) * 1e6 for times in spent]
 
 
 class _Header:
@@ -98,19 +105,24 @@ class _Caller:
 
 
 async def _calls(root: str, path: Path, caps: ReadCaps, k: int) -> tuple[float, float]:
-    """Microseconds per ``read_file`` tool call, and per thread hop of the plain capped read."""
+    """Median microseconds per ``read_file`` tool call, and per thread hop of the plain
+    capped read."""
     (tool,) = [t for t in file_tools(caps) if t.name == "read_file"]
     invocation = ToolInvocation("c", "read_file", "{}", cast(Agent, _Caller(root)))
     args = ReadArgs(path=_PATH)
+    await trio.to_thread.run_sync(_plain_capped, path, caps)  # the thread cache warmed
     gc.collect()
-    t0 = time.perf_counter()
-    for _ in range(k):
+    ours: list[float] = []
+    plain: list[float] = []
+    for _ in range(k):  # interleaved, so that both meet the same machine
+        t0 = time.perf_counter()
         await tool.run(args, invocation)
-    t1 = time.perf_counter()
-    for _ in range(k):
+        t1 = time.perf_counter()
         await trio.to_thread.run_sync(_plain_capped, path, caps)
-    t2 = time.perf_counter()
-    return (t1 - t0) / k * 1e6, (t2 - t1) / k * 1e6
+        t2 = time.perf_counter()
+        ours.append(t1 - t0)
+        plain.append(t2 - t1)
+    return statistics.median(ours) * 1e6, statistics.median(plain) * 1e6
 
 
 def run(repeats: int, quick: bool) -> list[Row]:
@@ -132,9 +144,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 return file.read(shown).decode("utf-8", "replace")
 
         for _ in range(repeats):
-            ours.append(_timed(k, lambda: _ours(tmp, caps)))
-            plain.append(_timed(k, lambda: _plain_capped(path, caps)))
-            bare.append(_timed(k, bare_read))
+            times = _interleaved(k, lambda: _ours(tmp, caps), lambda: _plain_capped(path, caps))
+            ours.append(times[0])
+            plain.append(times[1])
+            bare.append(_interleaved(k, bare_read)[0])
             tool, threaded = trio.run(_calls, tmp, path, caps, k)
             call.append(tool)
             hop.append(threaded)

@@ -170,6 +170,19 @@ async def test_a_sibling_root_is_reached_by_dotdot_and_links_but_nothing_between
     assert (await call("read_file", work, path="../shared/s.txt")).is_error  # not a root now
 
 
+async def test_a_root_given_through_a_link_is_named_either_way(
+    places: tuple[Path, Path], tmp_path: Path
+) -> None:
+    work, _ = places
+    (work / "a.txt").write_text("here")
+    (tmp_path / "via").symlink_to(work)
+    via = tmp_path / "via"
+    for path in ("a.txt", str(via / "a.txt"), str(work / "a.txt")):
+        assert (await call("read_file", via, path=path)).content == "here", path
+    written = await call("write_file", via, path=str(via / "b.txt"), content="b")
+    assert [d.path for d in written.diffs] == [str(work / "b.txt")]  # where it really is
+
+
 async def test_a_link_loop_and_a_missing_directory_are_errors_naming_the_path(
     places: tuple[Path, Path],
 ) -> None:

@@ -66,36 +66,47 @@ class PathRefused(Exception):
 class Roots:
     """The directories a session's file tools may touch: its cwd first, then the others.
 
-    Each is taken through its real path (symlinks of the root's own path
-    resolved when the roots are made); a path names its root by prefix, as
-    given or as resolved.
+    A path names its root by prefix, as the root was given or as it resolves
+    (its own symlinks followed; worked out only when a path needs it). The
+    root's own path is trusted: it is opened following its links.
     """
 
-    __slots__ = ("_given", "cwd", "real")
+    __slots__ = ("_given", "_real")
 
     def __init__(self, cwd: str, others: Sequence[str] = ()) -> None:
-        given = (cwd, *others)
-        self.real = tuple(os.path.realpath(d) for d in given)
-        self.cwd = self.real[0]
-        self._given = tuple(
-            (parts, real)
-            for path, real in zip(given, self.real, strict=True)
-            for parts in {tuple(_parts(os.path.abspath(path))), tuple(_parts(real))}
-        )
+        self._given = tuple(os.path.abspath(d) for d in (cwd, *others))
+        self._real: tuple[str, ...] | None = None
 
-    def locate(self, parts: Sequence[str]) -> tuple[str, list[str]] | None:
+    @property
+    def real(self) -> tuple[str, ...]:
+        """Each root's real path."""
+        if self._real is None:
+            self._real = tuple(os.path.realpath(d) for d in self._given)
+        return self._real
+
+    def open(self, index: int) -> tuple[int, str]:
+        """A descriptor of root `index` (0 is the cwd), and the real path of what was opened."""
+        fd = os.open(self._given[index], _ROOT)
+        try:
+            return fd, os.readlink(f"/proc/self/fd/{fd}")  # Linux: one call, not realpath's walk
+        except OSError:
+            return fd, self.real[index]
+
+    def locate(self, parts: Sequence[str]) -> tuple[int, list[str]] | None:
         """The root an absolute path (as components) lies under, and the rest of it below.
 
         The longest matching root wins (an additional directory may lie in
         the cwd); None when the path is under none of them.
         """
-        best: tuple[int, str] | None = None
-        for root, real in self._given:
-            if tuple(parts[: len(root)]) == root and (best is None or len(root) > best[0]):
-                best = (len(root), real)
-        if best is None:
-            return None
-        return best[1], list(parts[best[0] :])
+        for paths in (self._given, self.real):
+            best: tuple[int, int] | None = None
+            for index, root in enumerate(paths):
+                prefix = _parts(root)
+                if parts[: len(prefix)] == prefix and (best is None or len(prefix) > best[1]):
+                    best = (index, len(prefix))
+            if best is not None:
+                return best[0], list(parts[best[1] :])
+        return None
 
     def __str__(self) -> str:
         return ", ".join(self.real)
@@ -243,7 +254,7 @@ def _walk(roots: Roots, path: str, last: Callable[[int, str, str], T]) -> T:
         if path.startswith("/"):
             walk.relocate(pending)
         else:
-            walk.enter(roots.cwd)
+            walk.enter(0)
         while True:
             name = walk.down_to_last(pending)
             try:
@@ -274,10 +285,10 @@ class _Walker:
     def shown(self, name: str) -> str:
         return posixpath.join(self._root, *self._names, name)
 
-    def enter(self, root: str) -> None:
+    def enter(self, index: int) -> None:
         self.close()
-        self._fds.append(os.open(root, _ROOT))
-        self._root = root
+        fd, self._root = self._roots.open(index)
+        self._fds.append(fd)
 
     def close(self) -> None:
         while self._fds:
@@ -342,14 +353,14 @@ class _Walker:
         found = self._roots.locate(list(pending))
         if found is None:
             raise PathRefused(_outside(self._path, self._roots))
-        root, rest = found
-        self.enter(root)
+        index, rest = found
+        self.enter(index)
         pending.clear()
         pending.extend(rest)
 
 
 def _outside(path: str, roots: Roots) -> str:
-    where = os.path.realpath(os.path.join(roots.cwd, path))
+    where = os.path.realpath(os.path.join(roots.real[0], path))
     return (
         f"path {path!r:.200} resolves to {where!r:.200}, outside the session's"
         f" directories ({roots})"
