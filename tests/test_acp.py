@@ -144,6 +144,29 @@ async def test_a_queued_prompt_is_answered_by_its_own_turn(tmp_path: Path) -> No
         assert [t for t, _ in turn_ends(log)] == [1, 2]
 
 
+async def test_a_prompts_answer_comes_before_the_next_turns_updates(tmp_path: Path) -> None:
+    # Each prompt is queued while the one before runs, so the agent starts the
+    # next turn the moment the last one settles: its updates still wait for that
+    # answer (a client reads them as the answer's otherwise).
+    rounds = 12
+    model = ScriptedModel([[Say(f"turn-{i} "), Wait(1)] for i in range(rounds)], delay=0)
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session()
+        requests = []
+        for i in range(rounds):
+            params = {"sessionId": session, "prompt": [{"type": "text", "text": f"p{i}"}]}
+            requests.append(await b.peer.request("session/prompt", params))
+            await b.peer.wait_for(lambda f, i=i: f"turn-{i} " in json.dumps(f))
+        answers = [await b.peer.response(request) for request in requests]
+        assert all(a["result"]["stopReason"] == "end_turn" for a in answers)
+        for i in range(1, rounds):
+            first_update = next(
+                n for n, f in enumerate(b.peer.frames) if f"turn-{i} " in json.dumps(f)
+            )
+            assert b.peer.index_of(answers[i - 1]) < first_update
+        validate(b.peer)
+
+
 async def test_a_refusal_is_answered_refusal(tmp_path: Path) -> None:
     async with bridge(tmp_path, ScriptedModel([[Say("I can"), End("refusal")]])) as b:
         session = await b.peer.new_session()

@@ -122,7 +122,7 @@ async def test_acp_forgets_a_task_calls_child_that_ended_without_a_turn(tmp_path
         assert child.status == "disposed"
         assert ends(child.session) == []
         (connection,) = _connections(b.runtime)
-        assert connection._subagents == {}
+        assert not connection.subagents
 
 
 async def test_spawn_refuses_tools_given_as_one_string() -> None:

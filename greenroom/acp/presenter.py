@@ -62,7 +62,7 @@ from greenroom.protocol.events import (
     ToolStart,
     UserMessage,
 )
-from greenroom.protocol.model import ReasoningDelta, TextDelta
+from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
 from greenroom.session import Session
 from greenroom.spill import cut
 
@@ -109,6 +109,13 @@ class Presenter:
                 "model",
                 self._model(session),
                 [ConfigChoice(model, model) for model in self._models],
+            ),
+            ConfigOption(
+                "thought_level",
+                "Thinking",
+                "thought_level",
+                session.config.get("thought_level", "off"),
+                [ConfigChoice(level, level.capitalize()) for level in THOUGHT_LEVELS],
             ),
         ]
 
@@ -183,7 +190,7 @@ class Presenter:
             case ConfigSet(key="mode", value=value):
                 yield CurrentModeUpdate(value)
                 yield ConfigOptionUpdate(self.config_options(session))
-            case ConfigSet(key="model"):
+            case ConfigSet(key="model" | "thought_level"):
                 yield ConfigOptionUpdate(self.config_options(session))
 
     def _model(self, session: Session) -> str:

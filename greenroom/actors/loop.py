@@ -104,12 +104,14 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.protocol.model import (
+    THOUGHT_LEVELS,
     Finish,
     FinishReason,
     ModelRequest,
     ReasoningDelta,
     Retry,
     TextDelta,
+    Thought,
     ToolCallChunk,
     Usage,
 )
@@ -355,16 +357,19 @@ class LoopAgent:
             self._turn_scope.cancel(reason=reason)
 
     def configure(self, key: str, value: str) -> None:
-        """Change a setting of the session: ``mode`` (one of `MODES`) or ``model`` (an id
-        of the runtime's models). It is logged (``config/set``): into the turn the log
-        has open, else as a one-shot ``config`` turn of its own; a new model answers from
-        the next step on. Raises `ValueError` naming an unknown key or value.
+        """Change a setting of the session: ``mode`` (one of `MODES`), ``model`` (an id
+        of the runtime's models) or ``thought_level`` (one of `THOUGHT_LEVELS`: how hard
+        the model thinks). It is logged (``config/set``): into the turn the log has open,
+        else as a one-shot ``config`` turn of its own; a new model or thought level answers
+        from the next step on. Raises `ValueError` naming an unknown key or value.
         """
         if self.status == "disposed":
             raise AgentDisposed(self._id)
-        known = MODES if key == "mode" else self._models if key == "model" else None
+        known = {"mode": MODES, "model": self._models, "thought_level": THOUGHT_LEVELS}.get(key)
         if known is None:
-            raise ValueError(f"agent {self._id!r}: unknown setting {key!r} (known: mode, model)")
+            raise ValueError(
+                f"agent {self._id!r}: unknown setting {key!r} (known: mode, model, thought_level)"
+            )
         if value not in known:
             raise ValueError(
                 f"agent {self._id!r}: unknown {key} {value!r} (known: {', '.join(known)})"
@@ -649,6 +654,7 @@ class LoopAgent:
             reasoning="".join(reply.reasoning),
             tool_calls=[] if cut else reply.calls,
             usage=reply.usage,
+            thoughts=reply.thoughts,
         )
         if self._hooks.has(AGENT_STEP_RESULT):
             message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
@@ -674,6 +680,7 @@ class LoopAgent:
             system=self._options.system_prompt,
             tools=tools.schemas(),
             output=tools.output if isinstance(tools, OutputTools) else None,
+            thought_level=self._session.config.get("thought_level"),
         )
 
     def _model_now(self) -> tuple[ModelAdapter, str]:
@@ -827,6 +834,9 @@ class LoopAgent:
                             code=chunk.code,
                         )
                     )
+                    continue
+                if type(chunk) is Thought:  # kept whole on the step's message, not as a chunk
+                    reply.thoughts.append(chunk)
                     continue
                 if not reply.take(chunk):
                     break
@@ -983,12 +993,13 @@ def cancelled_in(exc: BaseException) -> trio.Cancelled | None:
 class _Reply:
     """One model reply, assembled from its chunks."""
 
-    __slots__ = ("calls", "finish", "reasoning", "text", "usage")
+    __slots__ = ("calls", "finish", "reasoning", "text", "thoughts", "usage")
 
     def __init__(self) -> None:
         self.text: list[str] = []
         self.reasoning: list[str] = []
         self.calls: list[ToolCallChunk] = []
+        self.thoughts: list[Thought] = []
         self.usage: Usage | None = None
         self.finish: Finish | None = None
 

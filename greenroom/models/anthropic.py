@@ -29,6 +29,7 @@ from greenroom.protocol.model import (
     ReasoningDelta,
     StreamChunk,
     TextDelta,
+    Thought,
     ToolCallChunk,
     ToolTurn,
     Usage,
@@ -37,6 +38,9 @@ from greenroom.protocol.model import (
 
 API_VERSION: Final = "2023-06-01"
 DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
+#: Extended thinking's token budget per ``thought_level`` (off: no thinking). The largest
+#: keeps ``max_tokens`` (twice the budget) within every Claude 4 model's 32,000 output limit.
+THINKING_BUDGETS: Final = {"off": 0, "low": 4_000, "medium": 8_000, "high": 16_000}
 #: A prompt-cache breakpoint (the default five-minute cache).
 EPHEMERAL: Final = {"type": "ephemeral"}
 _FINISH: dict[str, FinishReason] = {
@@ -112,7 +116,13 @@ class AnthropicModel(HttpModel):
         last breakpoint is the same block with the same marker, so nothing before it
         changes by a byte. Everything is derived from the log, in its order, with no
         clock in it: a resumed session rebuilds the same bytes.
+
+        A ``thought_level`` of low, medium or high asks for extended thinking with a
+        budget of `THINKING_BUDGETS` tokens (``max_tokens`` then at least twice the
+        budget), and sends each earlier reply's thinking blocks back ahead of it, as
+        they came (signatures, redacted blocks), as the API requires during tool use.
         """
+        budget = THINKING_BUDGETS.get(request.thought_level or "off", 0)
         messages: list[dict[str, Any]] = []
 
         def add(role: str, block: dict[str, Any]) -> None:
@@ -125,7 +135,10 @@ class AnthropicModel(HttpModel):
             match message:
                 case UserTurn(content=content):
                     add("user", {"type": "text", "text": content})
-                case AssistantTurn(content=content, tool_calls=calls):
+                case AssistantTurn(content=content, tool_calls=calls, thoughts=thoughts):
+                    if budget:
+                        for thought in thoughts:
+                            add("assistant", _thinking_block(thought))
                     if content:
                         add("assistant", {"type": "text", "text": content})
                     for call in calls:
@@ -153,9 +166,11 @@ class AnthropicModel(HttpModel):
                 messages[index]["content"][-1]["cache_control"] = EPHEMERAL
         body: dict[str, Any] = {
             "model": request.model or self._model,
-            "max_tokens": self._max_tokens,
+            "max_tokens": max(self._max_tokens, 2 * budget),
             "stream": True,
         }
+        if budget:
+            body["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if request.tools:
             tools: list[dict[str, Any]] = [
                 {"name": t.name, "description": t.description, "input_schema": t.parameters}
@@ -169,7 +184,8 @@ class AnthropicModel(HttpModel):
         return body
 
     async def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
-        blocks: dict[int, list[str]] = {}  # index → [kind, id, name, input JSON so far]
+        # index → [kind, id, name, input JSON or thinking text so far, signature]
+        blocks: dict[int, list[str]] = {}
         usage: dict[str, int] = {}  # the latest figure of each count
         finish: Finish | None = None
         stopped = False
@@ -188,23 +204,35 @@ class AnthropicModel(HttpModel):
                     str(block.get("type", "")),
                     str(block.get("id", "")),
                     str(block.get("name", "")),
+                    str(block.get("data", "")),  # a redacted block's, whole at its start
                     "",
                 ]
             elif kind == "content_block_delta":
                 delta = payload.get("delta") or {}
+                index = int(payload.get("index", 0))
                 match delta.get("type"):
                     case "text_delta":
                         yield TextDelta(str(delta.get("text", "")))
                     case "thinking_delta":
-                        yield ReasoningDelta(str(delta.get("thinking", "")))
+                        text = str(delta.get("thinking", ""))
+                        blocks.setdefault(index, ["thinking", "", "", "", ""])[3] += text
+                        yield ReasoningDelta(text)
+                    case "signature_delta":
+                        signature = str(delta.get("signature", ""))
+                        blocks.setdefault(index, ["thinking", "", "", "", ""])[4] += signature
                     case "input_json_delta":
-                        index = int(payload.get("index", 0))
-                        blocks.setdefault(index, ["tool_use", "", "", ""])
-                        blocks[index][3] += str(delta.get("partial_json", ""))
+                        json = str(delta.get("partial_json", ""))
+                        blocks.setdefault(index, ["tool_use", "", "", "", ""])[3] += json
             elif kind == "content_block_stop":
                 entry = blocks.pop(int(payload.get("index", 0)), None)
-                if entry is not None and entry[0] == "tool_use":
+                if entry is None:
+                    continue
+                if entry[0] == "tool_use":
                     yield ToolCallChunk(entry[1], entry[2], entry[3] or "{}")
+                elif entry[0] == "thinking":
+                    yield Thought(text=entry[3], signature=entry[4])
+                elif entry[0] == "redacted_thinking":
+                    yield Thought(redacted=entry[3])
             elif kind == "message_delta":
                 _counts(usage, payload.get("usage"))
                 reason = (payload.get("delta") or {}).get("stop_reason")
@@ -226,6 +254,12 @@ class AnthropicModel(HttpModel):
             cache_write_tokens=written,
         )
         yield finish or Finish("stop")
+
+
+def _thinking_block(thought: Thought) -> dict[str, Any]:
+    if thought.redacted:
+        return {"type": "redacted_thinking", "data": thought.redacted}
+    return {"type": "thinking", "thinking": thought.text, "signature": thought.signature}
 
 
 def _counts(usage: dict[str, int], reported: object) -> None:

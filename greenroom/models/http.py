@@ -317,9 +317,7 @@ class HttpModel:
                 _retry_after(response.headers),
             )
         if status == 400 and self.overflowed(kind, detail):
-            raise ContextOverflow(
-                f"{self._url} answered HTTP 400: {detail}", "context-overflow"
-            )
+            raise ContextOverflow(f"{self._url} answered HTTP 400: {detail}", "context-overflow")
         raise ModelError(f"{self._url} answered HTTP {status}: {detail}", f"http-{status}")
 
     def overflowed(self, kind: str | None, message: str) -> bool:

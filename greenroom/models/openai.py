@@ -119,6 +119,8 @@ class OpenAIChatModel(HttpModel):
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if request.thought_level in ("low", "medium", "high"):
+            body["reasoning_effort"] = request.thought_level  # for a reasoning model
         if request.tools:
             body["tools"] = [
                 {

@@ -11,7 +11,7 @@ from typing import Final, Literal, TypeAlias
 
 import msgspec
 
-from greenroom.protocol.model import StreamChunk, ToolCallChunk, Usage
+from greenroom.protocol.model import StreamChunk, Thought, ToolCallChunk, Usage
 
 # -- who a message came from -------------------------------------------------
 
@@ -196,6 +196,7 @@ class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
     reasoning: str = ""
     tool_calls: list[ToolCallChunk] = []
     usage: Usage | None = None
+    thoughts: list[Thought] = []  # the provider's thinking blocks, sent back as they came
 
 
 class ModelRetry(Event, frozen=True, gc=False, tag="model/retry"):

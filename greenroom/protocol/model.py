@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TypeAlias
+from typing import Final, Literal, TypeAlias
 
 import msgspec
 
@@ -20,6 +20,19 @@ class ReasoningDelta(
     msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="reasoning-delta"
 ):
     text: str
+
+
+class Thought(
+    msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="thought", omit_defaults=True
+):
+    """One whole thinking block, as the provider sent it, to be sent back as it came: its
+    `text` and `signature`, or a redacted block's opaque `redacted` data. Streamed once
+    the block closed (its text streamed before as `ReasoningDelta`s); the turn keeps it on
+    the step's ``assistant/message``, not as a chunk."""
+
+    text: str = ""
+    signature: str = ""
+    redacted: str = ""
 
 
 class ToolCallChunk(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="tool-call"):
@@ -71,7 +84,9 @@ class Finish(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="finis
     message: str | None = None
 
 
-StreamChunk: TypeAlias = TextDelta | ReasoningDelta | ToolCallChunk | Usage | Finish | Retry
+StreamChunk: TypeAlias = (
+    TextDelta | ReasoningDelta | ToolCallChunk | Usage | Finish | Retry | Thought
+)
 
 # -- requests ----------------------------------------------------------------
 
@@ -83,6 +98,7 @@ class UserTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="use
 class AssistantTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="assistant"):
     content: str
     tool_calls: list[ToolCallChunk] = []
+    thoughts: list[Thought] = []
 
 
 class ToolTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="tool"):
@@ -110,3 +126,9 @@ class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     system: str | None = None
     tools: list[ToolSchema] = []
     output: ToolSchema | None = None
+    #: How hard the model thinks: one of `THOUGHT_LEVELS` (None or anything else: off).
+    thought_level: str | None = None
+
+
+#: The ``thought_level`` setting's values (ACP's ``thought_level`` config category).
+THOUGHT_LEVELS: Final = ("off", "low", "medium", "high")

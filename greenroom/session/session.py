@@ -383,7 +383,7 @@ def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
         case UserMessage(content=content):
             return UserTurn(_shortened(content, kept))
         case AssistantMessage(content=content, tool_calls=calls) if content or calls:
-            return AssistantTurn(_shortened(content, kept), calls)
+            return AssistantTurn(_shortened(content, kept), calls, event.thoughts)
         case ToolResult(call_id=call_id, content=content, is_error=is_error):
             return ToolTurn(call_id, _shortened(content, kept), is_error)
         case ContextMessage(content=content, source=source):

@@ -1,0 +1,74 @@
+"""Sub-agent progress: a ``task`` call's child, streamed into the call on its parent's session.
+
+The child's messages and tool calls so far become the call's content (a
+``tool_call_update``, ``in_progress``), its latest `PROGRESS_CHARS` only.
+A child is followed from its ``subagent/started`` to its one turn's end, or
+to its disposal (a cancel that dropped its turn before it began, a disposal
+before its prompt).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Final
+
+from greenroom.protocol.acp import (
+    SessionUpdate,
+    TextBlock,
+    ToolCallContent,
+    ToolCallProgress,
+)
+from greenroom.protocol.events import AssistantMessage, SessionEvent, ToolCall, TurnEnd
+
+#: The most of a sub-agent's progress shown in its ``task`` call (its latest part).
+PROGRESS_CHARS: Final = 4000
+
+
+class _Child:
+    __slots__ = ("call_id", "lines", "parent_session")
+
+    def __init__(self, parent_session: str, call_id: str) -> None:
+        self.parent_session = parent_session
+        self.call_id = call_id
+        self.lines: list[str] = []
+
+
+class SubagentProgress:
+    """The children being followed, by their session id; `update` is called with
+    (the parent's session id, the update) for each change to show."""
+
+    __slots__ = ("_children", "_update")
+
+    def __init__(self, update: Callable[[str, SessionUpdate], None]) -> None:
+        self._update = update
+        self._children: dict[str, _Child] = {}
+
+    def __len__(self) -> int:
+        return len(self._children)
+
+    def follow(self, parent_session: str, call_id: str, child_session: str) -> None:
+        """Show the child of session `child_session` in call `call_id` of `parent_session`."""
+        self._children[child_session] = _Child(parent_session, call_id)
+
+    def forget(self, child_session: str) -> None:
+        """The child is gone (disposed); a no-op for one not followed."""
+        if self._children:
+            self._children.pop(child_session, None)
+
+    def on_event(self, child_session: str, event: SessionEvent) -> None:
+        """An event of session `child_session`'s log; nothing for a session not followed."""
+        child = self._children.get(child_session)
+        if child is None:
+            return
+        if isinstance(event, TurnEnd):  # its one turn: the call's result follows
+            del self._children[child_session]
+            return
+        if isinstance(event, AssistantMessage) and event.content:
+            child.lines.append(event.content)
+        elif isinstance(event, ToolCall):
+            child.lines.append(f"- {event.title or event.name}")
+        else:
+            return
+        text = "\n\n".join(child.lines)[-PROGRESS_CHARS:]
+        update = ToolCallProgress(child.call_id, "in_progress", [ToolCallContent(TextBlock(text))])
+        self._update(child.parent_session, update)
