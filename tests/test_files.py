@@ -24,8 +24,9 @@ import msgspec
 import pytest
 import trio
 
-from greenroom import Agent
+from greenroom import Agent, open_runtime
 from greenroom.actors.types import SessionClient, ToolInvocation, ToolOutcome
+from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import Aborted, Disposed, ToolResult, TurnEnd
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools import confine
@@ -404,6 +405,25 @@ async def test_caps_and_arguments_that_cannot_be_used_are_refused_naming_them() 
             msgspec.ValidationError, match=rf"Expected `int` >= 1 - at `\$.{field}`"
         ):
             msgspec.json.decode(json.dumps({"path": "a", field: 0}), type=ReadArgs)
+
+
+async def test_caps_given_to_the_runtime_hold_for_its_agents_calls(tmp_path: Path) -> None:
+    (tmp_path / "f.txt").write_text("".join(f"line {i}\n" for i in range(1, 11)))
+    reads = [
+        CallTool("read_file", {"path": "f.txt"}),
+        CallTool("read_file", {"path": "f.txt", "offset": 0}),
+    ]
+    model = ScriptedModel([reads, [Say("done")]], delay=0)
+    async with open_runtime(model=model, tools=file_tools(ReadCaps(lines=3))) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd=str(tmp_path))
+        handle.agent.send("read")
+        await handle.agent.when_idle()
+        capped, bad = [e for e in handle.agent.session.events if isinstance(e, ToolResult)]
+    assert capped.content == (
+        "line 1\nline 2\nline 3\n[lines 1-3 of f.txt; more follows: read on with offset=4]"
+    )
+    assert bad.is_error
+    assert "`$.offset`" in bad.content
 
 
 # -- the editor's files -----------------------------------------------------------------------
