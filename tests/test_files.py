@@ -311,6 +311,24 @@ async def test_a_fifo_a_socket_and_a_device_are_refused_naming_the_kind(
             # /dev as one of the session's roots: a real character device inside the roots.
             zero = await call("read_file", work, Path("/dev"), path="/dev/zero")
             assert refused(zero, "/dev/zero", "is a character device, not a regular file")
+            # And made in the cwd where mknod is allowed (root, a file system without nodev):
+            # /dev/zero's numbers, and a loop device's (opening one reads nothing).
+            for name, mode, kind in (
+                ("zero", stat.S_IFCHR, "character device"),
+                ("loop", stat.S_IFBLK, "block device"),
+            ):
+                try:
+                    os.mknod(
+                        work / name,
+                        mode | 0o600,
+                        os.makedev(1, 5) if name == "zero" else os.makedev(7, 0),
+                    )
+                except PermissionError:
+                    continue  # the FIFO above stands in
+                for tool in ("read_file", "edit_file"):
+                    edit = {"old_string": "a", "new_string": "b"} if tool == "edit_file" else {}
+                    outcome = await call(tool, work, path=name, **edit)
+                    assert refused(outcome, f"is a {kind}, not a regular file"), outcome
             sub = await call("read_file", work, path=".")
             assert refused(sub, "names a directory")
             (work / "sub").mkdir()
