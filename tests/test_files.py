@@ -290,6 +290,14 @@ async def test_a_hard_link_is_treated_as_outside_for_reads_and_writes(
     assert (work / "linked.txt").stat().st_ino == (outside / "secret.txt").stat().st_ino
 
 
+#: Each file tool's arguments besides the path.
+ARGUMENTS: dict[str, dict[str, str]] = {
+    "read_file": {},
+    "write_file": {"content": "x"},
+    "edit_file": {"old_string": "a", "new_string": "b"},
+}
+
+
 @pytest.mark.real_clock
 async def test_a_fifo_a_socket_and_a_device_are_refused_naming_the_kind(
     places: tuple[Path, Path],
@@ -300,14 +308,11 @@ async def test_a_fifo_a_socket_and_a_device_are_refused_naming_the_kind(
     sock.bind(str(work / "sock"))
     try:
         with trio.fail_after(20):  # a FIFO with no writer must not be waited on
-            for name in ("read_file", "write_file", "edit_file"):
-                args: dict[str, str] = {"content": "x"} if name == "write_file" else {}
-                if name == "edit_file":
-                    args = {"old_string": "a", "new_string": "b"}
-                pipe = await call(name, work, path="pipe", **args)
-                assert refused(pipe, "'", "pipe", "is a FIFO (named pipe), not a regular file")
-                sock_ = await call(name, work, path="sock", **args)
-                assert refused(sock_, "sock", "is a socket, not a regular file")
+            for tool, args in ARGUMENTS.items():
+                pipe = await call(tool, work, path="pipe", **args)
+                assert refused(pipe, str(work / "pipe"), "is a FIFO (named pipe), not a regular")
+                sock_ = await call(tool, work, path="sock", **args)
+                assert refused(sock_, str(work / "sock"), "is a socket, not a regular file")
             # /dev as one of the session's roots: a real character device inside the roots.
             zero = await call("read_file", work, Path("/dev"), path="/dev/zero")
             assert refused(zero, "/dev/zero", "is a character device, not a regular file")
@@ -325,10 +330,9 @@ async def test_a_fifo_a_socket_and_a_device_are_refused_naming_the_kind(
                     )
                 except PermissionError:
                     continue  # the FIFO above stands in
-                for tool in ("read_file", "edit_file"):
-                    edit = {"old_string": "a", "new_string": "b"} if tool == "edit_file" else {}
-                    outcome = await call(tool, work, path=name, **edit)
-                    assert refused(outcome, f"is a {kind}, not a regular file"), outcome
+                for tool, args in ARGUMENTS.items():
+                    outcome = await call(tool, work, path=name, **args)
+                    assert refused(outcome, f"is a {kind}, not a regular file"), tool
             sub = await call("read_file", work, path=".")
             assert refused(sub, "names a directory")
             (work / "sub").mkdir()
