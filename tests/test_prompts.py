@@ -293,6 +293,21 @@ async def test_a_cancelled_reader_goes_on_from_its_position() -> None:
         assert seen == turn_events(list(agent.session.events), 1)
 
 
+async def test_a_reader_cancelled_with_events_waiting_loses_none() -> None:
+    async with open_runtime(model=ScriptedModel([[Say("a"), Say("b")]])) as rt:
+        agent = await new_agent(rt)
+        prompt = agent.send("go")
+        reader = prompt.events()
+        await prompt  # every event of the turn is in the log now
+        for _ in range(3):
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await reader.__anext__()
+            assert scope.cancelled_caught
+        seen = [event async for event in reader]
+        assert seen == turn_events(list(agent.session.events), 1)
+
+
 async def test_a_steered_prompts_events_are_those_of_the_turn_it_joins() -> None:
     async with open_runtime(model=ScriptedModel([[Say("a"), Wait(1)], [Say("b")]])) as rt:
         agent = await new_agent(rt)

@@ -233,6 +233,7 @@ class PromptEvents:
     async def __anext__(self) -> PromptEvent:
         prompt = self._prompt
         session = prompt._session
+        await trio.lowlevel.checkpoint_if_cancelled()  # a cancel lands before any event is read
         while not self._finished:
             turn = prompt._turn
             if turn is not None:  # until a turn takes it, what it will be is unknown
@@ -240,7 +241,7 @@ class PromptEvents:
                 if event is None and self._current == turn:
                     event = self._progress_of(session)
                 if event is not None:
-                    await trio.lowlevel.checkpoint()
+                    await trio.lowlevel.cancel_shielded_checkpoint()  # read: it is returned
                     return event
             if prompt._outcome is not None:  # no turn took it, or its end is behind the call
                 break
