@@ -29,7 +29,7 @@ def _fifo_passes(info: os.stat_result, shown: str) -> None:
         checked(info, shown)
 
 
-confine._check_regular = _fifo_passes  # type: ignore[assignment]
+confine._check_regular = _fifo_passes
 
 if __name__ == "__main__":
     model = ScriptedModel([[CallTool("read_file", {"path": "pipe"})]], delay=0)

@@ -291,7 +291,7 @@ async def test_a_hard_link_is_treated_as_outside_for_reads_and_writes(
 
 
 #: Each file tool's arguments besides the path.
-ARGUMENTS: dict[str, dict[str, str]] = {
+ARGUMENTS: dict[str, dict[str, Any]] = {
     "read_file": {},
     "write_file": {"content": "x"},
     "edit_file": {"old_string": "a", "new_string": "b"},
@@ -357,7 +357,7 @@ async def test_reading_on_as_each_result_says_gives_the_whole_file_once(
     for caps, limit in ((ReadCaps(lines=7, bytes=400), None), (ReadCaps(bytes=300), 11)):
         offset, pieces = 1, []
         while True:
-            extra = {"limit": limit} if limit else {}
+            extra: dict[str, Any] = {"limit": limit} if limit else {}
             outcome = await call("read_file", work, caps=caps, path="f.txt", offset=offset, **extra)
             body, _, note = outcome.content.rpartition("\n[")
             assert note.startswith(f"lines {offset}-"), note
