@@ -153,7 +153,14 @@ async def test_links_are_followed_only_while_they_stay_inside(places: tuple[Path
     assert repr(str(outside / "secret.txt")) in secret.content  # where it resolved
     written = await call("write_file", work, path="out/new.txt", content="x")
     assert refused(written, "outside the session's directories")
+    (work / "dangling").symlink_to(outside / "new.txt")
+    dangling = await call("write_file", work, path="dangling", content="x")
+    assert refused(dangling, "outside the session's directories")
     assert sorted(p.name for p in outside.iterdir()) == ["secret.txt"]
+    (work / "sub" / "later").symlink_to("b.txt")  # a link to a file not there yet, inside
+    assert not (await call("write_file", work, path="sub/later", content="b")).is_error
+    assert (work / "sub" / "b.txt").read_text() == "b"
+    assert (work / "sub" / "later").is_symlink()  # the link stays; its target was written
 
 
 async def test_a_sibling_root_is_reached_by_dotdot_and_links_but_nothing_between(
