@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+from typing import Any
 
 import hypothesis
 import hypothesis.strategies as st
@@ -11,7 +12,7 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom import Answer, Prompt, ToolCallRecord, open_runtime
+from greenroom import AgentDisposed, Answer, Prompt, ToolCallRecord, open_runtime
 from greenroom.actors.events import AGENT_STATUS, AGENT_TURN_START
 from greenroom.actors.prompt import PromptEvents
 from greenroom.actors.types import Agent
@@ -43,6 +44,10 @@ async def _echo(args: _Echo, _invocation: object) -> str:
 
 
 ECHO = Tool("echo", "Echo the text back.", _Echo, _echo)
+
+
+class _Other(msgspec.Struct):
+    number: int
 
 
 def shown(event: SessionEvent) -> bool:
@@ -197,6 +202,14 @@ async def test_awaiting_twice_and_a_cancelled_awaiter_leave_the_prompt_alone() -
         assert answer.text == "slow"
 
 
+async def test_a_disposed_agent_refuses_run() -> None:
+    async with open_runtime() as rt:
+        handle = await rt.agents.create(agent_id="gone", session_id="s")
+        await handle.dispose()
+        with pytest.raises(AgentDisposed, match="agent 'gone' is disposed"):
+            await handle.agent.run("hello")
+
+
 async def test_output_must_be_an_object_type_named_in_the_error() -> None:
     async with open_runtime() as rt:
         agent = await new_agent(rt)
@@ -327,6 +340,7 @@ TEXTS = st.sampled_from(["alpha beta", "gamma", "delta epsilon zeta"])
 OPS = st.lists(
     st.one_of(
         st.tuples(st.just("send"), TEXTS),
+        st.tuples(st.just("send"), st.sampled_from([_Echo, _Other])),  # asking for an output
         st.tuples(st.just("steer"), TEXTS),
         st.tuples(st.just("withdraw"), st.integers(0, 30)),
         st.tuples(st.just("cancel"), st.sampled_from(["stop", "enough"])),
@@ -371,13 +385,15 @@ async def test_random_interleavings_settle_every_prompt_once_with_its_fate(
     async with open_runtime(model=model, tools=[ECHO]) as rt:
         handle = await rt.agents.create(agent_id="a", session_id="s")
         agent = handle.agent
-        prompts: list[Prompt[None]] = []
+        prompts: list[Prompt[Any]] = []
         withdrawn: set[str] = set()
         cancels: dict[str, str] = {}  # message id -> reason of the cancel that dropped it
-        reads: list[tuple[Prompt[None], int, list[SessionEvent]]] = []
+        reads: list[tuple[Prompt[Any], int, list[SessionEvent]]] = []
         async with trio.open_nursery() as readers:
             for op, arg in ops:
-                if op == "send":
+                if op == "send" and isinstance(arg, type):
+                    prompts.append(agent.send(f"a {arg.__name__}", output=arg))
+                elif op == "send":
                     assert isinstance(arg, str)
                     prompts.append(agent.send(arg))
                 elif op == "steer":
@@ -409,6 +425,11 @@ async def test_random_interleavings_settle_every_prompt_once_with_its_fate(
         events = list(agent.session.events)
     assert_enclosed(events)
     turn_of, ends = fates(events)
+    outputs: dict[int, set[type | None]] = {}
+    for prompt in prompts:
+        if prompt.id in turn_of:
+            outputs.setdefault(turn_of[prompt.id], set()).add(prompt.output)
+    assert all(len(kinds) == 1 for kinds in outputs.values()), "outputs shared a turn"
     for prompt in prompts:
         assert prompt.settled, f"{prompt!r} never settled"
         answer = await prompt
