@@ -266,3 +266,21 @@ async def test_a_retry_shows_in_the_editor_as_a_notice_of_its_own() -> None:
         (f"{session}/1/1", "Hello"),
         (f"{session}/1/1", " world"),
     ]
+
+
+async def test_the_embedder_sees_a_retry_among_the_prompts_events() -> None:
+    kind = "openai"
+    replies = [Reply(529, body=OVERLOADED), Reply(pieces=STREAMS[kind]["text"])]
+    with trio.fail_after(LIMIT):
+        async with (
+            sse_server(replies) as server,
+            open_runtime(model=adapter(kind, server.url)) as rt,
+        ):
+            agent = await new_agent(rt)
+            prompt = agent.send("hi")
+            seen = [event async for event in prompt.events()]
+    kinds = [type(e).__name__ for e in seen]
+    assert kinds[0] == "ModelRetry"
+    assert kinds[-1] == "TurnEnd"
+    (retry,) = [e for e in seen if isinstance(e, ModelRetry)]
+    assert retry.code == "http-529"

@@ -28,6 +28,7 @@ from greenroom.protocol.events import (
     Errored,
     MaxTokens,
     MessageSource,
+    ModelRetry,
     Refused,
     StepEnd,
     ToolCall,
@@ -51,10 +52,12 @@ StopReason: TypeAlias = Literal[
 ]
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
-#: its tool calls as they are logged, start and end, its step ends and its end; and, between
-#: a call's start and end, what it has shown so far (`ToolProgress`, never logged).
+#: its tool calls as they are logged, start and end, its model retries (``model/retry``), its
+#: step ends and its end; and, between a call's start and end, what it has shown so far
+#: (`ToolProgress`, never logged).
 PromptEvent: TypeAlias = (
     AssistantChunk
+    | ModelRetry
     | ToolCall
     | ToolStart
     | ToolProgress
@@ -266,7 +269,9 @@ class PromptEvents:
             if isinstance(event, AssistantChunk):
                 if isinstance(event.chunk, TextDelta | ReasoningDelta):
                     return event
-            elif isinstance(event, ToolCall | ToolStart | ToolResult | Compacted | StepEnd):
+            elif isinstance(
+                event, ToolCall | ToolStart | ToolResult | Compacted | StepEnd | ModelRetry
+            ):
                 return event
         return None
 
