@@ -339,7 +339,7 @@ def _read_answer(session: Session, outcome: TurnOutcome) -> Answer[object]:
             if event.content:
                 text = event.content
             if event.usage is not None:
-                usage = event.usage if usage is None else _add(usage, event.usage)
+                usage = event.usage if usage is None else usage + event.usage
         elif kind is ToolCall:
             assert isinstance(event, ToolCall)
             if not (outcome.structured and event.name == OUTPUT_TOOL):
@@ -367,7 +367,3 @@ def _record(call: ToolCall, result: ToolResult | None) -> ToolCallRecord:
     return ToolCallRecord(
         call.call_id, call.name, call.arguments, result.content, is_error=result.is_error
     )
-
-
-def _add(a: Usage, b: Usage) -> Usage:
-    return Usage(**{name: getattr(a, name) + getattr(b, name) for name in Usage.__struct_fields__})
