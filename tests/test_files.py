@@ -14,6 +14,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -189,6 +190,34 @@ async def test_a_root_given_through_a_link_is_named_either_way(
         assert (await call("read_file", via, path=path)).content == "here", path
     written = await call("write_file", via, path=str(via / "b.txt"), content="b")
     assert [d.path for d in written.diffs] == [str(work / "b.txt")]  # where it really is
+
+
+@pytest.mark.real_clock
+async def test_a_reader_sees_the_old_file_or_the_new_never_half(
+    places: tuple[Path, Path],
+) -> None:
+    work, _ = places
+    texts = ("a" * 300_000, "b" * 200_000)
+    (work / "f.txt").write_text(texts[0])
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.add((work / "f.txt").read_text())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        with trio.fail_after(60):
+            for i in range(100):
+                outcome = await call("write_file", work, path="f.txt", content=texts[i % 2])
+                assert not outcome.is_error, outcome.content
+    finally:
+        stop.set()
+        thread.join()
+    assert seen <= set(texts)
+    assert len(seen) == 2  # the reader ran through the writes
 
 
 async def test_a_link_loop_and_a_missing_directory_are_errors_naming_the_path(
