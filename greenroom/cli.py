@@ -18,6 +18,7 @@ from greenroom.models.base import ModelError
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
     DEADLINE,
+    LEASE_TTL,
     SYNC_POLICIES,
     JsonlPersistence,
     Persistence,
@@ -134,7 +135,7 @@ class StoreError(Exception):
 
 
 def store_from_url(
-    url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = 10.0, read_only: bool = False
+    url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = LEASE_TTL, read_only: bool = False
 ) -> Persistence:
     """The persistence `url` names: ``jsonl:DIR``, ``sqlite:PATH`` or ``postgresql://...``.
 
@@ -277,9 +278,9 @@ def main(argv: list[str] | None = None) -> int:
     acp.add_argument(
         "--lease-ttl",
         type=float,
-        default=10.0,
+        default=LEASE_TTL,
         help="PostgreSQL: seconds a paused node keeps its sessions before another may take"
-        " them over (default 10)",
+        f" them over (default {LEASE_TTL:g})",
     )
     _add_state_dir(acp)
     _add_store(acp, "jsonl:STATE-DIR/sessions")

@@ -17,6 +17,7 @@ from typing import Final, NamedTuple
 import msgspec
 import trio
 
+from greenroom.lines import LineBuffer, LineTooLong
 from greenroom.protocol.acp import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR, RequestId
 
 #: The longest frame the reader accepts; a longer line is answered with an error and skipped.
@@ -181,29 +182,22 @@ async def read_lines(
 ) -> None:
     """Call `on_line` with each line of `stream` until end of input (blank lines skipped).
 
-    A line longer than `MAX_FRAME` is dropped (`on_oversized` is called when
-    it ends); a last line without its newline still counts.
+    A line longer than `MAX_FRAME` is dropped (`on_oversized` is called once
+    for it, as soon as it is past the limit); a last line without its newline
+    still counts.
     """
-    buffer = bytearray()
-    scanned = 0  # bytes of `buffer` known to hold no newline
-    oversized = False
+    lines = LineBuffer(MAX_FRAME)
     while chunk := await stream.receive_some(65536):
-        buffer += chunk
-        while (newline := buffer.find(b"\n", scanned)) >= 0:
-            line = bytes(buffer[:newline])
-            del buffer[: newline + 1]
-            scanned = 0
-            if oversized:
-                oversized = False
+        lines.feed(chunk)
+        while True:
+            try:
+                line = lines.next_line()
+            except LineTooLong:
                 on_oversized()
-            elif line.strip():
+                continue
+            if line is None:
+                break
+            if line.strip():
                 on_line(line)
-        scanned = len(buffer)
-        if scanned > MAX_FRAME:
-            oversized = True
-            buffer.clear()
-            scanned = 0
-    if oversized:
-        on_oversized()
-    elif buffer.strip():
-        on_line(bytes(buffer))
+    if (rest := lines.rest()).strip():
+        on_line(rest)

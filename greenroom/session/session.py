@@ -442,7 +442,7 @@ def _wrap(tag: str, source: MessageSource, content: str) -> str:
 
 
 #: The longest title a session gets from its first prompt.
-TITLE_LENGTH = 60
+TITLE_LENGTH: Final = 60
 
 
 def title_of(prompt: str) -> str:

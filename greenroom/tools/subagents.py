@@ -42,6 +42,7 @@ from greenroom.protocol.events import (
     ToolError,
     TurnEnd,
 )
+from greenroom.session.session import TITLE_LENGTH
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
@@ -50,7 +51,6 @@ PLUGIN: Final = "tool-task"
 #: A ``task`` call started its child: (the calling agent, the call's id, the child).
 SUBAGENT_STARTED: EmitHook[[Agent, str, Agent]] = EmitHook("subagent/started")
 
-_TITLE = 60
 
 
 class TaskArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -133,7 +133,7 @@ async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome
 
 def _view(args: TaskArgs) -> ToolView:
     title = args.description.strip() or (args.prompt.strip().splitlines() or [""])[0]
-    return ToolView(kind="think", title=title[:_TITLE] or "task")
+    return ToolView(kind="think", title=title[:TITLE_LENGTH] or "task")
 
 
 def _error(message: str, code: str) -> ToolOutcome:

@@ -6,6 +6,7 @@ imported from there: psycopg takes longer to import than the rest of greenroom d
 
 from greenroom.session.persistence.base import (
     DEADLINE,
+    LEASE_TTL,
     SYNC_POLICIES,
     CorruptLog,
     Holder,
@@ -29,6 +30,7 @@ from greenroom.session.persistence.sqlite import SqlitePersistence
 
 __all__ = [
     "DEADLINE",
+    "LEASE_TTL",
     "SYNC_POLICIES",
     "CorruptLog",
     "Holder",

@@ -25,6 +25,8 @@ from greenroom.protocol.events import (
 #: Seconds a store operation (an fsync, a commit, a statement) may take by default before
 #: its caller stops waiting (`OperationTimeout`); each persistence takes its own.
 DEADLINE: Final = 5.0
+#: Seconds a PostgreSQL lease lasts unless renewed (a paused holder is taken over after this).
+LEASE_TTL: Final = 10.0
 
 INTERRUPTED_RESULT = "interrupted: the process stopped before this tool call finished"
 

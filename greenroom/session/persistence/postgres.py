@@ -38,13 +38,11 @@ The schema creates itself on open, versioned in ``greenroom_schema``.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import math
 import os
 import re
 import socket
-import threading
 import urllib.parse
 from collections.abc import Callable, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
@@ -52,13 +50,11 @@ from typing import Any, Final, TypeAlias, TypeVar
 import msgspec
 import psycopg
 
-from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
+from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
+    LEASE_TTL,
     SYNC_POLICIES,
-    CorruptLog,
     Holder,
-    LeaseLost,
-    NotASessionLog,
     PersistenceError,
     SessionExists,
     SessionLocked,
@@ -73,17 +69,15 @@ from greenroom.session.persistence.batch import (
     BatchLog,
     Call,
     run_call,
-    stored_already,
 )
+from greenroom.session.persistence.leases import Leases, lock_key
+from greenroom.session.persistence.rows import Rows, run_batch
 from greenroom.session.persistence.writer import Job, Writer
-from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
 
 SCHEMA_VERSION: Final = 1
-#: Seconds a lease lasts unless renewed (a paused holder is taken over after this).
-LEASE_TTL: Final = 10.0
 #: Seconds a statement (and a writer job) may take, unless the DSN says otherwise.
 STATEMENT_TIMEOUT: Final = 5.0
 #: Seconds a statement may wait for a lock, unless the DSN says otherwise.
@@ -98,8 +92,6 @@ _CONNECT_DEFAULTS: Final = {
 }
 #: The DSN parameters greenroom reads itself (libpq would refuse them).
 _OWN_PARAMETERS: Final = ("statement_timeout", "lock_timeout")
-#: Seconds closing a persistence waits for a lease statement in flight.
-STOP_WAIT: Final = 1.0
 #: A key every node's migration takes, so that two nodes never create the schema at once.
 _MIGRATION_LOCK: Final = 0x67726565_6E726F6F  # "greenroo"
 
@@ -127,19 +119,11 @@ CREATE TABLE greenroom_batches (
 
 Events: TypeAlias = list[SessionEvent]
 Stored: TypeAlias = list[StoredSession]
-Appends: TypeAlias = list[Append]
 Keys: TypeAlias = list[int]
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
-_event_decoder = msgspec.json.Decoder(SessionEvent)
 _header_decoder = msgspec.json.Decoder(SessionHeader)
-
-
-def lock_key(session_id: str, epoch: int) -> int:
-    """The advisory lock (a signed 64-bit key) of one holding of one session."""
-    digest = hashlib.sha256(f"{session_id}\x00{epoch}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)
 
 
 class PostgresPersistence:
@@ -170,13 +154,16 @@ class PostgresPersistence:
         self.statement_timeout = _duration(timeouts, "statement_timeout", STATEMENT_TIMEOUT)
         self.lock_timeout = _duration(timeouts, "lock_timeout", LOCK_TIMEOUT)
         self._conninfo = self._complete()
+        self._rows = Rows(
+            self.where, "greenroom_sessions", "greenroom_batches", "%s", "another node"
+        )
         self.writer: Writer[Job] = Writer(
             self._batch, deadline=self.statement_timeout or math.inf, where=self.where
         )
         self._db = self.connect()
         try:
             self._migrate()
-            self._leases = _Leases(self)
+            self._leases = Leases(self.connect, self.connection, self.where, lease_ttl)
         except psycopg.Error as exc:
             self._db.close()
             raise PersistenceError(f"{self.where}: cannot set up the tables: {exc}") from None
@@ -289,26 +276,16 @@ class PostgresPersistence:
                 )
 
     def _batch(self, jobs: Sequence[Job]) -> None:
-        """Runs of appends share one transaction; every other job runs alone, in order."""
-        run: Appends = []
-        for job in jobs:
-            if isinstance(job, Append):
-                run.append(job)
-                continue
-            self._commit(run)
-            run = []
+        run_batch(jobs, self._commit, self._run_job)
+
+    def _run_job(self, job: Job) -> None:
+        if isinstance(job, Call):
             try:
-                if isinstance(job, Call):
-                    job.value = job.call()
+                job.value = job.call()
             except psycopg.Error as exc:
-                job.error = PersistenceError(f"{self.where}: {exc}")
-            except Exception as exc:
-                job.error = exc
-        self._commit(run)
+                raise PersistenceError(f"{self.where}: {exc}") from None
 
     def _commit(self, appends: Sequence[Append]) -> None:
-        if not appends:
-            return
         durable = any(job.sync for job in appends) or self.sync == "always"
         try:
             db = self.connection()
@@ -318,7 +295,7 @@ class PostgresPersistence:
                 for job in appends:
                     try:
                         with db.transaction():  # a savepoint: a fenced append undoes only itself
-                            self._append(db, job)
+                            self._rows.append(db, job)
                     except PersistenceError as exc:
                         job.error = exc
         except psycopg.Error as exc:
@@ -327,22 +304,6 @@ class PostgresPersistence:
         except PersistenceError as exc:  # the server cannot be reached
             for job in appends:
                 job.error = job.error or exc
-
-    def _append(self, db: psycopg.Connection[Any], job: Append) -> None:
-        events = job.events
-        if not _advance(db, job, events):
-            row = db.execute(
-                "SELECT epoch, next_seq FROM greenroom_sessions WHERE id = %s", (job.session_id,)
-            ).fetchone()
-            events = events[stored_already(job, self.where, row, "another node") :]
-            if not events:
-                return  # a retry of a commit that had landed: written already
-            _advance(db, job, events)
-        db.execute(
-            "INSERT INTO greenroom_batches (session_id, first_seq, next_seq, lines)"
-            " VALUES (%s, %s, %s, %s)",
-            (job.session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
-        )
 
     def _create(self, header: SessionHeader) -> int:
         """Store the header and take the lease in one transaction (the lock before it commits);
@@ -407,7 +368,7 @@ class PostgresPersistence:
         header, events = self._read(db, session_id)
         closers = repair(events)
         if closers:
-            self._append(db, Append(session_id, epoch, closers, sync=True))
+            self._rows.append(db, Append(session_id, epoch, closers, sync=True))
             logger.info("closed interrupted turn of %r in %s", session_id, self.where)
         return header, events + closers, epoch
 
@@ -428,26 +389,10 @@ class PostgresPersistence:
         return True
 
     def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
-        row = db.execute(
-            "SELECT header FROM greenroom_sessions WHERE id = %s", (session_id,)
-        ).fetchone()
-        if row is None:
+        stored = self._rows.read(db, session_id)
+        if stored is None:
             raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
-        header = _decode_header(self.where, session_id, row[0])
-        rows = db.execute(
-            "SELECT lines FROM greenroom_batches WHERE session_id = %s ORDER BY first_seq",
-            (session_id,),
-        ).fetchall()
-        try:  # one decode call for the whole log
-            events: Events = _event_decoder.decode_lines(b"".join(r[0] for r in rows))
-        except msgspec.DecodeError as exc:
-            raise CorruptLog(
-                f"{self.where}: an event of session {session_id!r} does not decode: {exc}"
-            ) from None
-        for index, event in enumerate(events):
-            if event.seq != index:
-                raise CorruptLog(f"{self.where}: session {session_id!r} has a gap at seq {index}")
-        return header, events
+        return stored
 
     def _list(self) -> Stored:
         rows = (
@@ -467,195 +412,6 @@ class PostgresPersistence:
                 return
             db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_sessions WHERE id = %s", (session_id,))
-
-
-class _Leases:
-    """The leases this persistence holds: their advisory locks and their heartbeat.
-
-    One connection of its own (autocommit), used by whoever holds `_lock`: the
-    writer's thread (lock, probe, release) and the heartbeat thread, which wakes every
-    third of the lease's ttl while any lease is held, renews them all in one statement,
-    and tells a log whose lease another node took that it lost it. The renewal skips a
-    row another transaction has locked (a take-over in progress, perhaps this process's
-    own) rather than wait for it with `_lock` held: the next beat renews it or finds it
-    taken. The Trio thread never takes `_lock` (a statement that hangs holds it): the
-    table of held leases has a lock of its own, held for no I/O.
-    """
-
-    def __init__(self, persistence: PostgresPersistence) -> None:
-        self._persistence = persistence
-        self._lock = threading.Lock()
-        self._db = persistence.connect()
-        self._held_lock = threading.Lock()  # guards `_held` and `_thread`, never across I/O
-        self._held: dict[tuple[str, int], BatchLog | None] = {}
-        self._keys: set[int] = set()
-        self._wake = threading.Event()
-        self._stopped = False
-        self._thread: threading.Thread | None = None
-
-    def _connection(self) -> psycopg.Connection[Any]:
-        """The lease connection; a new one, with our locks taken again, if it was dropped.
-
-        A lock that cannot be taken again was taken by another node meanwhile: its log
-        has lost its lease.
-        """
-        if self._stopped:
-            raise PersistenceError(f"{self._persistence.where}: this persistence is closed")
-        if self._db.closed or self._db.broken:
-            self._db = self._persistence.connect()
-            with self._held_lock:
-                held = list(self._held.items())
-            for (session_id, epoch), log in held:
-                key = lock_key(session_id, epoch)
-                taken = self._db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-                if not (taken and taken[0]):
-                    self._keys.discard(key)
-                    self._lose(session_id, epoch, log)
-        return self._db
-
-    def lock(self, key: int) -> None:
-        with self._lock:
-            taken = self._connection().execute("SELECT pg_try_advisory_lock(%s)", (key,))
-            if not taken.fetchone()[0]:  # type: ignore[index]
-                raise PersistenceError("a lease's advisory lock is held elsewhere; try again")
-            self._keys.add(key)
-
-    def unlock(self, key: int) -> None:
-        """Drop the advisory lock `key` if this persistence holds it."""
-        with self._lock:
-            if key not in self._keys:
-                return
-            self._keys.discard(key)
-            if self._db.closed or self._db.broken:
-                return  # the server dropped the lock with the connection
-            try:
-                self._db.execute("SELECT pg_advisory_unlock(%s)", (key,))
-            except psycopg.OperationalError:
-                if not self._db.broken:
-                    raise
-
-    def holder_gone(self, key: int) -> bool:
-        """True if nobody holds the advisory lock `key` (its holder's connection ended)."""
-        with self._lock:
-            if key in self._keys:
-                return False  # we hold it ourselves
-            db = self._connection()
-            taken = db.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()
-            if taken is not None and taken[0]:
-                db.execute("SELECT pg_advisory_unlock(%s)", (key,))
-                return True
-            return False
-
-    def watch(self, session_id: str, epoch: int, log: BatchLog) -> None:
-        with self._held_lock:
-            self._held[(session_id, epoch)] = log
-            if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(
-                    target=self._beat, name="greenroom lease heartbeat", daemon=True
-                )
-                self._thread.start()
-
-    def forget(self, session_id: str, epoch: int) -> None:
-        """Renew this lease no more (from any thread; waits for no statement)."""
-        with self._held_lock:
-            self._held.pop((session_id, epoch), None)
-
-    def release(self, session_id: str, epoch: int) -> None:
-        """Give the lease back (if it is still ours) and drop its advisory lock."""
-        self.forget(session_id, epoch)
-        try:
-            self._persistence.connection().execute(
-                "UPDATE greenroom_sessions SET holder_node = NULL, holder_pid = NULL,"
-                " lease_until = NULL WHERE id = %s AND epoch = %s",
-                (session_id, epoch),
-            )
-        finally:  # the lock goes even if the row could not be updated: the lease then expires
-            self.unlock(lock_key(session_id, epoch))
-
-    def stop(self) -> None:
-        """Stop the heartbeat and close the connection, waiting at most `STOP_WAIT` for a
-        statement in flight: one hung on a silent server is left to the process's end."""
-        self._stopped = True
-        self._wake.set()
-        if self._lock.acquire(timeout=STOP_WAIT):
-            try:
-                self._db.close()
-            finally:
-                self._lock.release()
-        else:
-            logger.warning("%s: a lease statement is still waiting", self._persistence.where)
-        with self._held_lock:
-            thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(STOP_WAIT)
-
-    def _beat(self) -> None:
-        period = self._persistence.lease_ttl / 3
-        while True:
-            self._wake.wait(period)
-            with self._held_lock:
-                held = dict(self._held)
-                if self._stopped or not held:
-                    self._thread = None
-                    return
-            with self._lock:
-                try:
-                    self._renew(held)
-                except (psycopg.Error, PersistenceError) as exc:
-                    logger.warning("renewing leases in %s failed: %s", self._persistence.where, exc)
-
-    def _renew(self, held: dict[tuple[str, int], BatchLog | None]) -> None:
-        ids = [session_id for session_id, _ in held]
-        epochs = [epoch for _, epoch in held]
-        db = self._connection()
-        db.execute(
-            "UPDATE greenroom_sessions SET lease_until = now() + make_interval(secs => %s)"
-            " WHERE id IN (SELECT s.id FROM greenroom_sessions AS s"
-            " JOIN unnest(%s::text[], %s::bigint[]) AS h(id, epoch)"
-            " ON s.id = h.id AND s.epoch = h.epoch FOR UPDATE OF s SKIP LOCKED)",
-            (self._persistence.lease_ttl, ids, epochs),
-        )
-        current = dict(
-            db.execute(  # a plain read waits for no row lock
-                "SELECT id, epoch FROM greenroom_sessions WHERE id = ANY(%s)", (ids,)
-            ).fetchall()
-        )
-        for (session_id, epoch), log in held.items():
-            if current.get(session_id) != epoch:
-                self._lose(session_id, epoch, log)
-
-    def _lose(self, session_id: str, epoch: int, log: BatchLog | None) -> None:
-        """Tell `log` that another node took its session over (called with `_lock` held)."""
-        self.forget(session_id, epoch)
-        if log is not None:
-            # A plain attribute the log reads at its next write: no need to wake Trio.
-            log.lost(
-                LeaseLost(
-                    f"session {session_id!r} was taken over by another node (this life held"
-                    f" epoch {epoch}); nothing more written to {self._persistence.where}"
-                )
-            )
-
-
-def _advance(db: psycopg.Connection[Any], job: Append, events: Events) -> bool:
-    """Move the session's next seq past `events` if it is still at their first, at the
-    append's epoch; False if the fence matched no row."""
-    prompt = next((e for e in events if isinstance(e, UserMessage)), None)
-    return (
-        db.execute(
-            "UPDATE greenroom_sessions SET next_seq = %s, updated_at = %s,"
-            " title = COALESCE(title, %s) WHERE id = %s AND epoch = %s AND next_seq = %s",
-            (
-                events[-1].seq + 1,
-                events[-1].time,
-                None if prompt is None else title_of(prompt.content),
-                job.session_id,
-                job.epoch,
-                events[0].seq,
-            ),
-        ).rowcount
-        > 0
-    )
 
 
 def _next_epoch(db: psycopg.Connection[Any]) -> int:
@@ -715,18 +471,3 @@ def _describe(dsn: str) -> str:
         return "PostgreSQL (an unreadable DSN)"
     host = info.get("host") or "localhost"
     return f"PostgreSQL database {info.get('dbname', '?')!r} at {host}"
-
-
-def _decode_header(where: str, session_id: str, raw: bytes) -> SessionHeader:
-    try:
-        header = _header_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise NotASessionLog(
-            f"{where}: the header of {session_id!r} does not decode: {exc}"
-        ) from None
-    if header.version != SESSION_VERSION:
-        raise UnsupportedVersion(
-            f"{where}: session {session_id!r} has log version {header.version}"
-            f" (this greenroom reads version {SESSION_VERSION})"
-        )
-    return header

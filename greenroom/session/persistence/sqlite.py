@@ -30,11 +30,10 @@ from typing import Final, TypeAlias, TypeVar
 import msgspec
 import trio
 
-from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
+from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
-    CorruptLog,
     NotASessionLog,
     PersistenceError,
     SessionExists,
@@ -44,17 +43,10 @@ from greenroom.session.persistence.base import (
     UnsupportedVersion,
     repair,
 )
-from greenroom.session.persistence.batch import (
-    Append,
-    BatchLog,
-    Call,
-    Sync,
-    run_call,
-    stored_already,
-)
+from greenroom.session.persistence.batch import Append, BatchLog, Call, Sync, run_call
 from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.rows import Rows, run_batch
 from greenroom.session.persistence.writer import Job, Writer
-from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
@@ -97,11 +89,7 @@ Stored: TypeAlias = list[StoredSession]
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
-_event_decoder = msgspec.json.Decoder(SessionEvent)
 _header_decoder = msgspec.json.Decoder(SessionHeader)
-
-
-Appends: TypeAlias = list[Append]
 
 
 class SqlitePersistence:
@@ -143,6 +131,7 @@ class SqlitePersistence:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._migrate()
         self._wal_fd = -1
+        self._rows = Rows(self.path, "sessions", "batches", "?", "another process")
         self._locks = Path(self.path + ".locks")
         self.writer: Writer[Job] = Writer(self._batch, deadline=commit_timeout, where=self.path)
 
@@ -235,26 +224,15 @@ class SqlitePersistence:
         self._db.executescript(f"BEGIN IMMEDIATE;{script}COMMIT;")
 
     def _batch(self, jobs: Sequence[Job]) -> None:
-        """Runs of appends share one transaction; every other job runs alone, in order."""
-        run: Appends = []
-        for job in jobs:
-            if isinstance(job, Append):
-                run.append(job)
-                continue
-            self._commit(run)
-            run = []
-            try:
-                if isinstance(job, Sync):
-                    self._fsync_wal()
-                elif isinstance(job, Call):
-                    job.value = job.call()
-            except Exception as exc:
-                job.error = exc
-        self._commit(run)
+        run_batch(jobs, self._commit, self._run_job)
+
+    def _run_job(self, job: Job) -> None:
+        if isinstance(job, Sync):
+            self._fsync_wal()
+        elif isinstance(job, Call):
+            job.value = job.call()
 
     def _commit(self, appends: Sequence[Append]) -> None:
-        if not appends:
-            return
         wanted = "FULL" if any(job.sync for job in appends) else self._quiet_sync()
         self._db.execute(f"PRAGMA synchronous={wanted}")
         try:
@@ -262,7 +240,7 @@ class SqlitePersistence:
                 for number, job in enumerate(appends):
                     self._db.execute(f"SAVEPOINT append{number}")
                     try:
-                        self._append(job)
+                        self._rows.append(self._db, job)
                     except PersistenceError as exc:
                         job.error = exc
                         self._db.execute(f"ROLLBACK TO append{number}")
@@ -273,39 +251,6 @@ class SqlitePersistence:
 
     def _quiet_sync(self) -> str:
         return "OFF" if self.sync == "os" else "NORMAL"
-
-    def _append(self, job: Append) -> None:
-        events = job.events
-        if not self._advance(job, events):
-            row = self._db.execute(
-                "SELECT epoch, next_seq FROM sessions WHERE id = ?", (job.session_id,)
-            ).fetchone()
-            events = events[stored_already(job, self.path, row, "another process") :]
-            if not events:
-                return  # this range of the log is stored already
-            self._advance(job, events)
-        self._db.execute(
-            "INSERT INTO batches (session_id, first_seq, next_seq, lines) VALUES (?, ?, ?, ?)",
-            (job.session_id, events[0].seq, events[-1].seq + 1, _encoder.encode_lines(events)),
-        )
-
-    def _advance(self, job: Append, events: Events) -> bool:
-        """Move the session's next seq past `events` if it is still at their first, at the
-        append's epoch; False if the fence matched no row."""
-        prompt = next((e for e in events if isinstance(e, UserMessage)), None)
-        updated: int = self._db.execute(
-            "UPDATE sessions SET next_seq = ?, updated_at = ?,"
-            " title = COALESCE(title, ?) WHERE id = ? AND epoch = ? AND next_seq = ?",
-            (
-                events[-1].seq + 1,
-                events[-1].time,
-                None if prompt is None else title_of(prompt.content),
-                job.session_id,
-                job.epoch,
-                events[0].seq,
-            ),
-        ).rowcount
-        return updated > 0
 
     def _fsync_wal(self) -> None:
         if self._wal_fd < 0:
@@ -342,28 +287,15 @@ class SqlitePersistence:
             ).fetchone()[0]
             closers = repair(events)
             if closers:
-                self._append(Append(session_id, epoch, closers, sync=True))
+                self._rows.append(self._db, Append(session_id, epoch, closers, sync=True))
                 logger.info("closed interrupted turn of session %r in %s", session_id, self.path)
         return header, events + closers, epoch
 
     def _read(self, session_id: str) -> tuple[SessionHeader, Events]:
-        row = self._db.execute("SELECT header FROM sessions WHERE id = ?", (session_id,)).fetchone()
-        if row is None:
+        stored = self._rows.read(self._db, session_id)
+        if stored is None:
             raise SessionNotFound(f"no stored session {session_id!r} in {self.path}")
-        header = _decode_header(self.path, session_id, row[0])
-        rows = self._db.execute(
-            "SELECT lines FROM batches WHERE session_id = ? ORDER BY first_seq", (session_id,)
-        ).fetchall()
-        try:  # one decode call for the whole log
-            events: Events = _event_decoder.decode_lines(b"".join(row[0] for row in rows))
-        except msgspec.DecodeError as exc:
-            raise CorruptLog(
-                f"{self.path}: an event of session {session_id!r} does not decode: {exc}"
-            ) from None
-        for index, event in enumerate(events):
-            if event.seq != index:
-                raise CorruptLog(f"{self.path}: session {session_id!r} has a gap at seq {index}")
-        return header, events
+        return stored
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[None]:
@@ -402,21 +334,6 @@ def _open_read_only(path: str, timeout: float) -> sqlite3.Connection:
             " a writer migrates an older one when it opens it)"
         )
     return db
-
-
-def _decode_header(path: str, session_id: str, raw: bytes) -> SessionHeader:
-    try:
-        header = _header_decoder.decode(raw)
-    except msgspec.DecodeError as exc:
-        raise NotASessionLog(
-            f"{path}: the header of {session_id!r} does not decode: {exc}"
-        ) from None
-    if header.version != SESSION_VERSION:
-        raise UnsupportedVersion(
-            f"{path}: session {session_id!r} has log version {header.version}"
-            f" (this greenroom reads version {SESSION_VERSION})"
-        )
-    return header
 
 
 def _releaser(lock: SessionLock) -> Callable[[], Awaitable[None]]:

@@ -60,6 +60,7 @@ from mcp.shared.exceptions import MCPError
 from mcp.shared.message import SessionMessage
 
 from greenroom.actors.types import ToolOutcome
+from greenroom.lines import LineBuffer, LineTooLong
 from greenroom.procs import Spawn, owner
 from greenroom.protocol.events import ToolError
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
@@ -346,21 +347,19 @@ async def _read_lines(
     Once the session stops taking messages, the rest is read and dropped, so a
     server blocked on a full pipe can still see its stdin end and exit.
     """
-    buffer = bytearray()
-    scanned = 0  # where the search for the next newline goes on from
+    buffer = LineBuffer(MAX_MESSAGE)
     lines = _Lines(server, messages)
     async with messages:
         while chunk := await stdout.receive_some(_CHUNK):
-            buffer += chunk
-            while (end := buffer.find(b"\n", scanned)) >= 0:
-                line = bytes(buffer[:end])
-                del buffer[: end + 1]  # cheap: a bytearray drops its head in place
-                scanned = 0
-                await lines.deliver(line)
-            scanned = len(buffer)
-            if scanned > MAX_MESSAGE:
-                raise McpServerError(server, f"wrote a line longer than {MAX_MESSAGE} bytes")
-        await lines.deliver(bytes(buffer))
+            buffer.feed(chunk)
+            try:
+                while (line := buffer.next_line()) is not None:
+                    await lines.deliver(line)
+            except LineTooLong:
+                raise McpServerError(
+                    server, f"wrote a line longer than {MAX_MESSAGE} bytes"
+                ) from None
+        await lines.deliver(buffer.rest())
 
 
 class _Lines:
