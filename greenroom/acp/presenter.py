@@ -36,6 +36,7 @@ from greenroom.protocol.acp import (
     ConfigOptionUpdate,
     CurrentModeUpdate,
     DiffContent,
+    PlanUpdate,
     SessionInfoUpdate,
     SessionMode,
     SessionModeState,
@@ -56,6 +57,8 @@ from greenroom.protocol.events import (
     Compacted,
     ConfigSet,
     ModelRetry,
+    PlanEntry,
+    PlanSet,
     SessionEvent,
     ToolCall,
     ToolResult,
@@ -187,6 +190,15 @@ class Presenter:
                         DiffContent(budget.take(diff.path), budget.take(diff.new_text), old)
                     )
                 yield ToolCallProgress(call_id, status, shown)
+            case PlanSet(entries=entries):
+                budget = _Budget()
+                yield PlanUpdate(
+                    [
+                        PlanEntry(budget.take(entry.content), entry.priority, entry.status)
+                        for entry in entries
+                        if budget.item()
+                    ]
+                )
             case ConfigSet(key="mode", value=value):
                 yield CurrentModeUpdate(value)
                 yield ConfigOptionUpdate(self.config_options(session))

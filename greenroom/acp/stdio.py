@@ -27,6 +27,7 @@ from greenroom.session.persistence import Persistence
 from greenroom.tools.bash.tools import bash_plugin
 from greenroom.tools.files import files_plugin
 from greenroom.tools.subagents import task_plugin
+from greenroom.tools.todo import todo_plugin
 
 
 def run_stdio(models: Mapping[str, ModelAdapter], persistence: Persistence) -> int:
@@ -49,6 +50,7 @@ async def _serve(
         await runtime.plug("tool-bash", bash_plugin)
         await runtime.plug("tool-files", files_plugin)
         await runtime.plug("tool-task", task_plugin)
+        await runtime.plug("tool-todo", todo_plugin)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 

@@ -4,7 +4,9 @@ Each model call plays the next script (a list of actions); when the scripts
 run out it echoes the last user message back word by word. Echoing, a prompt
 ``bash: COMMAND`` becomes a call of the ``bash`` tool (when it is offered),
 and the call's result is echoed back: a way to try tool calls, and the
-permission they ask, without a model API. Delays are `trio.sleep`s, so under
+permission they ask, without a model API. So does ``todo: ENTRIES`` (a JSON
+list of plan entries, or the tool's whole arguments) for the ``todo`` tool,
+and ``tool: NAME {JSON}`` for any offered tool. Delays are `trio.sleep`s, so under
 a `MockClock` they cost no real time.
 """
 
@@ -84,6 +86,8 @@ Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
 BASH_PROMPT: Final = "bash: "
 #: An echoed prompt ``tool: NAME {JSON}`` calls the offered tool NAME with those arguments.
 TOOL_PROMPT: Final = "tool: "
+#: An echoed prompt ``todo: [ENTRIES]`` (JSON) sets the plan through the ``todo`` tool.
+TODO_PROMPT: Final = "todo: "
 
 
 class ScriptedModel:
@@ -164,6 +168,9 @@ def _asked_call(last: UserTurn, request: ModelRequest) -> tuple[str, str] | None
     if last.content.startswith(BASH_PROMPT) and "bash" in offered:
         command = last.content.removeprefix(BASH_PROMPT)
         return "bash", json.dumps({"command": command, "description": "asked by the prompt"})
+    if last.content.startswith(TODO_PROMPT) and "todo" in offered:
+        entries = last.content.removeprefix(TODO_PROMPT).strip()
+        return "todo", f'{{"entries": {entries}}}' if entries.startswith("[") else entries
     if last.content.startswith(TOOL_PROMPT):
         name, _, arguments = last.content.removeprefix(TOOL_PROMPT).partition(" ")
         if name in offered:

@@ -10,7 +10,7 @@ from typing import Any, Final, Literal, TypeAlias
 
 import msgspec
 
-from greenroom.protocol.events import PermissionDecision, ToolKind
+from greenroom.protocol.events import PermissionDecision, PlanEntry, ToolKind
 
 PROTOCOL_VERSION: Final = 1
 
@@ -455,6 +455,12 @@ class UsageUpdate(
     size: int
 
 
+class PlanUpdate(msgspec.Struct, frozen=True, gc=False, tag_field="sessionUpdate", tag="plan"):
+    """The agent's whole plan (ACP's ``PlanEntry`` is greenroom's own `PlanEntry`)."""
+
+    entries: list[PlanEntry]
+
+
 SessionUpdate: TypeAlias = (
     UserMessageChunk
     | AgentMessageChunk
@@ -465,6 +471,7 @@ SessionUpdate: TypeAlias = (
     | ConfigOptionUpdate
     | SessionInfoUpdate
     | UsageUpdate
+    | PlanUpdate
 )
 
 

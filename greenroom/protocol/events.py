@@ -298,8 +298,8 @@ class PlanEntry(msgspec.Struct, frozen=True, gc=False):
     """One task of an agent's plan, shaped like ACP's ``PlanEntry``."""
 
     content: str
-    priority: PlanPriority = "medium"
-    status: PlanStatus = "pending"
+    priority: PlanPriority
+    status: PlanStatus
 
 
 class PlanSet(Event, frozen=True, gc=False, tag="plan/set"):
