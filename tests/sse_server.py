@@ -42,12 +42,13 @@ Piece = bytes | Pause | Cut | Hold
 @dataclass
 class Reply:
     """One response; status 0 closes the connection without answering (as a server going away
-    does to a keep-alive connection)."""
+    does to a keep-alive connection); `close` closes it once the response is whole."""
 
     status: int = 200
     pieces: Sequence[Piece] = ()
     headers: dict[str, str] = field(default_factory=dict)
     body: bytes | None = None  # a plain (non-streamed) body, for error statuses
+    close: bool = False
 
 
 @dataclass
@@ -148,7 +149,7 @@ class SseServer:
                     )
                     return
                 reply = self.replies.pop(0)
-                if not reply.status or not await self._answer(connection, reply):
+                if not reply.status or not await self._answer(connection, reply) or reply.close:
                     return
         except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
             self.client_left.set()

@@ -147,3 +147,41 @@ async def test_a_pool_shared_by_two_runtimes_closes_with_the_last(kind: str) -> 
                 assert not server.client_left.is_set()
             await server.client_left.wait()
     assert server.connections == 1
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+async def test_a_connection_the_server_closed_while_idle_is_replaced(kind: str) -> None:
+    """The server ends the kept-alive connection after the first reply: the next turn opens
+    another and succeeds (a reuse that loses the race with the server's close is a transport
+    error before the response, retried)."""
+    replies = [Reply(pieces=STREAMS[kind]["text"], close=True), Reply(pieces=STREAMS[kind]["text"])]
+    with trio.fail_after(LIMIT):
+        async with (
+            sse_server(replies) as server,
+            open_runtime(model=adapter(kind, server.url)) as rt,
+        ):
+            agent = await new_agent(rt)
+            await agent.send("one")
+            answer = await agent.send("two")
+    assert answer.text == "Hello world"
+    assert turn_ends(agent.session.events) == [(1, COMPLETED), (2, COMPLETED)]
+    assert [seen.connection for seen in server.requests] == [1, 2]
+
+
+@pytest.mark.parametrize("kind", ADAPTERS)
+async def test_a_body_left_open_after_the_reply_ends_the_step_and_its_connection(
+    kind: str,
+) -> None:
+    """The reply's last event came but the body never ends: the step ends a moment later
+    (the drain's bound), whole, and the connection is not reused."""
+    held = [*STREAMS[kind]["text"], Hold()]
+    with trio.fail_after(LIMIT):
+        async with (
+            sse_server([Reply(pieces=held), Reply(pieces=STREAMS[kind]["text"])]) as server,
+            open_runtime(model=adapter(kind, server.url)) as rt,
+        ):
+            agent = await new_agent(rt)
+            first = await agent.send("one")
+            second = await agent.send("two")
+    assert (first.text, second.text) == ("Hello world", "Hello world")
+    assert [seen.connection for seen in server.requests] == [1, 2]
