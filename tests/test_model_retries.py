@@ -6,6 +6,8 @@ Real sockets, so the real clock: every test bounds itself with ``trio.fail_after
 
 from __future__ import annotations
 
+import email.utils
+import time
 from typing import Any
 
 import pytest
@@ -284,3 +286,13 @@ async def test_the_embedder_sees_a_retry_among_the_prompts_events() -> None:
     assert kinds[-1] == "TurnEnd"
     (retry,) = [e for e in seen if isinstance(e, ModelRetry)]
     assert retry.code == "http-529"
+
+
+async def test_a_retry_after_date_is_read() -> None:
+    """An HTTP date an hour ahead: a wait of about 3,600 s, past the budget, so no wait."""
+    when = email.utils.formatdate(time.time() + 3600, usegmt=True)
+    busy = Reply(503, headers={"Retry-After": when}, body=b"{}")
+    with trio.fail_after(LIMIT):
+        async with sse_server([busy, Reply(pieces=STREAMS["openai"]["text"])]) as server:
+            with pytest.raises(ModelError, match=r"the next wait of 3[56]\d\d\.\d s would pass"):
+                await collect(adapter("openai", server.url))
