@@ -261,6 +261,8 @@ async def test_a_commit_blocked_by_another_writer_fails_at_its_deadline(tmp_path
             ), ends[-1].reason.message
             assert turn < 3, turn
             assert disposed < 3, disposed
+            # The lock gone, the commit that outlived its deadline returns; then it resumes.
+            await trio.to_thread.run_sync(_until, lambda: not store.writer.stuck)
             again = await rt.agents.resume(agent_id="a", session_id="s")
             await again.dispose()
     store.close()
