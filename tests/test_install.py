@@ -34,7 +34,10 @@ async def test_a_fresh_install_serves_a_real_model(tmp_path: Path) -> None:
             ) as agent:
                 session = await agent.new_session(str(tmp_path))
                 answer = await agent.prompt(session, "hi")
-                assert answer["result"] == {"stopReason": "end_turn"}
+                assert answer["result"] == {
+                    "stopReason": "end_turn",
+                    "usage": {"totalTokens": 128, "inputTokens": 120, "outputTokens": 8},
+                }
                 chunks = [
                     f["params"]["update"]["content"]["text"]
                     for f in agent.frames
