@@ -135,6 +135,23 @@ async def test_spawn_refuses_tools_given_as_one_string() -> None:
         assert [a.id for a in rt.agents.list()] == ["p"]
 
 
+@pytest.mark.parametrize(
+    ("given", "named"),
+    [
+        ({"agent_id": "c", "session_id": "c", "tool": ["read"]}, "unexpected.*'tool'"),
+        ({"agent_id": "c"}, "missing.*'session_id'"),
+    ],
+)
+async def test_spawn_names_a_keyword_it_does_not_take_or_lacks(
+    given: dict[str, object], named: str
+) -> None:
+    async with open_runtime() as rt:
+        parent = await rt.agents.create(agent_id="p", session_id="p")
+        with pytest.raises(TypeError, match=named):
+            await parent.spawn(**given)  # type: ignore[arg-type]
+        assert [a.id for a in rt.agents.list()] == ["p"]
+
+
 @pytest.mark.parametrize("at_turn", [True, False, -1, 2, 10**30, "1", 1.0, 1.5])
 async def test_fork_refuses_a_turn_the_log_does_not_have(tmp_path: Path, at_turn: int) -> None:
     store = JsonlPersistence(tmp_path)

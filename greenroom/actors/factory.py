@@ -17,7 +17,7 @@ import msgspec
 import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
-from greenroom.actors.life import AgentHandle, AgentLife, ReleaseOwned, Spawner
+from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned, Spawner
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
@@ -25,6 +25,7 @@ from greenroom.actors.types import (
     AgentOptions,
     ServerHub,
     SessionClient,
+    SpawnArgs,
     SpawnLimits,
     SpawnRefused,
     ToolExecutor,
@@ -48,10 +49,8 @@ from greenroom.session.persistence import Persistence, SessionLog
 from greenroom.session.store import check_directory, check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
+
 #: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
-Owner = Supervisor | trio.Nursery
-
-
 class AgentFactory:
     """Creates and resumes `LoopAgent`s under an owner (default: the runtime's agent supervisor).
 
@@ -315,17 +314,16 @@ class AgentFactory:
         handle: AgentHandle = await owner.start(life)
         return handle
 
-    async def _spawn(
-        self,
-        parent: AgentLife,
-        *,
-        agent_id: str,
-        session_id: str,
-        options: AgentOptions | None,
-        tools: Sequence[str] | None,
-        mcp_servers: Sequence[McpServer],
-    ) -> AgentHandle:
+    async def _spawn(self, parent: AgentLife, child: SpawnArgs) -> AgentHandle:
         """A child of `parent`: a new session naming the parent's, under the parent's owner."""
+        unknown = child.keys() - SpawnArgs.__annotations__.keys()
+        if unknown:
+            raise TypeError(f"spawn() got unexpected keyword arguments: {sorted(unknown)}")
+        missing = SpawnArgs.__required_keys__ - child.keys()
+        if missing:
+            raise TypeError(f"spawn() is missing keyword arguments: {sorted(missing)}")
+        agent_id, session_id = child["agent_id"], child["session_id"]
+        tools, mcp_servers = child.get("tools"), child.get("mcp_servers", ())
         limits = self._limits
         if parent.depth + 1 > limits.max_depth:
             raise SpawnRefused(
@@ -351,8 +349,8 @@ class AgentFactory:
             log = None if self._persistence is None else await self._persistence.create(header)
             plan = _Plan(
                 agent_id,
-                options,
-                parent.owner,  # type: ignore[arg-type]
+                child.get("options"),
+                parent.owner,
                 parent.client,
                 mcp_servers,
                 tools,

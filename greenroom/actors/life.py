@@ -29,42 +29,31 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeAlias, Unpack
 
 import trio
 
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,
-    AgentOptions,
     SessionClient,
     SessionServers,
+    SpawnArgs,
     SpawnRefused,
 )
-from greenroom.protocol.mcp import McpServer
 from greenroom.session import SessionStore
 from greenroom.session.persistence import PersistenceError, SessionLog
+from greenroom.supervisor import Supervisor
 
 logger = logging.getLogger("greenroom.agent")
 
 #: Releases what a session owns outside the agent (its background processes), by session id.
 #: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
 ReleaseOwned = Callable[[str], Awaitable[None]]
-
-
-class Spawner(Protocol):
-    """The factory's half of `AgentHandle.spawn`: start a child of `parent`'s life."""
-
-    async def __call__(
-        self,
-        parent: AgentLife,
-        *,
-        agent_id: str,
-        session_id: str,
-        options: AgentOptions | None,
-        tools: Sequence[str] | None,
-        mcp_servers: Sequence[McpServer],
-    ) -> AgentHandle: ...
+#: Where an agent's task runs: a supervisor (as a temporary child) or a nursery.
+Owner: TypeAlias = Supervisor | trio.Nursery
+#: The factory's half of `AgentHandle.spawn`: start a child of a parent's life.
+Spawner: TypeAlias = Callable[["AgentLife", SpawnArgs], Awaitable["AgentHandle"]]
 
 
 class LiveAgent(Agent, Protocol):
@@ -100,16 +89,10 @@ class AgentHandle:
         self._life.stop()
         await self._life.wait_exited()
 
-    async def spawn(
-        self,
-        *,
-        agent_id: str,
-        session_id: str,
-        options: AgentOptions | None = None,
-        tools: Sequence[str] | None = None,
-        mcp_servers: Sequence[McpServer] = (),
-    ) -> AgentHandle:
-        """Start a child of this agent; returns the child's handle once it is live.
+    async def spawn(self, **child: Unpack[SpawnArgs]) -> AgentHandle:
+        """Start a child of this agent (`SpawnArgs`: ``agent_id``, ``session_id``, and
+        ``options``, ``tools``, ``mcp_servers`` if given); returns the child's handle
+        once it is live.
 
         The child's session records this one as its ``parent_session``; it runs
         in this agent's directories, asks this agent's front end, and has the
@@ -118,15 +101,10 @@ class AgentHandle:
         and disposing this agent disposes it first. Raises `SpawnRefused`
         past the runtime's `SpawnLimits` or once this agent is being
         disposed (a spawn in flight then leaves nothing), `TypeError` for a
-        str as ``tools``, and what `AgentFactory.create` raises.
+        str as ``tools`` or a keyword it does not take (or lacks), and what
+        `AgentFactory.create` raises.
         """
-        return await self._life.spawn(
-            agent_id=agent_id,
-            session_id=session_id,
-            options=options,
-            tools=tools,
-            mcp_servers=mcp_servers,
-        )
+        return await self._life.spawn(**child)
 
 
 class AgentLife:
@@ -170,7 +148,7 @@ class AgentLife:
         build: Callable[[AgentLife], LiveAgent],
         *,
         spawner: Spawner,
-        owner: object,
+        owner: Owner,
         client: SessionClient | None,
         parent: AgentLife | None = None,
     ) -> None:
@@ -206,15 +184,7 @@ class AgentLife:
         """The live children and those starting: what a limit on children counts."""
         return len(self._children or ()) + len(self._spawning or ())
 
-    async def spawn(
-        self,
-        *,
-        agent_id: str,
-        session_id: str,
-        options: AgentOptions | None = None,
-        tools: Sequence[str] | None = None,
-        mcp_servers: Sequence[McpServer] = (),
-    ) -> AgentHandle:
+    async def spawn(self, **child: Unpack[SpawnArgs]) -> AgentHandle:
         """`AgentHandle.spawn`; the child is one of `children` until its life exits."""
         if self.disposing:
             raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")
@@ -225,14 +195,7 @@ class AgentLife:
         self._spawning.add(scope)
         try:
             with scope:
-                handle = await self._spawner(
-                    self,
-                    agent_id=agent_id,
-                    session_id=session_id,
-                    options=options,
-                    tools=tools,
-                    mcp_servers=mcp_servers,
-                )
+                handle = await self._spawner(self, child)
         finally:
             self._spawning.discard(scope)
             if not self._spawning and self._spawns_settled is not None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeVar, overload
+from typing import Any, Final, Protocol, TypedDict, TypeVar, Unpack, overload
 
 import msgspec
 import trio
@@ -55,6 +55,20 @@ class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_children: int = 8
 
 
+class _ChildIds(TypedDict):
+    agent_id: str
+    session_id: str
+
+
+class SpawnArgs(_ChildIds, total=False):
+    """What `AgentHandle.spawn` takes (see there), by keyword: the child's agent and
+    session ids; its options, the runtime's tools it has (None: all), its MCP servers."""
+
+    options: AgentOptions | None
+    tools: Sequence[str] | None
+    mcp_servers: Sequence[McpServer]
+
+
 class SpawnRefused(ValueError):
     """A child could not be spawned: a limit, or a parent that is being disposed."""
 
@@ -89,6 +103,11 @@ class Agent(Protocol):
 
     @property
     def status(self) -> StatusName: ...
+
+    @property
+    def client(self) -> SessionClient | None:
+        """The front end its session runs in, if any (a child has its parent's)."""
+        ...
 
     @overload
     def send(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
@@ -150,6 +169,28 @@ class Permissions(Protocol):
     async def decide(self, request: PermissionRequest) -> PermissionDecision: ...
 
 
+class Question(msgspec.Struct, frozen=True, gc=False):
+    """What the ``ask_user`` tool asks: who asks (the session whose client is asked), the
+    call, the question, and the answers offered (`choices`; with none, or with
+    `free_text`, any text may be the answer)."""
+
+    session_id: str
+    call_id: str
+    question: str
+    choices: list[str] = []
+    free_text: bool = True
+
+
+class Questions(Protocol):
+    """Asks the person at the front end a question; None if they declined to answer.
+
+    A cancel of the turn cancels `ask` (it runs in the turn's scope): an
+    implementation withdraws its question then.
+    """
+
+    async def ask(self, question: Question) -> str | None: ...
+
+
 class EditorFiles(Protocol):
     """The files of the editor a session runs in: unsaved buffers read, edits landed there."""
 
@@ -163,11 +204,13 @@ class SessionClient:
     """What the front end driving a session offers its tools: whom to ask, and its files.
 
     ``None`` for either means the runtime's default: its permission policy,
-    the local disk.
+    the local disk. ``questions``: whom the ``ask_user`` tool asks (None: no one,
+    and the tool is not offered).
     """
 
     permissions: Permissions | None = None
     files: EditorFiles | None = None
+    questions: Questions | None = None
 
 
 class ChildHandle(Protocol):
@@ -182,15 +225,7 @@ class ChildHandle(Protocol):
 class Spawn(Protocol):
     """Start a child of one agent (`AgentHandle.spawn`); see there for the contract."""
 
-    async def __call__(
-        self,
-        *,
-        agent_id: str,
-        session_id: str,
-        options: AgentOptions | None = None,
-        tools: Sequence[str] | None = None,
-        mcp_servers: Sequence[McpServer] = (),
-    ) -> ChildHandle: ...
+    async def __call__(self, **child: Unpack[SpawnArgs]) -> ChildHandle: ...
 
 
 @dataclass(frozen=True, slots=True)
