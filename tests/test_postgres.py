@@ -275,6 +275,7 @@ def test_every_connection_has_its_deadlines_and_the_url_sets_them(postgres_dsn: 
             parameters = db.info.get_parameters()
             assert parameters["connect_timeout"] == "5"
             assert (parameters["keepalives"], parameters["keepalives_idle"]) == ("1", "5")
+            assert parameters["tcp_user_timeout"] == "10000"
             assert db.execute("SHOW search_path").fetchone()[0].startswith("test_")  # type: ignore[index]
     finally:
         store.close()

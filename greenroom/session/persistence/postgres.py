@@ -23,7 +23,8 @@ it durable within ``wal_writer_delay`` (200 ms by default), off the agent's path
 
 **Deadlines.** No statement waits forever. Each connection is made within
 ``connect_timeout`` (libpq's, default 5 s) with TCP keepalives on (``keepalives_idle=5``,
-``keepalives_interval=2``, ``keepalives_count=3`` unless the DSN says otherwise), and runs
+``keepalives_interval=2``, ``keepalives_count=3``, and ``tcp_user_timeout=10000`` for data
+never acknowledged, unless the DSN says otherwise), and runs
 with ``statement_timeout`` (default 5 s; also the writer's deadline for a whole job, after
 which its caller stops waiting), ``lock_timeout`` (default 2 s: a row or advisory lock held
 by a node that went silent fails the waiter instead of holding it) and
@@ -89,6 +90,9 @@ _CONNECT_DEFAULTS: Final = {
     "keepalives_idle": "5",
     "keepalives_interval": "2",
     "keepalives_count": "3",
+    # Data sent and never acknowledged (a partition mid-request, where keepalives do not
+    # probe): the kernel drops the connection, and the stuck statement fails.
+    "tcp_user_timeout": "10000",
 }
 #: The DSN parameters greenroom reads itself (libpq would refuse them).
 _OWN_PARAMETERS: Final = ("statement_timeout", "lock_timeout")
