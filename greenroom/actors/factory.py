@@ -50,7 +50,6 @@ from greenroom.session.store import check_directory, check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
 
-#: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
 class AgentFactory:
     """Creates and resumes `LoopAgent`s under an owner (default: the runtime's agent supervisor).
 

@@ -50,7 +50,7 @@ logger = logging.getLogger("greenroom.agent")
 #: Releases what a session owns outside the agent (its background processes), by session id.
 #: It runs to the end even when its caller is cancelled (it shields itself), and bounds itself.
 ReleaseOwned = Callable[[str], Awaitable[None]]
-#: Where an agent's task runs: a supervisor (as a temporary child) or a nursery.
+#: Whom an agent must not outlive: a supervisor (it becomes a temporary child) or a nursery.
 Owner: TypeAlias = Supervisor | trio.Nursery
 #: The factory's half of `AgentHandle.spawn`: start a child of a parent's life.
 Spawner: TypeAlias = Callable[["AgentLife", SpawnArgs], Awaitable["AgentHandle"]]
