@@ -317,8 +317,6 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 baseline="encoding the built body alone",
                 raw=[b[1] for b in build],
                 note="linear in the history; compaction bounds the history",
-                plot="request_build",
-                n=messages,
             )
         )
     return rows
