@@ -118,9 +118,10 @@ async def sse_events(response: httpx2.Response) -> AsyncGenerator[SseEvent, None
 
 
 class RetryableError(Exception):
-    """An attempt failed in a way another attempt may not: raised by an adapter's event reader
-    for an error event such as ``overloaded_error`` (the stream driver decides whether the
-    budget and the stream so far allow another attempt)."""
+    """An attempt failed in a way a later attempt may not (an overload, a rate limit, a
+    dropped connection): raised by the request (a status, a transport error before the
+    response) and by an adapter's event reader (an ``overloaded_error`` event); the stream
+    driver decides whether the budget and what it streamed so far allow another attempt."""
 
     def __init__(self, message: str, code: str, retry_after: float | None = None) -> None:
         super().__init__(message)
