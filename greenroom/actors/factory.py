@@ -38,7 +38,6 @@ from greenroom.models.base import ModelAdapter
 from greenroom.protocol.events import (
     SessionEvent,
     SessionHeader,
-    ToolError,
     TurnEnd,
     TurnStart,
 )
@@ -414,10 +413,8 @@ class _OnlyTools:
         if invocation.name not in self._names:
             await trio.lowlevel.checkpoint()
             known = ", ".join(sorted(self._names)) or "none"
-            return ToolOutcome(
-                f"unknown tool {invocation.name!r} (known tools: {known})",
-                is_error=True,
-                error=ToolError(name="ToolError", code="unknown-tool"),
+            return ToolOutcome.failed(
+                f"unknown tool {invocation.name!r} (known tools: {known})", "unknown-tool"
             )
         return await self._inner.execute(invocation)
 

@@ -94,7 +94,6 @@ from greenroom.protocol.events import (
     StepEnd,
     StepStart,
     ToolCall,
-    ToolError,
     ToolProgress,
     ToolResult,
     ToolStart,
@@ -718,21 +717,15 @@ class LoopAgent:
                         for call in batch:
                             running.start_soon(self._run_call, turn, step, call, results, tools)
             except StepFailed as failure:
-                unrun = ToolOutcome(
-                    f"not run: {failure}",
-                    is_error=True,
-                    error=ToolError(name="NotRun", code="not-run"),
-                )
+                unrun = ToolOutcome.failed(f"not run: {failure}", "not-run", "NotRun")
                 self._settle_rest(turn, step, calls, views, done, end, results, unrun)
                 raise
             except BaseException as exc:
                 cancel = cancelled_in(exc)
                 if cancel is None:
                     raise
-                aborted = ToolOutcome(
-                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}",
-                    is_error=True,
-                    error=ToolError(name="Cancelled", code="aborted"),
+                aborted = ToolOutcome.failed(
+                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"
                 )
                 self._settle_rest(turn, step, calls, views, done, end, results, aborted)
                 raise

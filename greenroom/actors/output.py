@@ -17,7 +17,6 @@ import msgspec
 
 from greenroom.actors.prompt import OUTPUT_TOOL
 from greenroom.actors.types import ToolExecutor, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import ToolError
 from greenroom.protocol.model import ToolSchema
 
 #: How many invalid attempts fail the turn.
@@ -96,10 +95,10 @@ class OutputTurn:
         if self._take(arguments):
             return _ACCEPTED
         self._invalid_call = True
-        return ToolOutcome(
+        return ToolOutcome.failed(
             f"{self.error}. Call {OUTPUT_TOOL} again with a valid answer.",
-            is_error=True,
-            error=ToolError(name="ValidationError", code="invalid-output"),
+            "invalid-output",
+            "ValidationError",
         )
 
     def judge(self, called_tools: bool, text: str) -> Verdict:

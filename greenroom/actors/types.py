@@ -265,6 +265,12 @@ class ToolOutcome(msgspec.Struct, frozen=True):
     error: ToolError | None = None
     diffs: list[FileDiff] = []
 
+    @classmethod
+    def failed(cls, message: str, code: str, name: str = "ToolError") -> ToolOutcome:
+        """An error result: `message` for the model; `code` and `name` (the error's kind,
+        as `ToolError` has them) for a reader."""
+        return cls(message, is_error=True, error=ToolError(name=name, code=code))
+
 
 class ToolView(msgspec.Struct, frozen=True, gc=False):
     """What a call does: its kind, a short title, the places it touches, and whether

@@ -30,7 +30,7 @@ import msgspec
 import trio
 
 from greenroom.actors.types import EditorFiles, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import FileDiff, Location, ToolError
+from greenroom.protocol.events import FileDiff, Location
 from greenroom.tools.confine import PathRefused, Roots, open_regular, replace, resolve
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
@@ -217,10 +217,6 @@ def _read_text(text: str, offset: int, limit: int, cap: int) -> Window:
     return read_window(read, offset, limit, cap)
 
 
-def _refuse(message: str, code: str) -> ToolOutcome:
-    return ToolOutcome(message, is_error=True, error=ToolError(name="FileError", code=code))
-
-
 def _at(path: str, line: int | None = None) -> ToolView:
     return ToolView(title=path, locations=[Location(path, line)])
 
@@ -259,9 +255,11 @@ class FileTools:
                 text = await files.read_text(path, None, None)
                 window = _read_text(text, args.offset, limit, cap)
         except PathRefused as exc:
-            return _refuse(f"read_file: {exc}", "path-refused")
+            return ToolOutcome.failed(f"read_file: {exc}", "path-refused", "FileError")
         except OSError as exc:
-            return _refuse(f"read_file: cannot read {args.path!r}: {exc.strerror}", "os-error")
+            return ToolOutcome.failed(
+                f"read_file: cannot read {args.path!r}: {exc.strerror}", "os-error", "FileError"
+            )
         return window.render(args.path, cap)
 
     async def write_file(self, args: WriteArgs, call: ToolInvocation) -> str | ToolOutcome:
@@ -279,9 +277,11 @@ class FileTools:
                     old = None
                 await files.write_text(path, args.content)
         except PathRefused as exc:
-            return _refuse(f"write_file: {exc}", "path-refused")
+            return ToolOutcome.failed(f"write_file: {exc}", "path-refused", "FileError")
         except OSError as exc:
-            return _refuse(f"write_file: cannot write {args.path!r}: {exc.strerror}", "os-error")
+            return ToolOutcome.failed(
+                f"write_file: cannot write {args.path!r}: {exc.strerror}", "os-error", "FileError"
+            )
         return ToolOutcome(
             f"wrote {len(args.content)} characters to {args.path}",
             diffs=[FileDiff(path, args.content, old)],
@@ -289,7 +289,9 @@ class FileTools:
 
     async def edit_file(self, args: EditArgs, call: ToolInvocation) -> str | ToolOutcome:
         if not args.old_string:
-            return _refuse("edit_file: old_string must not be empty", "invalid-arguments")
+            return ToolOutcome.failed(
+                "edit_file: old_string must not be empty", "invalid-arguments", "FileError"
+            )
 
         def edit(old: str | None) -> str:
             return _edited(old, args.old_string, args.new_string)
@@ -307,11 +309,15 @@ class FileTools:
                 await files.write_text(path, new)
         except _NoUniqueMatch as exc:
             where = f"{exc}; give more context" if "times" in str(exc) else str(exc)
-            return _refuse(f"edit_file: old_string {where} in {args.path}", "no-unique-match")
+            return ToolOutcome.failed(
+                f"edit_file: old_string {where} in {args.path}", "no-unique-match", "FileError"
+            )
         except PathRefused as exc:
-            return _refuse(f"edit_file: {exc}", "path-refused")
+            return ToolOutcome.failed(f"edit_file: {exc}", "path-refused", "FileError")
         except OSError as exc:
-            return _refuse(f"edit_file: cannot edit {args.path!r}: {exc.strerror}", "os-error")
+            return ToolOutcome.failed(
+                f"edit_file: cannot edit {args.path!r}: {exc.strerror}", "os-error", "FileError"
+            )
         return ToolOutcome(f"edited {args.path}", diffs=[FileDiff(path, new, old)])
 
 

@@ -40,7 +40,6 @@ from greenroom.protocol.events import (
     FileDiff,
     PermissionDecision,
     PermissionRule,
-    ToolError,
     ToolKind,
 )
 from greenroom.protocol.model import ToolSchema
@@ -216,24 +215,28 @@ class ToolRegistry:
         try:
             invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)
         except Exception as exc:
-            return _error(f"tool call {invocation.name!r} was refused: {exc}", exc, "refused")
+            return ToolOutcome.failed(
+                f"tool call {invocation.name!r} was refused: {exc}", "refused", type(exc).__name__
+            )
         entry = extra.get(invocation.name) or self._entries.get(invocation.name)
         if entry is None:
             known = ", ".join(sorted({*self._entries, *extra})) or "none"
-            return _error(
-                f"unknown tool {invocation.name!r} (known tools: {known})", None, "unknown-tool"
+            return ToolOutcome.failed(
+                f"unknown tool {invocation.name!r} (known tools: {known})", "unknown-tool"
             )
         try:
             args = entry.decode(invocation.arguments.strip() or "{}")
         except msgspec.ValidationError as exc:
-            return _error(
-                f"invalid arguments for {invocation.name}: {exc}", exc, "invalid-arguments"
+            return ToolOutcome.failed(
+                f"invalid arguments for {invocation.name}: {exc}",
+                "invalid-arguments",
+                type(exc).__name__,
             )
         except msgspec.DecodeError as exc:
-            return _error(
+            return ToolOutcome.failed(
                 f"arguments for {invocation.name} are not a JSON object: {exc}",
-                exc,
                 "invalid-arguments",
+                type(exc).__name__,
             )
         refusal = await self._permit(invocation, entry)
         if refusal is not None:
@@ -244,7 +247,11 @@ class ToolRegistry:
             result = await entry.run(args, invocation)
         except Exception as exc:
             logger.info("tool %r raised", invocation.name, exc_info=True)
-            return _error(f"{invocation.name} failed: {type(exc).__name__}: {exc}", exc, "raised")
+            return ToolOutcome.failed(
+                f"{invocation.name} failed: {type(exc).__name__}: {exc}",
+                "raised",
+                type(exc).__name__,
+            )
         return result if isinstance(result, ToolOutcome) else ToolOutcome(result)
 
     async def _permit(self, invocation: ToolInvocation, tool: ToolEntry) -> ToolOutcome | None:
@@ -263,9 +270,8 @@ class ToolRegistry:
         family = _family(session)
         mode = family[-1].config.get("mode", DEFAULT_MODE) if family else DEFAULT_MODE
         if mode == "read-only":
-            return _error(
+            return ToolOutcome.failed(
                 f"refused: {tool.name} ({tool.kind}) cannot run, the session is read-only",
-                None,
                 "read-only",
             )
         if mode == "accept-edits" and tool.kind != "execute":
@@ -288,8 +294,10 @@ class ToolRegistry:
         try:
             decision = await permissions.decide(request)
         except Exception as exc:
-            return _error(
-                f"{tool.name} was not run: asking permission failed: {exc}", exc, "refused"
+            return ToolOutcome.failed(
+                f"{tool.name} was not run: asking permission failed: {exc}",
+                "refused",
+                type(exc).__name__,
             )
         if decision.endswith("_always") and session is not None:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
@@ -337,12 +345,7 @@ def _view(entry: ToolEntry, arguments: str) -> ToolView:
 
 
 def _refused(tool: str, how: str) -> ToolOutcome:
-    return _error(f"the user refused to let {tool} run ({how})", None, "rejected")
-
-
-def _error(message: str, exc: BaseException | None, code: str) -> ToolOutcome:
-    name = type(exc).__name__ if exc is not None else "ToolError"
-    return ToolOutcome(message, is_error=True, error=ToolError(name=name, code=code))
+    return ToolOutcome.failed(f"the user refused to let {tool} run ({how})", "rejected")
 
 
 def _parameters(args: type[msgspec.Struct]) -> dict[str, object]:

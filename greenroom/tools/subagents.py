@@ -39,7 +39,6 @@ from greenroom.protocol.events import (
     Errored,
     MaxTokens,
     Refused,
-    ToolError,
     TurnEnd,
 )
 from greenroom.session.session import TITLE_LENGTH
@@ -50,7 +49,6 @@ PLUGIN: Final = "tool-task"
 
 #: A ``task`` call started its child: (the calling agent, the call's id, the child).
 SUBAGENT_STARTED: EmitHook[[Agent, str, Agent]] = EmitHook("subagent/started")
-
 
 
 class TaskArgs(msgspec.Struct, frozen=True, kw_only=True):
@@ -66,16 +64,20 @@ def task_tool(hooks: Hooks) -> Tool[TaskArgs]:
         parent, spawn = invocation.agent, invocation.spawn
         if parent is None or spawn is None:
             await trio.lowlevel.checkpoint()
-            return _error("task: there is no agent to spawn a sub-agent from", "no-agent")
+            return ToolOutcome.failed(
+                "task: there is no agent to spawn a sub-agent from", "no-agent", "TaskError"
+            )
         if not args.prompt.strip():
             await trio.lowlevel.checkpoint()
-            return _error("task: the prompt is empty", "invalid-arguments")
+            return ToolOutcome.failed("task: the prompt is empty", "invalid-arguments", "TaskError")
         child_id = str(uuid.uuid4())
         options = AgentOptions(model=parent.options.model, system_prompt=args.instructions)
         try:
             child = await spawn(agent_id=child_id, session_id=child_id, options=options)
         except SpawnRefused as exc:
-            return _error(f"task: no sub-agent was started: {exc}", "spawn-refused")
+            return ToolOutcome.failed(
+                f"task: no sub-agent was started: {exc}", "spawn-refused", "TaskError"
+            )
         hooks.emit(SUBAGENT_STARTED, parent, invocation.call_id, child.agent)
         try:
             return await _answer(child, args.prompt, parent)
@@ -118,26 +120,32 @@ async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome
         "",
     )
     if end is None:
-        return _error("task: the sub-agent ended without a turn", "subagent-failed")
+        return ToolOutcome.failed(
+            "task: the sub-agent ended without a turn", "subagent-failed", "TaskError"
+        )
     reason = end.reason
     if isinstance(reason, Completed | MaxTokens):
         return ToolOutcome(answer or "(the sub-agent gave no answer)")
     if isinstance(reason, Errored):
-        return _error(f"task: the sub-agent failed: {reason.message}", "subagent-failed")
+        return ToolOutcome.failed(
+            f"task: the sub-agent failed: {reason.message}", "subagent-failed", "TaskError"
+        )
     if isinstance(reason, Refused):
-        return _error("task: the sub-agent's model refused the task", "subagent-refused")
+        return ToolOutcome.failed(
+            "task: the sub-agent's model refused the task", "subagent-refused", "TaskError"
+        )
     if isinstance(reason, Aborted):
-        return _error(f"task: the sub-agent was cancelled: {reason.reason}", "subagent-cancelled")
-    return _error("task: the sub-agent was disposed before it answered", "subagent-failed")
+        return ToolOutcome.failed(
+            f"task: the sub-agent was cancelled: {reason.reason}", "subagent-cancelled", "TaskError"
+        )
+    return ToolOutcome.failed(
+        "task: the sub-agent was disposed before it answered", "subagent-failed", "TaskError"
+    )
 
 
 def _view(args: TaskArgs) -> ToolView:
     title = args.description.strip() or (args.prompt.strip().splitlines() or [""])[0]
     return ToolView(kind="think", title=title[:TITLE_LENGTH] or "task")
-
-
-def _error(message: str, code: str) -> ToolOutcome:
-    return ToolOutcome(message, is_error=True, error=ToolError(name="TaskError", code=code))
 
 
 def task_plugin(ctx: PluginContext) -> None:

@@ -22,7 +22,7 @@ import msgspec
 import trio
 
 from greenroom.actors.types import Agent, AgentDisposed, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import PluginSource, ToolError
+from greenroom.protocol.events import PluginSource
 from greenroom.tools.bash.seam import (
     BashExecRequest,
     BashExecutor,
@@ -87,10 +87,6 @@ async def release_owner(executor: BashExecutor, token: str) -> None:
             executor.forget(task.id)
 
 
-def _refuse(message: str, code: str) -> ToolOutcome:
-    return ToolOutcome(message, is_error=True, error=ToolError(name="BashError", code=code))
-
-
 def render_result(result: BashRunResult) -> str:
     parts = []
     if result.stdout.text:
@@ -141,10 +137,14 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
     async def bash(args: BashArgs, call: ToolInvocation) -> str | ToolOutcome:
         for field in ("command", "description"):
             if not getattr(args, field).strip():
-                return _refuse(f"bash: {field} must be a non-empty string", "invalid-arguments")
+                return ToolOutcome.failed(
+                    f"bash: {field} must be a non-empty string", "invalid-arguments", "BashError"
+                )
         if args.timeout_ms is not None and args.timeout_ms <= 0:
-            return _refuse(
-                f"bash: timeout_ms must be positive, got {args.timeout_ms}", "invalid-arguments"
+            return ToolOutcome.failed(
+                f"bash: timeout_ms must be positive, got {args.timeout_ms}",
+                "invalid-arguments",
+                "BashError",
             )
         session_cwd = call.agent.session.header.cwd if call.agent is not None else None
         workdir = args.workdir
@@ -159,7 +159,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         try:
             spec = executor.resolve(request)
         except ValueError as exc:
-            return _refuse(f"bash: {exc}", "invalid-arguments")
+            return ToolOutcome.failed(f"bash: {exc}", "invalid-arguments", "BashError")
         if args.run_in_background:
             task = await executor.start(spec)
             return f"started background task {task.id}"
@@ -168,10 +168,14 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
     def _reachable(task_id: str, call: ToolInvocation) -> ToolOutcome | None:
         """An error outcome when the caller may not reach `task_id`, else None."""
         if executor.get(task_id) is None:
-            return _refuse(f"unknown background task {task_id!r}", "unknown-task")
+            return ToolOutcome.failed(
+                f"unknown background task {task_id!r}", "unknown-task", "BashError"
+            )
         owner = executor.owner_of(task_id)
         if owner is not None and owner != caller_token(call):
-            return _refuse(f"task {task_id} belongs to another session", "not-owner")
+            return ToolOutcome.failed(
+                f"task {task_id} belongs to another session", "not-owner", "BashError"
+            )
         return None
 
     async def bash_output(args: TaskArgs, call: ToolInvocation) -> str | ToolOutcome:
@@ -181,7 +185,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         try:
             output = executor.read_output(args.task_id)
         except UnknownTask as exc:
-            return _refuse(str(exc), "unknown-task")
+            return ToolOutcome.failed(str(exc), "unknown-task", "BashError")
         token = caller_token(call)
         if (
             output.task.status != "running"

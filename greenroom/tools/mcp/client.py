@@ -62,7 +62,6 @@ from mcp.shared.message import SessionMessage
 from greenroom.actors.types import ToolOutcome
 from greenroom.lines import LineBuffer, LineTooLong
 from greenroom.procs import Spawn, owner
-from greenroom.protocol.events import ToolError
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
 
 logger = logging.getLogger("greenroom.mcp")
@@ -160,7 +159,9 @@ class McpConnection:
         server is told (``notifications/cancelled``) and the cancel goes on."""
         session, name = self._session, self.spec.name
         if session is None or self._ended is not None:
-            return _error(f"MCP server {name!r} is not connected", "mcp-unavailable")
+            return ToolOutcome.failed(
+                f"MCP server {name!r} is not connected", "mcp-unavailable", "McpError"
+            )
         timeout = self.spec.timeout
         try:
             with trio.move_on_after(math.inf if timeout is None else timeout) as limit:
@@ -171,17 +172,24 @@ class McpConnection:
                 # ended): every later call would fail the same way, with the server
                 # shown ready. End the connection, so that it is started again.
                 self._end(f"lost its connection during {tool}: {exc.message}")
-                return _error(
-                    f"MCP server {name!r} closed its connection during {tool}", "mcp-unavailable"
+                return ToolOutcome.failed(
+                    f"MCP server {name!r} closed its connection during {tool}",
+                    "mcp-unavailable",
+                    "McpError",
                 )
-            return _error(f"MCP server {name!r}: {tool} failed: {exc.message}", "mcp-error")
+            return ToolOutcome.failed(
+                f"MCP server {name!r}: {tool} failed: {exc.message}", "mcp-error", "McpError"
+            )
         except (ValueError, RuntimeError) as exc:  # the SDK's checks of the result's shape
-            return _error(f"MCP server {name!r}: {tool} answered a bad result: {exc}", "mcp-error")
+            return ToolOutcome.failed(
+                f"MCP server {name!r}: {tool} answered a bad result: {exc}", "mcp-error", "McpError"
+            )
         if limit.cancelled_caught:
-            return _error(
+            return ToolOutcome.failed(
                 f"MCP server {name!r}: {tool} timed out after {timeout:g} s"
                 " (the server was told to cancel it)",
                 "timeout",
+                "McpError",
             )
         return outcome(result)
 
@@ -216,10 +224,8 @@ def outcome(result: types.CallToolResult) -> ToolOutcome:
         parts.append(json.dumps(result.structured_content, ensure_ascii=False))
     text = "\n".join(parts)
     if result.is_error:
-        return ToolOutcome(
-            text or "the tool reported an error",
-            is_error=True,
-            error=ToolError(name="McpToolError", code="mcp-tool-error"),
+        return ToolOutcome.failed(
+            text or "the tool reported an error", "mcp-tool-error", "McpToolError"
         )
     return ToolOutcome(text)
 
@@ -237,10 +243,6 @@ def _text(block: types.ContentBlock) -> str:
             return resource.text
         return f"[resource: {resource.uri}]"
     return f"[{type(block).__name__}]"
-
-
-def _error(message: str, code: str) -> ToolOutcome:
-    return ToolOutcome(message, is_error=True, error=ToolError(name="McpError", code=code))
 
 
 async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:

@@ -32,7 +32,7 @@ from greenroom.actors.events import AGENT_ERROR
 from greenroom.actors.types import Agent, ToolInvocation, ToolOutcome, ToolView
 from greenroom.backoff import Backoff
 from greenroom.hooks import EmitHook, Hooks
-from greenroom.protocol.events import ToolError, ToolKind
+from greenroom.protocol.events import ToolKind
 from greenroom.protocol.mcp import McpServer, McpServerError, McpState, McpStatus, safe_name
 from greenroom.protocol.model import ToolSchema
 from greenroom.supervisor import ChildSpec, Supervisor, SupervisorEscalation
@@ -284,10 +284,10 @@ class ServerSlot:
         connection = self._connection
         if connection is None:
             await trio.lowlevel.checkpoint()
-            return ToolOutcome(
+            return ToolOutcome.failed(
                 f"MCP server {self.spec.name!r} is not running ({self.state})",
-                is_error=True,
-                error=ToolError(name="McpError", code="mcp-unavailable"),
+                "mcp-unavailable",
+                "McpError",
             )
         return await connection.call(tool, arguments)
 
