@@ -296,3 +296,12 @@ async def test_a_retry_after_date_is_read() -> None:
         async with sse_server([busy, Reply(pieces=STREAMS["openai"]["text"])]) as server:
             with pytest.raises(ModelError, match=r"the next wait of 3[56]\d\d\.\d s would pass"):
                 await collect(adapter("openai", server.url))
+
+
+async def test_a_server_asking_for_no_wait_is_asked_10_times_at_most() -> None:
+    now = Reply(429, headers={"Retry-After": "0"}, body=b'{"error":{"message":"busy"}}')
+    with trio.fail_after(LIMIT):
+        async with sse_server([now] * 12) as server:
+            with pytest.raises(ModelError, match="busy; gave up after 10 attempts"):
+                await collect(adapter("anthropic", server.url))
+    assert len(server.requests) == 10

@@ -34,6 +34,9 @@ logger = logging.getLogger("greenroom.models")
 DEFAULT_BACKOFF: Final = Backoff(initial=1.0, maximum=20.0, multiplier=2.0, jitter=0.25)
 #: Seconds one model call may spend waiting between its attempts, in all.
 DEFAULT_RETRY_BUDGET: Final = 60.0
+#: Attempts one model call makes at most, whatever the budget (a server answering 429 with
+#: ``Retry-After: 0`` would otherwise be asked again and again without a wait).
+MAX_ATTEMPTS: Final = 10
 #: Statuses worth another attempt: timeouts, conflicts, rate limits, overload, server faults.
 RETRIED_STATUSES: Final = frozenset({408, 409, 429, 500, 501, 502, 503, 504, 529})
 #: Error events that may arrive in a 200 stream and are worth another attempt (Anthropic's).
@@ -230,8 +233,9 @@ class HttpModel:
         chunk of this call was yielded; before it the stream yields a `Retry` (the
         attempt, the wait, what failed) and sleeps: ``Retry-After`` (or
         ``retry-after-ms``) when the server sent one, else the backoff. The waits of
-        one call add up to at most the retry budget; a wait that would pass it ends
-        the call with the last failure instead. 401/403 raise `ModelConfigError` at
+        one call add up to at most the retry budget, and it makes `MAX_ATTEMPTS` at
+        most; a wait that would pass the budget, or a failure of the last attempt, ends
+        the call with that failure instead. 401/403 raise `ModelConfigError` at
         once. Once a chunk was yielded nothing is retried: a cut or an error event then
         raises `ModelError`, and what was yielded stays with the caller. A cancel
         interrupts a wait at once. The body is encoded once: each attempt sends the
@@ -272,6 +276,11 @@ class HttpModel:
                         f"{failure}; gave up after {attempt} attempts ({waited:.1f} s waited, "
                         f"the next wait of {wait:.1f} s would pass the "
                         f"{self._retry_budget:g} s budget)",
+                        failure.code,
+                    ) from None
+                if attempt == MAX_ATTEMPTS:
+                    raise ModelError(
+                        f"{failure}; gave up after {attempt} attempts ({waited:.1f} s waited)",
                         failure.code,
                     ) from None
                 retry = Retry(attempt=attempt, wait=wait, error=str(failure), code=failure.code)
