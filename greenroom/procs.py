@@ -210,29 +210,30 @@ def _kill_marked(candidates: Iterable[int], match: Match, killed: dict[int, int]
     return found
 
 
-def _sweep(candidates: Callable[[], Iterable[int]], match: Match, wait: float) -> int:
+def _kill_all(candidates: Callable[[], Iterable[int]], match: Match) -> list[int]:
     """SIGKILL what matches, looking again while a look finds some (their forks race the
-    kill), then wait up to `wait` seconds for them to exit; how many there were.
+    kill); the pidfds of what was killed.
 
-    Blocking: reading a process's environment waits for its memory map, which
-    a process stuck on a hung file system can hold.
+    Reading a process's environment takes its memory map's lock: a process
+    stuck holding it (an ``mmap`` on a hung file system) would hold the read.
     """
     killed: dict[int, int] = {}
     for _ in range(_ROUNDS):
         if not _kill_marked((p for p in candidates() if p not in killed), match, killed):
             break
-    _wait_exited(list(killed.values()), wait)
-    return len(killed)
+    return list(killed.values())
 
 
 def sweep_owner(token: str) -> int:
     """SIGKILL every process carrying a mark of `token`, and wait for them; how many there were.
 
     For a token whose process is gone (the next holder's sweep, the keeper).
-    Blocking (see `_sweep`): call it from a thread.
+    Blocking (it waits up to `KILL_WAIT` seconds): call it from a thread.
     """
     prefix = token.encode() + b"."
-    return _sweep(_pids, lambda marks: any(m.startswith(prefix) for m in marks), KILL_WAIT)
+    killed = _kill_all(_pids, lambda marks: any(m.startswith(prefix) for m in marks))
+    _wait_exited(killed, KILL_WAIT)
+    return len(killed)
 
 
 class Spawn:
@@ -263,7 +264,7 @@ class Spawn:
 
         None, the common case, when no process but this process's own spawns
         started since (told from the pids handed out since, without reading
-        any process); else the `Sweep` to run in a thread. Never blocks.
+        any process); else the `Sweep` that looks through them. Never blocks.
         """
         pid = self.pid
         if pid is None:
@@ -294,12 +295,12 @@ class Sweep:
         self._mark = mark.encode()
         self._full = full
 
-    def run(self, wait: float = KILL_WAIT) -> int:
-        """SIGKILL whatever carries the spawn's mark, and wait up to `wait` seconds for it to
-        exit; how many there were. Blocking: run it in a thread (and abandon it on a cancel,
-        see `_sweep`)."""
+    def kill(self) -> list[int]:
+        """SIGKILL whatever carries the spawn's mark; the pidfds of what it killed, for
+        `exited` (it closes them). Never waits for a process to exit (but see
+        `_kill_all` on the reads)."""
         mine = self._mark
-        return _sweep(self._candidates, lambda marks: mine in marks, wait)
+        return _kill_all(self._candidates, lambda marks: mine in marks)
 
     def _candidates(self) -> Iterable[int]:
         if self._full:
@@ -312,6 +313,23 @@ class Sweep:
         # Above the spawn's pid, and below the last one once the pids wrapped.
         wrapped_to = last if last < pid else 0
         return (other for other in _pids() if other > pid or other <= wrapped_to)
+
+
+async def exited(pidfds: list[int]) -> None:
+    """Wait until each process has exited, then close the pidfds (closed on a cancel too).
+
+    Bound it with a cancel scope (`KILL_WAIT`): a SIGKILLed process exits at
+    once unless it is stuck in the kernel.
+    """
+    # Imported here: the keeper runs this file without site-packages, and never waits so.
+    import trio
+
+    try:
+        for fd in pidfds:
+            await trio.lowlevel.wait_readable(fd)
+    finally:
+        for fd in pidfds:
+            os.close(fd)
 
 
 class Owner:

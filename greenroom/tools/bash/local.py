@@ -15,8 +15,8 @@
 * Each command is a `greenroom.procs.Spawn`: its environment carries its
   mark (``GREENROOM_OWNER``). When the shell exits, whatever it left in its
   group is SIGKILLed at once, and then whatever still carries its mark
-  (detached by ``setsid`` or a double fork), found and waited for in a
-  thread within `SWEEP_GRACE`: a command's background children do not
+  (detached by ``setsid`` or a double fork), waited for up to
+  `greenroom.procs.KILL_WAIT`: a command's background children do not
   outlive it. Should greenroom die, its keeper ends them (see `greenroom.procs`).
 * Background tasks run in the executor's nursery. A finished task's record
   (its tails, its spill files) is kept until `forget`, and at most
@@ -42,7 +42,7 @@ from typing import Final
 import trio
 
 from greenroom.hooks import Disposers, Listeners
-from greenroom.procs import KILL_WAIT, Spawn, owner
+from greenroom.procs import KILL_WAIT, Spawn, exited, owner
 from greenroom.protocol.events import PROGRESS_BYTES
 from greenroom.spill import SpillDir
 from greenroom.tools.bash.seam import (
@@ -66,9 +66,6 @@ logger = logging.getLogger("greenroom.bash")
 
 #: Seconds between SIGTERM and SIGKILL.
 KILL_GRACE: Final = 3.0
-#: Seconds to wait for the sweep of what a command detached: finding it, and its exit once
-#: SIGKILLed (`KILL_WAIT` of those).
-SWEEP_GRACE: Final = KILL_WAIT + 1.0
 #: Seconds to keep reading a command's pipes after it exited (a child it left may hold them).
 DRAIN_GRACE: Final = 1.0
 #: Finished task records kept per owner token (``None`` included) until forgotten.
@@ -197,11 +194,12 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
 class _Command:
     """One running ``bash -c``: its process, its mark, its two captures, and how to stop it."""
 
-    __slots__ = ("owned", "process", "stderr", "stdout")
+    __slots__ = ("_swept", "owned", "process", "stderr", "stdout")
 
     def __init__(self, process: trio.Process, owned: Spawn, spills: SpillDir) -> None:
         self.process = process
         self.owned = owned
+        self._swept: trio.Event | None = None  # set once the sweep has run, by whichever path
         self.stdout = _Capture(spills)
         self.stderr = _Capture(spills)
 
@@ -284,13 +282,21 @@ class _Command:
     async def _sweep(self) -> None:
         """End what the shell detached from its group (it carries the mark); once reaped.
 
-        Bounded by `SWEEP_GRACE`, and abandoned on a cancel: reading a process's
-        environment can hang with it (a hung file system), never the caller.
+        Waits up to `KILL_WAIT` for what it killed to exit (not on a cancel).
+        Both ends of a killed task (its watch, its kill) come here: the second
+        waits for the first's sweep, so the task ends only once it is done.
         """
-        sweep = self.owned.end()
-        if sweep is not None:
-            with trio.move_on_after(SWEEP_GRACE):
-                await trio.to_thread.run_sync(sweep.run, abandon_on_cancel=True)
+        if self._swept is not None:
+            await self._swept.wait()
+            return
+        self._swept = trio.Event()
+        try:
+            sweep = self.owned.end()
+            if sweep is not None:
+                with trio.move_on_after(KILL_WAIT):
+                    await exited(sweep.kill())
+        finally:
+            self._swept.set()
 
     @property
     def exit_code(self) -> int | None:
