@@ -1,4 +1,4 @@
-"""The ``greenroom`` command (floor 7: the only place that reads the environment)."""
+"""The ``greenroom`` command (floor 8: the only place that reads the environment)."""
 
 from __future__ import annotations
 

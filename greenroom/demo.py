@@ -1,7 +1,8 @@
-"""``greenroom demo``: the whole story of greenroom in about twenty seconds.
+"""``greenroom demo``: the whole story of greenroom in about twelve seconds.
 
 Three agents under the runtime's supervisor, on the embedded defaults (a
-slow echoing model, JSONL sessions in a temporary directory, real ``bash``):
+slow echoing model, JSONL sessions under the demo's state directory, which
+it empties first and names at the end, or in ``--store``; real ``bash``):
 a burst of prompts batched into one turn; a steer that joins a running turn;
 a cancel that drops a queued prompt; a background bash task whose completion
 notice reaches its owner while another session is refused; a reload of the
@@ -239,7 +240,11 @@ async def story(
     )
     await watch.until(lambda: any(isinstance(e, ContextMessage) for e in builder.session.events))
     notice = next(e for e in builder.session.events if isinstance(e, ContextMessage))
-    narrator.check("the completion notice reaches its owner", notice.content[:60] + "…", True)
+    narrator.check(
+        "the completion notice reaches its owner",
+        notice.content[:60] + "…",
+        notice.content.startswith(f"background bash task {task.id} finished"),
+    )
 
     # 6. A dispose mid-turn: the closing turn/end is on disk.
     planner.send("write the full release notes for every component in detail")

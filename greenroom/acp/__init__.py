@@ -1,4 +1,4 @@
-"""Floor 6: the ACP bridge. Editors drive greenroom agents over the Agent Client Protocol."""
+"""Floor 7: the ACP bridge. Editors drive greenroom agents over the Agent Client Protocol."""
 
 from greenroom.acp.connection import AcpConnection, serve_connection
 

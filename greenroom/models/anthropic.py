@@ -1,7 +1,8 @@
 """`AnthropicModel`: the Messages API streaming wire format, natively on Trio over httpx2
 (see `greenroom.models.http`).
 
-Requires the ``anthropic`` extra (``pip install 'greenroom[anthropic]'``).
+Nothing beyond greenroom's own dependencies (the ``anthropic`` extra is kept, empty, for
+``pip install 'greenroom[anthropic]'``).
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 """`OpenAIChatModel`: the Chat Completions streaming wire format (OpenAI, vLLM, Ollama, llama.cpp,
 DeepSeek and most gateways), natively on Trio over httpx2 (see `greenroom.models.http`).
 
-Requires the ``openai`` extra (``pip install 'greenroom[openai]'``).
+Nothing beyond greenroom's own dependencies (the ``openai`` extra is kept, empty, for
+``pip install 'greenroom[openai]'``).
 """
 
 from __future__ import annotations

@@ -490,11 +490,6 @@ class OutgoingRequest(msgspec.Struct, frozen=True, gc=False):
     jsonrpc: str = "2.0"
 
 
-PermissionOptionKind: TypeAlias = Literal[
-    "allow_once", "allow_always", "reject_once", "reject_always"
-]
-
-
 class PermissionOption(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     option_id: str
     name: str

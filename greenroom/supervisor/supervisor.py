@@ -398,7 +398,7 @@ class Supervisor:
         try:
             await self._nursery.start(self._run_child, child, name=child.spec.name)
         except BaseException:
-            if forget_on_failure and self._children.get(child.spec.name) is child:
+            if forget_on_failure and self._placed(child):
                 del self._children[child.spec.name]
             await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled starter sees its cancel
             raise
@@ -457,7 +457,7 @@ class Supervisor:
         child.state = "exited" if unsolicited else "terminated"
         child.finish()
         self._publish(record)
-        if not unsolicited or self._children.get(child.spec.name) is not child:
+        if not unsolicited or not self._placed(child):
             return
         if _wants_restart(child.spec, outcome):
             self._exits_in.send_nowait((child, record))
@@ -473,7 +473,7 @@ class Supervisor:
     def _settle(self, child: _Child) -> None:
         """A child that will not run again: forgotten if temporary, else kept as terminated."""
         child.awaiting_restart = False
-        if self._children.get(child.spec.name) is not child:
+        if not self._placed(child):
             return
         if child.spec.restart == "temporary":
             del self._children[child.spec.name]
@@ -533,7 +533,7 @@ class Supervisor:
             with self._loop_scope:
                 async for child, record in self._exits_out:
                     async with self._serial:
-                        if self._children.get(child.spec.name) is not child:
+                        if not self._placed(child):
                             continue
                         group = await self._stop_group(child, record)
                     await self._restart(group)
@@ -577,9 +577,7 @@ class Supervisor:
         while group:
             await self._backoff()
             async with self._serial:
-                group = [
-                    c for c in group if c.awaiting_restart and self._children.get(c.spec.name) is c
-                ]
+                group = [c for c in group if c.awaiting_restart and self._placed(c)]
                 group = await self._start_each(group)
 
     async def _start_each(self, group: list[_Child]) -> list[_Child]:

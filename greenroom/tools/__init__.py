@@ -1,4 +1,4 @@
-"""Floor 5: tools. `ToolRegistry` runs tool calls for the loop."""
+"""Floor 4: tools. `ToolRegistry` runs tool calls for the loop."""
 
 from greenroom.tools.registry import TOOLS_EXECUTE, Tool, ToolRegistry
 

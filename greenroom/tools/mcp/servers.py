@@ -10,8 +10,10 @@ live and `SessionMcp.stop` after the loop stopped, on every path::
           the server's child: one McpConnection per incarnation
 
 `stop` cancels the nursery: every server's supervisor stops its child at
-once (beside the others), and the SDK's transport ends the server: stdin
-closed, 2 s, SIGTERM to its process group, 2 s, SIGKILL. The servers' tools
+once (beside the others), and its transport ends the server: for a stdio
+server greenroom's own (`client._stdio`: stdin closed, 2 s, SIGTERM to its
+process group, 2 s, SIGKILL, then whatever carries its process mark); for
+an HTTP server the SDK's streamable HTTP client closes its session. The servers' tools
 are offered under ``mcp__<server>__<tool>`` while their server is ready, and
 every call goes through the runtime's `ToolRegistry` (its ``tools/execute``
 waterfall, its permission gate and its bound on results) like any other tool.
