@@ -193,13 +193,14 @@ def _check_postgres_store(url: str) -> None:
     them, which `PostgresPersistence` does on open)."""
     import psycopg
 
-    from greenroom.session.persistence.postgres import own_parameters
+    from greenroom.session.persistence.postgres import own_parameters, unreachable
 
+    dsn = own_parameters(url)[0]
     try:
-        with psycopg.connect(own_parameters(url)[0], connect_timeout=10) as db:
+        with psycopg.connect(dsn, connect_timeout=10) as db:
             found = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
     except psycopg.Error as exc:
-        raise StoreError(f"--store {_safe(url)}: {exc}") from None
+        raise StoreError(f"--store {_safe(url)}: {unreachable(dsn, exc)}") from None
     if found is None or found[0] is None:
         raise StoreError(f"--store {_safe(url)}: no greenroom store there (no greenroom tables)")
 

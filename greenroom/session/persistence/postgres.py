@@ -238,10 +238,7 @@ class PostgresPersistence:
         try:
             return psycopg.connect(self._conninfo, autocommit=True)
         except psycopg.Error as exc:
-            why = " ".join(str(exc).split())  # libpq's message spans lines
-            for secret in _passwords(self.dsn):
-                why = why.replace(secret, "***")
-            raise PersistenceError(f"cannot reach {self.where}: {why}") from None
+            raise unreachable(self.dsn, exc) from None
 
     def _complete(self) -> str:
         """The DSN `connect` uses: with libpq's defaults it lacks, and the server-side
@@ -459,6 +456,15 @@ def _duration(given: dict[str, str], name: str, default: float) -> float:
             " (milliseconds, or with a unit: 500ms, 5s, 1min; 0 for none)"
         )
     return float(match[1]) * _UNITS[match[2]]
+
+
+def unreachable(dsn: str, exc: psycopg.Error) -> PersistenceError:
+    """`PersistenceError` saying the server of `dsn` could not be reached, and libpq's
+    reason on one line, with every form of the DSN's password starred out."""
+    why = " ".join(str(exc).split())  # libpq's message spans lines
+    for secret in _passwords(dsn):
+        why = why.replace(secret, "***")
+    return PersistenceError(f"cannot reach {_describe(dsn)}: {why}")
 
 
 def _passwords(dsn: str) -> list[str]:
