@@ -7,9 +7,10 @@ request with ``$/cancel_request``; a reply that comes later is dropped. At
 teardown every waiting request fails at once.
 
 `AcpPermissions` asks ``session/request_permission`` with the four options
-of the spec; `AcpFiles` reads and writes through ``fs/read_text_file`` and
-``fs/write_text_file``, so unsaved buffers are read and edits land in the
-editor.
+of the spec; `AcpQuestions` asks ``elicitation/create`` (a form of one
+field, ``answer``) when the client offers elicitation; `AcpFiles` reads and
+writes through ``fs/read_text_file`` and ``fs/write_text_file``, so unsaved
+buffers are read and edits land in the editor.
 """
 
 from __future__ import annotations
@@ -22,9 +23,11 @@ import msgspec
 import trio
 
 from greenroom.acp.presenter import shown_call
-from greenroom.actors.types import PermissionRequest, SessionClient
+from greenroom.actors.types import PermissionRequest, Question, SessionClient
 from greenroom.protocol.acp import (
     CancelRequestParams,
+    ElicitationParams,
+    ElicitationResult,
     Notification,
     OutgoingRequest,
     PermissionOption,
@@ -177,6 +180,42 @@ class AcpPermissions:
         return decision
 
 
+class AcpQuestions:
+    """A session's ``ask_user`` questions, asked of the client (``elicitation/create``, form
+    mode): one string field, ``answer``, whose values are the choices unless any text may
+    be the answer. On the client's session, as permissions are: a sub-agent's question
+    names no tool call (the client does not know the child's). ``accept`` is the answer;
+    ``decline`` and ``cancel`` (the person dismissed it) are no answer. A cancel of the turn
+    withdraws the request (`ClientRequests.call`)."""
+
+    __slots__ = ("_requests", "_session_id")
+
+    def __init__(self, requests: ClientRequests, session_id: str) -> None:
+        self._requests = requests
+        self._session_id = session_id
+
+    async def ask(self, question: Question) -> str | None:
+        field: dict[str, object] = {"type": "string", "title": "Answer"}
+        if question.choices and not question.free_text:
+            field["enum"] = question.choices
+        elif question.choices:
+            field["description"] = "One of: " + "; ".join(question.choices) + " (or your own)"
+        schema = {"type": "object", "properties": {"answer": field}, "required": ["answer"]}
+        own = question.session_id == self._session_id
+        asked = ElicitationParams(
+            self._session_id,
+            question.question,
+            schema,
+            "form",
+            tool_call_id=question.call_id if own else None,
+        )
+        answer = await self._requests.call("elicitation/create", asked, ElicitationResult)
+        if answer.action != "accept" or answer.content is None:
+            return None
+        value = answer.content.get("answer")
+        return value if isinstance(value, str) else None
+
+
 class AcpFiles:
     """A session's files as the editor has them (``fs/read_text_file``, ``fs/write_text_file``)."""
 
@@ -197,12 +236,16 @@ class AcpFiles:
 
 
 def session_client(
-    requests: ClientRequests, session_id: str, *, read: bool, write: bool
+    requests: ClientRequests, session_id: str, *, read: bool, write: bool, ask: bool = False
 ) -> SessionClient:
-    """What a session's tools get from this client: permission always, files if offered.
+    """What a session's tools get from this client: permission always, files if offered,
+    questions (``ask_user``) if it offers elicitation in form mode.
 
     Files go through the editor only when it offers both reading and writing
     (an edit reads before it writes; half of it on disk would split them).
     """
     files = AcpFiles(requests, session_id) if read and write else None
-    return SessionClient(permissions=AcpPermissions(requests, session_id), files=files)
+    questions = AcpQuestions(requests, session_id) if ask else None
+    return SessionClient(
+        permissions=AcpPermissions(requests, session_id), files=files, questions=questions
+    )

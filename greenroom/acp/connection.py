@@ -40,6 +40,7 @@ import trio
 import greenroom
 from greenroom.acp import frames
 from greenroom.acp.client import session_client
+from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import (
     RpcError,
@@ -54,7 +55,7 @@ from greenroom.acp.params import (
 from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.sessions import InFlight, SessionRecord
-from greenroom.actors.events import AGENT_STATUS
+from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentHandle
 from greenroom.actors.types import Agent, SessionClient
 from greenroom.protocol.acp import (
@@ -88,7 +89,15 @@ from greenroom.protocol.acp import (
     SetModeParams,
     SteeringResult,
 )
-from greenroom.protocol.events import Completed, SessionEvent, StatusName, TurnEnd, TurnStart
+from greenroom.protocol.events import (
+    Completed,
+    SessionEvent,
+    StatusName,
+    ToolProgress,
+    ToolResult,
+    TurnEnd,
+    TurnStart,
+)
 from greenroom.protocol.mcp import McpServer, McpStatus
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
@@ -147,6 +156,9 @@ class AcpConnection:
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
+        self._ask = False  # the client's elicitation in form mode: ask_user is offered
+        self.live = LiveOutput(self.outbox)
+        self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
         self.presenter = Presenter(
             list(runtime.models),
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
@@ -155,6 +167,8 @@ class AcpConnection:
         runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
         runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
         runtime.hooks.on(AGENT_STATUS, self._on_status, scope=self.scope)
+        runtime.hooks.on(AGENT_TOOL_PROGRESS, self._on_progress, scope=self.scope)
+        nursery.start_soon(self._pace)
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -239,8 +253,14 @@ class AcpConnection:
     # -- inline: order matters -------------------------------------------------------------
 
     def _initialize(self, request_id: RequestId, params: InitializeParams) -> None:
-        fs = params.client_capabilities.fs
+        capabilities = params.client_capabilities
+        fs = capabilities.fs
         self._files = (fs.read_text_file, fs.write_text_file)
+        elicitation = capabilities.elicitation
+        self._ask = elicitation is not None and elicitation.form is not None
+        if (capabilities.meta or {}).get("terminal_output") is True:
+            self.presenter.terminal = True
+            self.live.terminal = TerminalOutput()
         self.outbox.respond(request_id, INITIALIZED)
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:
@@ -545,7 +565,9 @@ class AcpConnection:
 
     def _client(self, session_id: str) -> SessionClient:
         read, write = self._files
-        return session_client(self.outbox.requests, session_id, read=read, write=write)
+        return session_client(
+            self.outbox.requests, session_id, read=read, write=write, ask=self._ask
+        )
 
     def _require_open(self) -> None:
         if self.closed:
@@ -559,8 +581,19 @@ class AcpConnection:
             return
         if type(event) is TurnStart:
             record.turn_started()
+        elif type(event) is ToolResult:
+            self.live.drop(session.id, event.call_id)  # no snapshot after the result
         for update in self.presenter.present(session, event, replay=False):
             record.show(self.outbox, update)
+
+    def _on_progress(self, agent: Agent, progress: ToolProgress) -> None:
+        record = self.sessions.get(agent.session.id)
+        if record is not None and record.handle is not None and record.held is None:
+            self.live.show(record.session_id, progress)
+
+    async def _pace(self) -> None:
+        with self._pacing:
+            await self.live.run()
 
     def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
         record = self.sessions.get(parent.session.id)
@@ -607,6 +640,7 @@ class AcpConnection:
         if self.closed:
             return
         self.closed = True
+        self._pacing.cancel()
         self.outbox.requests.close()  # a question open to the client is answered no more
         records = [record for record in self.sessions.values() if record.handle is not None]
         for record in records:

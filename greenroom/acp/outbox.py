@@ -64,6 +64,12 @@ class Outbox:
         with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
             self._channel.send_nowait(data + b"\n")
 
+    @property
+    def idle(self) -> bool:
+        """True when the writer has taken every frame queued (it may still be writing them):
+        what paces live output (`greenroom.acp.live`)."""
+        return self._channel.statistics().current_buffer_used == 0
+
     def respond(self, request_id: RequestId, result: object) -> None:
         self.send(Response(request_id, result))
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import datetime
 import json
 import os
+import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
 
@@ -41,6 +42,7 @@ from greenroom.protocol.acp import (
     SessionMode,
     SessionModeState,
     SessionUpdate,
+    TerminalContent,
     TextBlock,
     ToolCallContent,
     ToolCallProgress,
@@ -60,6 +62,7 @@ from greenroom.protocol.events import (
     PlanEntry,
     PlanSet,
     SessionEvent,
+    StepStart,
     ToolCall,
     ToolResult,
     ToolStart,
@@ -85,13 +88,16 @@ class Presenter:
 
     ``models`` are the runtime's model ids (the first is the default);
     ``context_windows`` the tokens each can hold, for ``usage_update``.
+    ``terminal``: the client opted into terminal content (`greenroom.acp.live`), so a
+    ``bash`` call is shown as a terminal named after the call, and its end says its exit.
     """
 
-    __slots__ = ("_context_windows", "_models")
+    __slots__ = ("_context_windows", "_models", "terminal")
 
     def __init__(self, models: Sequence[str], context_windows: Mapping[str, int]) -> None:
         self._models = list(models)
         self._context_windows = context_windows
+        self.terminal = False
 
     def modes(self, session: Session) -> SessionModeState:
         return SessionModeState(session.config.get("mode", DEFAULT_MODE), _MODES)
@@ -165,6 +171,7 @@ class Presenter:
                     for loc in event.locations
                     if budget.item()
                 ]
+                terminal = self.terminal and event.name == TERMINAL_TOOL
                 yield ToolCallStart(
                     call_id,
                     title,
@@ -172,6 +179,8 @@ class Presenter:
                     "pending",
                     locations or None,
                     _arguments(arguments) if budget.fits(arguments) else budget.take(arguments),
+                    [TerminalContent(call_id)] if terminal else None,
+                    {"terminal_info": {"terminal_id": call_id, "cwd": cwd}} if terminal else None,
                 )
             case ToolStart(call_id=call_id):
                 yield ToolCallProgress(call_id, "in_progress")
@@ -189,7 +198,8 @@ class Presenter:
                     shown.append(
                         DiffContent(budget.take(diff.path), budget.take(diff.new_text), old)
                     )
-                yield ToolCallProgress(call_id, status, shown)
+                ended = _terminal_exit(session, event) if self.terminal else None
+                yield ToolCallProgress(call_id, status, shown, ended)
             case PlanSet(entries=entries):
                 budget = _Budget()
                 yield PlanUpdate(
@@ -208,6 +218,31 @@ class Presenter:
     def _model(self, session: Session) -> str:
         chosen = session.config.get("model")
         return chosen if chosen in self._models else self._models[0]
+
+
+#: The tool whose calls a terminal-rendering client is shown as terminals.
+TERMINAL_TOOL: Final = "bash"
+_EXIT: Final = re.compile(r"\[(?:exit code: (-?\d+|None)|killed by signal: (\w+))\]\Z")
+
+
+def _terminal_exit(session: Session, result: ToolResult) -> dict[str, object] | None:
+    """``_meta.terminal_exit`` of a ``bash`` call's result (its last line says how the
+    command ended), None for any other call's."""
+    for event in reversed(session.events):  # its call is in the same step, near the end
+        if isinstance(event, ToolCall) and event.call_id == result.call_id:
+            if event.name != TERMINAL_TOOL:
+                return None
+            break
+        if isinstance(event, StepStart) and event.turn == result.turn and event.step < result.step:
+            return None
+    found = _EXIT.search(result.content)
+    code = found.group(1) if found else None
+    ended = {
+        "terminal_id": result.call_id,
+        "exit_code": int(code) if code and code != "None" else None,
+        "signal": found.group(2) if found else None,
+    }
+    return {"terminal_exit": ended}
 
 
 def compaction_notice(event: Compacted) -> str:

@@ -24,6 +24,7 @@ from greenroom.acp.connection import serve_connection
 from greenroom.models.base import ModelAdapter
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import Persistence
+from greenroom.tools.ask import ask_plugin
 from greenroom.tools.bash.tools import bash_plugin
 from greenroom.tools.files import files_plugin
 from greenroom.tools.subagents import task_plugin
@@ -51,6 +52,7 @@ async def _serve(
         await runtime.plug("tool-files", files_plugin)
         await runtime.plug("tool-task", task_plugin)
         await runtime.plug("tool-todo", todo_plugin)
+        await runtime.plug("tool-ask", ask_plugin)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 

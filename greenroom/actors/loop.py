@@ -213,6 +213,10 @@ class LoopAgent:
         return self._session
 
     @property
+    def client(self) -> SessionClient | None:
+        return self._client
+
+    @property
     def status(self) -> StatusName:
         """``disposed`` from the moment its dispose began; the ``agent/status`` emit follows
         when the loop has stopped."""

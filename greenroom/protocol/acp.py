@@ -86,10 +86,20 @@ class FileSystemCapability(msgspec.Struct, frozen=True, gc=False, rename=wire_na
     write_text_file: bool = False
 
 
+class ElicitationCapability(msgspec.Struct, frozen=True, gc=False):
+    """ACP's ``elicitation`` client capability; greenroom asks only in ``form`` mode."""
+
+    form: dict[str, Any] | None = None
+
+
 class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
-    """What the client offers the agent (the members greenroom uses; others are ignored)."""
+    """What the client offers the agent (the members greenroom uses; others are ignored).
+    ``meta`` is ``_meta``: a client sets ``terminal_output: true`` there to have command
+    output rendered as a terminal (the convention of Zed and claude-agent-acp)."""
 
     fs: FileSystemCapability = FileSystemCapability()
+    elicitation: ElicitationCapability | None = None
+    meta: dict[str, Any] | None = None
 
 
 class InitializeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
@@ -369,7 +379,16 @@ class DiffContent(
     old_text: str | None = None
 
 
-ToolContent: TypeAlias = ToolCallContent | DiffContent
+class TerminalContent(
+    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="terminal", rename=wire_name
+):
+    """A terminal the client renders; greenroom names a ``bash`` call's after the call and
+    fills it through ``_meta.terminal_output`` (see `greenroom.acp.live`)."""
+
+    terminal_id: str
+
+
+ToolContent: TypeAlias = ToolCallContent | DiffContent | TerminalContent
 
 
 class ToolLocation(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
@@ -392,6 +411,8 @@ class ToolCallStart(
     status: ToolStatus
     locations: list[ToolLocation] | None = None
     raw_input: Any = None
+    content: list[ToolContent] | None = None
+    meta: dict[str, Any] | None = None
 
 
 class ToolCallProgress(
@@ -406,6 +427,7 @@ class ToolCallProgress(
     tool_call_id: str
     status: ToolStatus
     content: list[ToolContent] | None = None
+    meta: dict[str, Any] | None = None
 
 
 class CurrentModeUpdate(
@@ -517,6 +539,25 @@ class PermissionOutcome(msgspec.Struct, frozen=True, gc=False, rename=wire_name)
 
 class RequestPermissionResult(msgspec.Struct, frozen=True, gc=False):
     outcome: PermissionOutcome
+
+
+class ElicitationParams(
+    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
+):
+    """``elicitation/create`` in form mode, in a session (a tool call's, when it has one)."""
+
+    session_id: str
+    message: str
+    requested_schema: dict[str, Any]
+    mode: Literal["form"]
+    tool_call_id: str | None = None
+
+
+class ElicitationResult(msgspec.Struct, frozen=True, gc=False):
+    """The client's answer: ``accept`` with the form's content, ``decline`` or ``cancel``."""
+
+    action: str
+    content: dict[str, Any] | None = None
 
 
 class ReadTextFileParams(

@@ -1,0 +1,109 @@
+"""The ``ask_user`` tool: the model asks the person at the front end a question mid-turn.
+
+The question goes to the session's `SessionClient.questions` (over ACP: an
+elicitation in the client's session; a sub-agent has its parent's client, so
+its question goes there too). A session whose client cannot be asked is not
+offered the tool at all: the plugin takes it out of every request of such a
+session. A cancel of the turn withdraws the question (the turn ends
+``aborted``, the call's result says so). The answer is the call's result, in
+the log like every result.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import msgspec
+
+from greenroom.actors.events import AGENT_REQUEST
+from greenroom.actors.types import Agent, Question, ToolInvocation, ToolOutcome, ToolView
+from greenroom.protocol.events import ToolError
+from greenroom.protocol.model import ModelRequest
+from greenroom.tools.plugins import PluginContext
+from greenroom.tools.registry import Tool
+
+PLUGIN: Final = "tool-ask"
+NAME: Final = "ask_user"
+#: Characters of a question, and of one choice, at most; choices of one question at most.
+MAX_QUESTION: Final = 2_000
+MAX_CHOICE: Final = 200
+MAX_CHOICES: Final = 20
+
+
+class AskArgs(msgspec.Struct, frozen=True, kw_only=True):
+    """The arguments of ``ask_user``: a question, and optionally the answers to pick from
+    (`free_text` lets the person write another)."""
+
+    question: str
+    choices: list[str] = []
+    free_text: bool = False
+
+
+def _refuse(message: str, code: str = "invalid-arguments") -> ToolOutcome:
+    return ToolOutcome(f"{NAME}: {message}", is_error=True, error=ToolError("AskError", code))
+
+
+def _invalid(args: AskArgs) -> str | None:
+    if not args.question.strip():
+        return "question is empty"
+    if len(args.question) > MAX_QUESTION:
+        return f"question has {len(args.question)} characters; at most {MAX_QUESTION}"
+    if len(args.choices) > MAX_CHOICES:
+        return f"{len(args.choices)} choices; at most {MAX_CHOICES}"
+    for index, choice in enumerate(args.choices):
+        if not choice.strip() or len(choice) > MAX_CHOICE:
+            return f"choices[{index}] must have 1 to {MAX_CHOICE} characters"
+    if len(set(args.choices)) != len(args.choices):
+        return "choices repeat"
+    return None
+
+
+async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
+    """Ask, and return the answer (the person's text, or one of the choices)."""
+    invalid = _invalid(args)
+    if invalid is not None:
+        return _refuse(invalid)
+    questions = call.client.questions if call.client is not None else None
+    agent: Agent | None = call.agent
+    if questions is None or agent is None:
+        return _refuse("no one can be asked in this session", "unsupported")
+    question = Question(
+        agent.session.id,
+        call.call_id,
+        args.question,
+        args.choices,
+        free_text=args.free_text or not args.choices,
+    )
+    answer = await questions.ask(question)
+    if answer is None:
+        return "The user declined to answer."
+    if args.choices and not question.free_text and answer not in args.choices:
+        return _refuse(f"the answer {answer[:100]!r} is none of the choices", "bad-answer")
+    return f"The user answered: {answer}"
+
+
+ASK: Final[Tool[Any]] = Tool(
+    NAME,
+    "Ask the user a question and wait for the answer. Give choices when the answer is one "
+    "of a few; set free_text to also let them write their own.",
+    AskArgs,
+    ask_user,
+    kind="other",
+    view=lambda a: ToolView(title=a.question[:200]),
+)
+
+
+async def _offer_only_if_askable(request: ModelRequest, agent: Agent, *_: object) -> ModelRequest:
+    client = agent.client
+    if client is not None and client.questions is not None:
+        return request
+    if not any(tool.name == NAME for tool in request.tools):
+        return request
+    tools = [tool for tool in request.tools if tool.name != NAME]
+    return msgspec.structs.replace(request, tools=tools)
+
+
+def ask_plugin(ctx: PluginContext) -> None:
+    """The ``tool-ask`` plugin: the tool, offered only to sessions whose client can be asked."""
+    ctx.register_tool(ASK)
+    ctx.hooks.intercept(AGENT_REQUEST, _offer_only_if_askable, scope=ctx.scope)
