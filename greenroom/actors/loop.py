@@ -1,6 +1,6 @@
 """`LoopAgent`: the turn driver, and the cancel marker it checks.
 
-One agent is one Trio task running `LoopAgent.run` inside its `AgentLife`.
+One agent is one Trio task running `LoopAgent.drive` inside its `AgentLife`.
 Its loop parks on the inbox, then runs one turn at a time; a turn runs steps
 (one model call plus its tool calls each) until nothing asks for another.
 Everything that stops work goes through two objects:
@@ -17,7 +17,7 @@ Everything that stops work goes through two objects:
 
 Disposal is the life scope being cancelled (by `AgentHandle.dispose` or by
 the owner closing): the turn in flight ends ``disposed``, its closing events
-are appended and the flush runs shielded, and `run` unwinds.
+are appended and the flush runs shielded, and `drive` unwinds.
 """
 
 from __future__ import annotations
