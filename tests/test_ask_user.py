@@ -228,7 +228,7 @@ def prompt_text(words: str) -> list[Any]:
     return [acp.text_block(words)]
 
 
-ASK_PROMPT = 'tool: ask_user {"question": "Which color?", "choices": ["red", "blue"]}'
+ASK_PROMPT = "ask: Which color? | red | blue"  # the echo model's way to call ask_user
 
 
 def test_acp_asks_through_elicitation_and_the_answer_is_the_result(tmp_path: Path) -> None:

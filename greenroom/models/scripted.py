@@ -6,6 +6,7 @@ run out it echoes the last user message back word by word. Echoing, a prompt
 and the call's result is echoed back: a way to try tool calls, and the
 permission they ask, without a model API. So does ``todo: ENTRIES`` (a JSON
 list of plan entries, or the tool's whole arguments) for the ``todo`` tool,
+``ask: QUESTION | CHOICE | ...`` for ``ask_user`` (no choices: free text),
 and ``tool: NAME {JSON}`` for any offered tool. Delays are `trio.sleep`s, so under
 a `MockClock` they cost no real time.
 """
@@ -88,6 +89,8 @@ BASH_PROMPT: Final = "bash: "
 TOOL_PROMPT: Final = "tool: "
 #: An echoed prompt ``todo: [ENTRIES]`` (JSON) sets the plan through the ``todo`` tool.
 TODO_PROMPT: Final = "todo: "
+#: An echoed prompt ``ask: QUESTION | CHOICE | ...`` asks it through ``ask_user``.
+ASK_PROMPT: Final = "ask: "
 
 
 class ScriptedModel:
@@ -171,6 +174,9 @@ def _asked_call(last: UserTurn, request: ModelRequest) -> tuple[str, str] | None
     if last.content.startswith(TODO_PROMPT) and "todo" in offered:
         entries = last.content.removeprefix(TODO_PROMPT).strip()
         return "todo", f'{{"entries": {entries}}}' if entries.startswith("[") else entries
+    if last.content.startswith(ASK_PROMPT) and "ask_user" in offered:
+        question, *choices = (p.strip() for p in last.content.removeprefix(ASK_PROMPT).split("|"))
+        return "ask_user", json.dumps({"question": question, "choices": choices})
     if last.content.startswith(TOOL_PROMPT):
         name, _, arguments = last.content.removeprefix(TOOL_PROMPT).partition(" ")
         if name in offered:
