@@ -30,6 +30,14 @@ the same parameters (the one request every ACP agent must answer, and answers wi
 effects when repeated alike; ``authenticate`` was used before and is refused by an agent that
 advertises no auth method, as greenroom does).
 
+Live output (issue 28): a command printing 10 MB (``_FLOOD``) run by the
+bash executor with a progress listener against the same command without
+one, alternated (the ratio is what live output costs the command, goal
+<= 1.05x); and through ``greenroom acp``, the progress updates the client
+got for the same 10 MB printed over about a second against the most the
+rate limit allows for the call's duration (one per 100 ms, plus one), goal
+<= 1.
+
 Every prompt must answer ``end_turn`` and every prompt's one chunk must reach
 the client's ``session_update`` (counted per session), or the run fails. The
 agents alternate which one goes first from one repeat to the next.
@@ -272,6 +280,102 @@ async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
     return figures
 
 
+#: A command printing 10 MB: 100,000 lines of 99 characters and a newline.
+_FLOOD = "head -c 9900000 /dev/zero | tr '\\0' a | fold -w 99"
+#: The same 10 MB over about a second (a megabyte, a pause, ...), so its run spans ticks.
+_PACED_FLOOD = (
+    "for i in $(seq 10); do head -c 990000 /dev/zero | tr '\\0' a | fold -w 99; sleep 0.1; done"
+)
+
+
+class _Progress:
+    """The live-output client: grants permission, counts each call's progress updates and
+    times its run (``in_progress`` to its result)."""
+
+    def __init__(self) -> None:
+        self.live = 0
+        self.started = 0.0
+        self.ended = 0.0
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        if isinstance(update, schema.ToolCallProgress):
+            if update.status == "in_progress" and not update.content:
+                self.started = time.monotonic()
+            elif update.status == "in_progress":
+                self.live += 1
+            else:
+                self.ended = time.monotonic()
+
+    async def request_permission(self, **kwargs: Any) -> schema.RequestPermissionResponse:
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id="allow_once")
+        )
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+
+async def _flood_over_acp(tmp: Path, stderr: int) -> tuple[int, float]:
+    """The progress updates of one 10 MB command, and the most the rate limit allows."""
+    home, work = tmp / "home", tmp / "work"
+    work.mkdir()
+    client = _Progress()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, client),
+        *_GREENROOM,
+        env={"GREENROOM_HOME": str(home)},
+        cwd=work,
+        transport_kwargs={"stderr": stderr},
+    ) as (conn, process):
+        await conn.initialize(protocol_version=1)
+        session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        prompt = [acp.text_block(f"bash: {_PACED_FLOOD}")]
+        answer = await conn.prompt(session_id=session, prompt=prompt)
+        if answer.stop_reason != "end_turn":
+            raise RuntimeError(f"the flood: stop reason {answer.stop_reason!r}")
+    await process.wait()
+    return client.live, (client.ended - client.started) / 0.1 + 1
+
+
+def _run_flood_over_acp() -> tuple[int, float]:
+    with (
+        tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        return asyncio.run(asyncio.wait_for(_flood_over_acp(Path(tmp), stderr.fileno()), _TIMEOUT))
+
+
+def _run_flood(n: int) -> tuple[float, float]:
+    """Median seconds of the 10 MB command with a progress listener and without, alternated."""
+    import trio
+
+    from greenroom.tools.bash import BashExecRequest, LocalBashExecutor
+
+    async def main() -> tuple[float, float]:
+        times: dict[bool, list[float]] = {True: [], False: []}
+        notices = 0
+
+        def listen(_output: str, _total: int) -> None:
+            nonlocal notices
+            notices += 1
+
+        with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp:
+            async with LocalBashExecutor(tmp) as bash:
+                spec = bash.resolve(BashExecRequest(command=_FLOOD))
+                for index in range(2 * n):
+                    live = index % 2 == 0
+                    t0 = time.perf_counter()
+                    result = await bash.run(spec, listen if live else None)
+                    times[live].append(time.perf_counter() - t0)
+                    if result.exit_code != 0:
+                        raise RuntimeError(f"the flood exited {result.exit_code}")
+        if not notices:
+            raise RuntimeError("the flood told no progress")
+        return statistics.median(times[True]), statistics.median(times[False])
+
+    return trio.run(main)
+
+
 def _run_tools(n: int) -> dict[str, float]:
     with (
         tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp,
@@ -310,8 +414,11 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_throughput = 200 if quick else 1000  # prompts over the 10 parallel sessions
 
     n_tools = 30 if quick else 150
+    n_flood = 2 if quick else 5  # runs of the 10 MB command each way, per repeat
     results: dict[str, list[_Result]] = {name: [] for name in _AGENTS}
     tools: list[dict[str, float]] = []
+    floods: list[tuple[float, float]] = []
+    over_acp: list[tuple[int, float]] = []
     names = list(_AGENTS)
     for repeat in range(repeats):
         for name in names if repeat % 2 == 0 else reversed(names):
@@ -319,11 +426,31 @@ def run(repeats: int, quick: bool) -> list[Row]:
             results[name].append(_run_one(name, n_latency, n_throughput))
         gc.collect()
         tools.append(_run_tools(n_tools))
+        floods.append(_run_flood(n_flood))
+        over_acp.append(_run_flood_over_acp())
 
     ours, raw, always = results["greenroom"], results["sdk"], results["greenroom always"]
     baseline = "SDK agent (acp.run_agent)"
     each = n_throughput // _SESSIONS
     return [
+        compare(
+            SCENARIO,
+            f"a command printing 10 MB, live output on (median of {n_flood})",
+            "s",
+            [on for on, _ in floods],
+            baseline="the same command, live output off",
+            raw=[off for _, off in floods],
+            max_ratio=1.05,
+        ),
+        compare(
+            SCENARIO,
+            "progress updates of a command printing 10 MB over 1 s, over ACP",
+            "updates",
+            [float(sent) for sent, _ in over_acp],
+            baseline="the rate limit's most for its run (one per 100 ms, plus one)",
+            raw=[bound for _, bound in over_acp],
+            max_ratio=1.0,
+        ),
         compare(
             SCENARIO,
             f"prompt round trip p50, one auto-approved bash call (N={n_tools})",

@@ -43,9 +43,7 @@ def plans(events: Any) -> list[list[PlanEntry]]:
 
 
 async def test_each_call_replaces_the_plan_whole_and_logs_it(tmp_path: Path) -> None:
-    model = ScriptedModel(
-        [[todo(PLAN, "t1")], [todo(PLAN[:1], "t2")], [Say("planned")]], delay=0
-    )
+    model = ScriptedModel([[todo(PLAN, "t1")], [todo(PLAN[:1], "t2")], [Say("planned")]], delay=0)
     store = JsonlPersistence(tmp_path)
     async with open_runtime(model=model, persistence=store) as rt:
         await rt.plug("tool-todo", todo_plugin)
@@ -62,7 +60,8 @@ async def test_each_call_replaces_the_plan_whole_and_logs_it(tmp_path: Path) -> 
     set_ = next(e for e in agent.session.events if isinstance(e, PlanSet))
     assert (set_.turn, set_.call_id) == (1, "t1")
     result = next(e for e in agent.session.events if isinstance(e, ToolResult))
-    assert "[x] read the code" in result.content and "[~] write the test" in result.content
+    assert "[x] read the code" in result.content
+    assert "[~] write the test" in result.content
     # Durable: the stored log holds both plans.
     _header, stored = await store.load("s")
     assert plans(stored) == [first, second]
@@ -88,7 +87,8 @@ async def test_a_plan_with_a_bad_entry_is_refused_naming_it_and_nothing_is_logge
         await agent.run("plan it")
     results = {e.call_id: e for e in agent.session.events if isinstance(e, ToolResult)}
     assert all(r.is_error for r in results.values())
-    assert "status" in results["b1"].content and "done" in results["b1"].content
+    assert "status" in results["b1"].content
+    assert "done" in results["b1"].content
     assert "entries[0].content is empty" in results["b2"].content
     assert "priority" in results["b3"].content
     assert "at most 100" in results["b4"].content
