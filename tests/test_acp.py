@@ -25,15 +25,19 @@ from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
     Aborted,
+    SessionEvent,
     SessionHeader,
     ToolResult,
     UserMessage,
 )
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import (
+    JsonlPersistence,
+    SessionLog,
+)
 from greenroom.tools.bash import BashTask
 from tests.acp_peer import Peer, bridge
 from tests.agents_helpers import kinds, turn_ends
-from tests.persistence_helpers import Delegating, GatedOpen
+from tests.persistence_helpers import Delegating, DelegatingLog, GatedOpen
 
 RESULTS = {
     "initialize": acp.schema.InitializeResponse,
@@ -916,3 +920,143 @@ async def test_session_fork_takes_a_copy_live_and_leaves_the_original(tmp_path: 
             "session/fork", {"sessionId": "nope", "cwd": str(tmp_path), "mcpServers": []}
         )
         assert missing["error"]["code"] == -32002
+
+
+async def test_an_os_error_in_a_request_is_an_answer_and_the_connection_lives(
+    tmp_path: Path,
+) -> None:
+    class Unreadable(Delegating):
+        async def open(
+            self, session_id: str
+        ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]:
+            raise PermissionError(13, "Permission denied")
+
+    async with bridge(tmp_path, ScriptedModel(), Unreadable(JsonlPersistence(tmp_path))) as b:
+        answer = await b.peer.call(
+            "session/load", {"sessionId": "x", "cwd": "/work", "mcpServers": []}
+        )
+        assert answer["error"]["code"] == -32603
+        assert "Permission denied" in answer["error"]["message"]
+        assert "result" in await b.peer.call("session/list", {})
+
+
+async def test_a_slow_teardown_still_answers_every_prompt(tmp_path: Path) -> None:
+    class SlowFlush(DelegatingLog):
+        async def flush(self) -> None:
+            with trio.CancelScope(shield=True):  # a sink shields its waits
+                await trio.sleep(60)
+            await self.inner.flush()
+
+    slow = Delegating(JsonlPersistence(tmp_path))
+    slow.log_type = SlowFlush
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]] * 2), slow) as b:
+        requests = []
+        for _ in range(2):
+            session = await b.peer.new_session()
+            requests.append(
+                await b.peer.request(
+                    "session/prompt",
+                    {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]},
+                )
+            )
+        await trio.testing.wait_all_tasks_blocked()
+        await b.peer.close()
+        await b.served.wait()
+        for request in requests:
+            assert (await b.peer.response(request))["result"] == {"stopReason": "cancelled"}
+
+
+PROMPT = [{"type": "text", "text": "go"}]
+
+
+async def test_a_spec_cancel_request_cancels_the_prompt_it_names(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]])) as b:
+        session = await b.peer.new_session()
+        prompt = await b.peer.request("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        await trio.testing.wait_all_tasks_blocked()
+        await b.peer.notify("$/cancel_request", {"requestId": prompt})
+        assert (await b.peer.response(prompt))["result"] == {"stopReason": "cancelled"}
+
+
+@pytest.mark.parametrize("method", ["session/cancel", "$/cancel_request"])
+async def test_a_cancel_sent_as_a_request_acts_and_is_answered(tmp_path: Path, method: str) -> None:
+    async with bridge(tmp_path, ScriptedModel([[Say("x"), Hang()]])) as b:
+        session = await b.peer.new_session()
+        prompt = await b.peer.request("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        await trio.testing.wait_all_tasks_blocked()
+        params = {"sessionId": session} if method == "session/cancel" else {"requestId": prompt}
+        cancel = await b.peer.request(method, params)
+        assert (await b.peer.response(cancel))["result"] == {}
+        assert (await b.peer.response(prompt))["result"] == {"stopReason": "cancelled"}
+
+
+async def test_a_last_frame_without_its_newline_is_served(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        await b.peer.send_raw(b'{"jsonrpc":"2.0","id":"last","method":"session/list","params":{}}')
+        await b.peer.close()
+        await b.served.wait()
+        assert "result" in await b.peer.response("last")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("bad_id", ["1.5", '{"a":1}', "true", "[1]"])
+async def test_an_id_of_the_wrong_type_is_named(tmp_path: Path, bad_id: str) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        await b.peer.send_raw(
+            b'{"jsonrpc":"2.0","id":%s,"method":"session/list"}\n' % bad_id.encode()
+        )
+        error = await b.peer.wait_for(lambda f: "error" in f)
+        assert error["id"] is None
+        assert error["error"]["code"] == -32600
+        assert error["error"]["message"].startswith("id must be a string, an integer or null")
+        assert "result" in await b.peer.call("session/list", {})
+
+
+@pytest.mark.parametrize("depth", [1_000, 100_000])
+@pytest.mark.parametrize("member", ["params", "other"])
+async def test_a_frame_nested_too_deep_is_answered_with_its_id(
+    tmp_path: Path, depth: int, member: str
+) -> None:
+    deep = "[" * depth + "]" * depth
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        frame = f'{{"jsonrpc":"2.0","method":"session/new","{member}":{deep},"id":77}}'
+        await b.peer.send_raw(frame.encode() + b"\n")
+        answer = await b.peer.response(77)
+        assert answer["error"]["code"] == (-32602 if member == "params" else -32600)
+        assert "nested too deep" in answer["error"]["message"]
+        session = await b.peer.new_session()
+        prompt = await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        assert prompt["result"] == {"stopReason": "end_turn"}
+
+
+@pytest.mark.parametrize(
+    ("session_id", "message"),
+    [("s" * 5000, "sessionId: session id is too long"), ("", "a session id must be")],
+)
+async def test_acp_refuses_a_bad_session_id_naming_it(
+    tmp_path: Path, session_id: str, message: str
+) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        for method in ("session/load", "session/resume"):
+            answer = await b.peer.call(
+                method, {"sessionId": session_id, "cwd": "/tmp", "mcpServers": []}
+            )
+            assert answer["error"]["code"] == -32602
+            assert message in answer["error"]["message"]
+            assert "agent id" not in answer["error"]["message"]
+
+
+@pytest.mark.parametrize(
+    ("cwd", "message"),
+    [
+        ("/no/such/place", "cwd '/no/such/place' is not an existing directory"),
+        ("/tmp/a\x00b", "cwd holds a NUL byte"),
+    ],
+)
+async def test_session_new_refuses_a_cwd_it_cannot_use(
+    tmp_path: Path, cwd: str, message: str
+) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        answer = await b.peer.call("session/new", {"cwd": cwd, "mcpServers": []})
+        assert answer["error"]["code"] == -32602
+        assert message in answer["error"]["message"]
+        assert b.runtime.agents.list() == []

@@ -12,7 +12,12 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import pytest
+import trio
+import trio.testing
 from acp import schema
+
+from tests.acp_process import acp_process
 
 LIMIT = 30.0  # seconds, per scenario
 
@@ -145,3 +150,22 @@ def test_sigterm_tears_down_and_exits_zero(tmp_path: Path) -> None:
         assert b'"kind":"disposed"' in log.read_bytes().splitlines()[-1]
 
     asyncio.run(asyncio.wait_for(scenario(), LIMIT))
+
+
+@pytest.mark.real_clock
+async def test_greenroom_acp_answers_a_thousand_deep_frame_and_serves_the_next_prompt(
+    tmp_path: Path,
+) -> None:
+    deep = "[" * 1000 + "]" * 1000
+    params = f'{{"cwd":"/tmp","mcpServers":{deep}}}'
+    frame = f'{{"jsonrpc":"2.0","id":"deep","method":"session/new","params":{params}}}'
+    with trio.fail_after(30):
+        async with acp_process(tmp_path, "--model", "scripted:0") as agent:
+            await agent.send_raw(frame.encode() + b"\n")
+            answer = await agent.response("deep")
+            assert answer["error"]["code"] == -32602
+            session = await agent.new_session(str(tmp_path))
+            assert (await agent.prompt(session, "still alive"))["result"] == {
+                "stopReason": "end_turn"
+            }
+            assert await agent.close() == 0

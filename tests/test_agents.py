@@ -668,3 +668,71 @@ async def test_an_id_is_free_again_as_soon_as_dispose_returns() -> None:
             await handle.dispose()
         assert rt.agents.list() == []
         assert rt.supervisor.tree().children == []
+
+
+async def test_a_create_whose_caller_is_cancelled_leaves_nothing_and_no_lock() -> None:
+    async with open_runtime() as rt:
+        with trio.fail_after(5):
+            with trio.CancelScope() as scope:
+                scope.cancel()
+                await rt.agents.create(agent_id="a", session_id="s")
+            assert scope.cancelled_caught
+            assert rt.agents.list() == []
+            assert rt.sessions.list() == []
+            assert rt.supervisor.tree().children == []
+            handle = await rt.agents.create(agent_id="a", session_id="s")  # the lock is free
+            assert rt.agents.get("a") is handle.agent
+
+
+async def test_a_cancel_between_two_turns_leaves_the_agent_idle() -> None:
+    for checkpoints in range(4):
+        async with open_runtime(model=ScriptedModel(delay=0.02)) as rt:
+            agent = await new_agent(rt)
+            ended = trio.Event()
+
+            def on_event(session: Session, event: SessionEvent, ended: trio.Event = ended) -> None:
+                if isinstance(event, TurnEnd) and event.turn == 1:
+                    ended.set()
+
+            rt.hooks.on(SESSION_EVENT, on_event)
+            agent.send("one two")
+            await trio.sleep(0.01)
+            agent.send("queued behind turn one")
+            await ended.wait()
+            for _ in range(checkpoints):
+                await trio.lowlevel.checkpoint()
+            agent.cancel("stop")
+            with trio.fail_after(5):
+                await agent.when_idle()
+            await trio.testing.wait_all_tasks_blocked()
+            assert agent.status == "idle"
+            assert_enclosed(agent.session.events)
+
+
+async def test_context_injected_while_a_tool_runs_lands_after_its_result() -> None:
+    import msgspec
+
+    from greenroom.actors.types import ToolInvocation
+    from greenroom.models import CallTool
+    from greenroom.protocol.events import ContextMessage, ToolCall, ToolResult
+    from greenroom.protocol.model import AssistantTurn, ToolTurn, UserTurn
+    from greenroom.tools import Tool
+
+    class Args(msgspec.Struct):
+        pass
+
+    async def slow(args: Args, call: ToolInvocation) -> str:
+        assert call.agent is not None
+        call.agent.inject("a background task finished")
+        await trio.sleep(1)
+        return "done"
+
+    model = ScriptedModel([[CallTool("slow", {})], [Say("ok")]])
+    async with open_runtime(model=model, tools=[Tool("slow", "waits", Args, slow)]) as rt:
+        agent = await new_agent(rt)
+        agent.send("go")
+        await agent.when_idle()
+        kinds = [type(e) for e in agent.session.events]
+        assert kinds.index(ToolCall) < kinds.index(ToolResult) < kinds.index(ContextMessage)
+        history = model.requests[1].messages
+        assert [type(m) for m in history] == [UserTurn, AssistantTurn, ToolTurn, UserTurn]

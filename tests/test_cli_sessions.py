@@ -10,6 +10,7 @@ import msgspec
 import psycopg
 import pytest
 import trio
+import trio.testing
 
 from greenroom import open_runtime
 from greenroom.cli import main, sessions_root
@@ -260,3 +261,68 @@ async def test_a_live_sqlite_store_is_read_as_it_stands(tmp_path: Path) -> None:
             await handle.dispose()
     finally:
         store.close()
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["sessions", "list", "--state-dir", "{missing}"], "no such directory"),
+        (["sessions", "--state-dir", "{missing}", "list"], "no such directory"),
+        (["sessions", "list", "--state-dir", "{file}"], "not a directory"),
+        (["acp", "--state-dir", "{file}"], "not a directory"),
+        (["acp", "--state-dir", "{file}/below"], "cannot create it"),
+        (["demo", "--plain", "--state-dir", "{file}"], "not a directory"),
+    ],
+)
+def test_an_unusable_state_dir_is_one_line_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    missing = tmp_path / "missing"
+    argv = [a.format(file=file, missing=missing) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert problem in err
+    assert str(argv[argv.index("--state-dir") + 1]) in err
+
+
+@pytest.mark.parametrize(
+    ("argv", "problem"),
+    [
+        (["sessions", "--store", "mysql://u:hunter2@h/db", "list"], "not a store URL"),
+        (["sessions", "--store", "jsonl:", "list"], "not a store URL"),
+        (["acp", "--store", "sqlite:{file}/below.db"], "its folder {file}: not a directory"),
+        (["demo", "--plain", "--store", "jsonl:{file}"], "not a directory"),
+        (
+            ["sessions", "--store", "postgresql://u:hunter2@/db?host={missing}", "list"],
+            "cannot reach PostgreSQL database 'db' at {missing}",
+        ),
+        (
+            ["acp", "--store", "postgresql:///db?host={missing}&password=hunter2"],
+            "cannot reach PostgreSQL",
+        ),
+    ],
+)
+def test_an_unusable_store_is_one_line_naming_it_and_exit_2(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], problem: str
+) -> None:
+    file = tmp_path / "a-file"
+    file.write_text("not a directory")
+    missing = tmp_path / "missing"
+    argv = [a.format(file=file, missing=missing) for a in argv]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1, err
+    assert problem.format(file=file, missing=missing) in err
+    assert "--store" in err
+    assert "hunter2" not in err
+
+
+def test_sessions_list_takes_the_state_dir_after_the_verb(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "sessions").mkdir()
+    assert main(["sessions", "list", "--state-dir", str(tmp_path)]) == 0
+    assert f"no sessions in {tmp_path / 'sessions'}" in capsys.readouterr().err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import trio
+import trio.testing
 
 from greenroom.cli import model_from_spec
 from greenroom.models.anthropic import AnthropicModel
@@ -76,3 +77,10 @@ def test_no_key_names_the_variable(kind: str, monkeypatch: pytest.MonkeyPatch) -
 def test_no_model_is_a_type_error(kind: str) -> None:
     with pytest.raises(TypeError, match="name the model"):
         ADAPTERS[kind][0](api_key=KEY)
+
+
+def test_a_base_url_with_credentials_is_refused() -> None:
+    from greenroom.models.openai import OpenAIChatModel
+
+    with pytest.raises(ValueError, match="must not carry credentials"):
+        OpenAIChatModel("http://user:s3cret@proxy.example/v1", "sk", "m")

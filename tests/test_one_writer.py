@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import msgspec
+import psycopg
 import pytest
 import trio
 
@@ -39,6 +40,7 @@ from greenroom.session.persistence import (
     SessionLocked,
     SqlitePersistence,
 )
+from greenroom.session.persistence.postgres import PostgresPersistence
 from tests.acp_process import acp_process
 from tests.agents_helpers import assert_enclosed
 
@@ -143,29 +145,47 @@ async def test_a_second_greenroom_acp_cannot_load_a_live_session(tmp_path: Path)
     assert [e.turn for e in events if isinstance(e, TurnEnd)] == [1, 2]
 
 
-async def test_the_sqlite_fence_holds_when_the_lock_is_bypassed(tmp_path: Path) -> None:
-    db = tmp_path / "sessions.sqlite"
-    first, second = SqlitePersistence(db), SqlitePersistence(db)
-    await (await first.create(SessionHeader(id="s", created_at=1))).close()
-    _, _, old = await first.open("s")
-    with pytest.raises(SessionLocked):
-        await second.open("s")
-    for lock in (tmp_path / "sessions.sqlite.locks").iterdir():
-        lock.unlink()  # someone removed the lock file: it no longer excludes anyone
-    _, _, new = await second.open("s")
-    old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
-    with pytest.raises(LeaseLost, match="session 's' was taken over"):
-        await old.write_ahead()
-    written = [
-        _at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))),
-        _at(1, TurnEnd(turn=1, reason=COMPLETED)),
-    ]
-    for event in written:
-        new.append(event)
-    await new.flush()
-    await new.close()
-    await old.close()  # nothing more is written; the lost lease was reported already
-    _, stored = await first.load("s")
+@pytest.mark.parametrize("kind", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+async def test_the_epoch_fences_a_holder_whose_exclusion_was_bypassed(
+    tmp_path: Path, request: pytest.FixtureRequest, kind: str
+) -> None:
+    """Whatever let a second holder in (SQLite: its lock file removed; PostgreSQL: a
+    pause past the lease's ttl), the first writes nothing more: `LeaseLost`."""
+    if kind == "sqlite":
+        db = tmp_path / "sessions.sqlite"
+        first, second = SqlitePersistence(db), SqlitePersistence(db)
+    else:
+        dsn = request.getfixturevalue("postgres_dsn")
+        first, second = PostgresPersistence(dsn), PostgresPersistence(dsn)
+    try:
+        with trio.fail_after(60):
+            await (await first.create(SessionHeader(id="s", created_at=1))).close()
+            _, _, old = await first.open("s")
+            with pytest.raises(SessionLocked):
+                await second.open("s")
+            if kind == "sqlite":
+                for lock in (tmp_path / "sessions.sqlite.locks").iterdir():
+                    lock.unlink()  # it no longer excludes anyone
+            else:
+                with psycopg.connect(dsn, autocommit=True) as pg:
+                    pg.execute("UPDATE greenroom_sessions SET lease_until = now() - interval '1 s'")
+            _, _, new = await second.open("s")
+            old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
+            with pytest.raises(LeaseLost, match="session 's' was taken over"):
+                await old.write_ahead()
+            written = [
+                _at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))),
+                _at(1, TurnEnd(turn=1, reason=COMPLETED)),
+            ]
+            for event in written:
+                new.append(event)
+            await new.flush()
+            await new.close()
+            await old.close()  # nothing more is written; the lost lease was reported already
+            _, stored = await first.load("s")
+    finally:
+        first.close()
+        second.close()
     assert stored == written
 
 

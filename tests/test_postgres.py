@@ -21,7 +21,6 @@ from greenroom import open_runtime
 from greenroom.cli import main
 from greenroom.models import ScriptedModel
 from greenroom.protocol.events import (
-    COMPLETED,
     USER,
     Errored,
     MessageTrigger,
@@ -113,35 +112,6 @@ async def test_a_paused_node_loses_its_lease_and_writes_nothing_when_it_wakes(
     events = await _stored(postgres_dsn, session)
     assert_enclosed(events)
     assert [e.content for e in events if isinstance(e, UserMessage)] == ["a one", "b one", "b two"]
-
-
-async def test_the_epoch_fences_a_holder_whose_lease_ran_out_unseen(postgres_dsn: str) -> None:
-    first, second = PostgresPersistence(postgres_dsn), PostgresPersistence(postgres_dsn)
-    try:
-        with trio.fail_after(LIMIT):
-            await (await first.create(SessionHeader(id="s", created_at=1))).close()
-            _, _, old = await first.open("s")
-            with pytest.raises(SessionLocked):
-                await second.open("s")
-            with psycopg.connect(postgres_dsn, autocommit=True) as db:  # a pause past the ttl
-                db.execute("UPDATE greenroom_sessions SET lease_until = now() - interval '1 s'")
-            _, _, new = await second.open("s")
-            old.append(_at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))))
-            with pytest.raises(LeaseLost, match="session 's' was taken over"):
-                await old.write_ahead()
-            written = [
-                _at(0, TurnStart(turn=1, trigger=MessageTrigger(USER))),
-                _at(1, TurnEnd(turn=1, reason=COMPLETED)),
-            ]
-            for event in written:
-                new.append(event)
-            await new.flush()
-            await new.close()
-            await old.close()
-    finally:
-        first.close()
-        second.close()
-    assert await _stored(postgres_dsn, "s") == written
 
 
 async def test_a_second_create_of_a_live_session_leaves_its_holder_holding(

@@ -46,6 +46,7 @@ from greenroom.session.persistence import (
     JsonlPersistence,
     NotASessionLog,
     Persistence,
+    PersistenceError,
     SessionExists,
     SessionNotFound,
     SqlitePersistence,
@@ -457,3 +458,87 @@ async def test_creating_a_stored_session_is_refused_and_stores_nothing(backend: 
     header, stored = await backend().load("s")
     assert header.cwd == "/work"
     assert turn_ends(stored) == [(1, COMPLETED)]
+
+
+async def test_events_of_a_session_whose_drains_all_failed_never_corrupt_a_new_life(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = JsonlPersistence(tmp_path)
+    broken = [True]
+
+    class FullDisk(DelegatingLog):
+        """While the disk is full, nothing it is given reaches the file, to the end."""
+
+        def append(self, event: SessionEvent) -> None:
+            if not broken[0]:
+                self.inner.append(event)
+
+        async def write_ahead(self) -> None:
+            if broken[0]:
+                raise PersistenceError("[Errno 28] No space left on device")
+            await self.inner.write_ahead()
+
+        async def flush(self) -> None:
+            if broken[0]:
+                raise PersistenceError("[Errno 28] No space left on device")
+            await self.inner.flush()
+
+    failing = Delegating(store)
+    failing.log_type = FullDisk
+
+    with caplog.at_level(logging.ERROR, logger="greenroom.agent"):
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=failing) as rt:
+            first = await rt.agents.create(agent_id="a", session_id="s")
+            first.agent.send("lost to a full disk")
+            await first.agent.when_idle()
+            await first.dispose()
+            # Its last flush failed too: reported, and its events died with that life.
+            assert "flush of session 's' failed" in caplog.text
+            broken[0] = False
+            second = await rt.agents.resume(agent_id="b", session_id="s")
+            second.agent.send("written")
+            await second.agent.when_idle()
+            await second.dispose()
+    _, stored = await store.load("s")
+    assert_enclosed(stored)
+    assert turn_ends(stored) == [(1, COMPLETED)]
+
+
+async def test_a_failed_drain_is_retried_when_the_agent_is_disposed(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path)
+    failures = [OSError(5, "I/O error")]
+
+    class FailsOnce(DelegatingLog):
+        async def flush(self) -> None:
+            if failures:
+                raise failures.pop()
+            await self.inner.flush()
+
+    once = Delegating(store)
+    once.log_type = FailsOnce
+
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=once) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        handle.agent.send("hello")
+        await handle.agent.when_idle()
+        await handle.dispose()  # no turn runs after the failure: the dispose drains
+    _, stored = await store.load("s")
+    assert turn_ends(stored) == [(1, COMPLETED)]
+
+
+async def test_a_session_id_the_backend_cannot_store_is_refused_before_anything_exists(
+    tmp_path: Path,
+) -> None:
+    huge = "s" * 5000
+    async with open_runtime(persistence=JsonlPersistence(tmp_path)) as rt:
+        with pytest.raises(ValueError, match=r"session id is too long to store.*at most 200"):
+            await rt.agents.create(agent_id="a", session_id=huge)
+        with pytest.raises(ValueError, match=r"session id is too long to store.*at most 200"):
+            await rt.agents.resume(agent_id="a", session_id=huge)
+        assert rt.agents.list() == []
+        assert rt.sessions.list() == []
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_sqlite_backend_takes_long_ids(tmp_path: Path) -> None:
+    SqlitePersistence(tmp_path / "db").check_session_id("s" * 5000)

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import trio
+import trio.testing
 
 from greenroom.supervisor import (
     Backoff,
@@ -506,3 +507,21 @@ async def test_a_start_that_raises_names_the_child_and_keeps_nothing() -> None:
             await sup.start_child(ChildSpec("broken", broken))
         assert isinstance(caught.value.__cause__, OSError)
         assert sup.tree().children == []
+
+
+async def test_a_child_whose_cleanup_raises_in_a_group_is_an_error_not_a_crash() -> None:
+    async def child(*, task_status: trio.TaskStatus[None]) -> None:
+        task_status.started()
+        async with trio.open_nursery() as nursery:
+            try:
+                nursery.start_soon(trio.sleep_forever)
+                await trio.sleep_forever()
+            finally:
+                raise OSError("could not remove the temp dir")
+
+    started = trio.current_time()
+    async with Supervisor([ChildSpec("messy", child, shutdown=10)]) as sup:
+        pass
+    assert trio.current_time() - started < 1  # no grace waited out
+    assert sup.exits[-1].outcome == "error"
+    assert "could not remove the temp dir" in (sup.exits[-1].exception or "")
