@@ -38,6 +38,8 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+import msgspec
+
 T = TypeVar("T")
 
 #: The most symbolic links one path may go through, as Linux's own limit.
@@ -145,31 +147,45 @@ def open_regular(roots: Roots, path: str) -> tuple[int, os.stat_result, str]:
 
 
 def replace(
-    roots: Roots, path: str, new: Callable[[str | None], str]
-) -> tuple[str | None, str, str]:
-    """Replace the file `path` names with ``new(old text)`` (old is None for a new file).
+    roots: Roots, path: str, new: Callable[[Old | None], str], most: int
+) -> tuple[Old | None, str, str]:
+    """Replace the file `path` names with ``new(old)`` (old is None for a new file).
 
-    The new text goes to a temporary file in the same directory, which is
-    then renamed over the file, keeping its owner (where allowed) and its
-    permission bits; the directory must exist. Returns the old text, the new
-    one and the file's resolved path. Whatever `new` raises propagates, and
-    nothing is written. Raises as `resolve` does.
+    At most `most` bytes of the old file are read, whatever its size says (a
+    file may grow while it is read): `Old` holds its text, and whether that
+    is all of it. The text keeps the file's bytes that are not UTF-8 as lone
+    surrogates (``surrogateescape``), and they are written back as they
+    were, so an edit changes only what it replaces. The new text goes to a
+    temporary file in the same directory, which is then renamed over the
+    file, keeping its owner (where allowed) and its permission bits; the
+    directory must exist. Returns the old, the new text and the file's
+    resolved path. Whatever `new` raises propagates, and nothing is written.
+    Raises as `resolve` does.
     """
 
-    def write(dir_fd: int, name: str, shown: str) -> tuple[str | None, str, str]:
+    def write(dir_fd: int, name: str, shown: str) -> tuple[Old | None, str, str]:
         try:
             fd, info, _ = _open_read(dir_fd, name, shown)
         except FileNotFoundError:
             old, was = None, None
         else:
             with open(fd, "rb") as file:
-                old = file.read().decode("utf-8", "replace")
+                data = file.read(most + 1)  # one byte more: is there more?
+            old = Old(data[:most].decode("utf-8", "surrogateescape"), len(data) <= most)
             was = info
         text = new(old)
-        _write_over(dir_fd, name, text.encode("utf-8"), was)
+        _write_over(dir_fd, name, text.encode("utf-8", "surrogateescape"), was)
         return old, text, shown
 
     return _walk(roots, path, write)
+
+
+class Old(msgspec.Struct, frozen=True, gc=False):
+    """What `replace` read of the file it replaces: its text, and whether that is all of
+    the file or only its first ``most`` bytes."""
+
+    text: str
+    whole: bool
 
 
 def _kind(mode: int) -> str:

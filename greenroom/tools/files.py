@@ -31,7 +31,7 @@ import trio
 
 from greenroom.actors.types import EditorFiles, ToolInvocation, ToolOutcome, ToolView
 from greenroom.protocol.events import FileDiff, Location
-from greenroom.tools.confine import PathRefused, Roots, open_regular, replace, resolve
+from greenroom.tools.confine import Old, PathRefused, Roots, open_regular, replace, resolve
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
@@ -54,17 +54,21 @@ _NEWLINE = "\n"
 
 
 class ReadCaps(msgspec.Struct, frozen=True, kw_only=True):
-    """The most one ``read_file`` call shows: ``lines`` lines or ``bytes`` bytes of text.
+    """The most one ``read_file`` call shows: ``lines`` lines or ``bytes`` bytes of text;
+    the most ``edit_file`` reads of a file whole: ``edit_bytes``.
 
-    A call's own ``limit`` replaces ``lines``; ``bytes`` always holds. Both
-    must be 1 or more (`ValueError` naming the field).
+    A call's own ``limit`` replaces ``lines``; ``bytes`` always holds. A
+    larger file is not edited; ``write_file`` replaces it all the same, its
+    diff showing that much of the old text. Each must be 1 or more
+    (`ValueError` naming the field).
     """
 
     lines: int = 2000
     bytes: int = 256 * 1024
+    edit_bytes: int = 16 * 1024 * 1024
 
     def __post_init__(self) -> None:
-        for field in ("lines", "bytes"):
+        for field in ("lines", "bytes", "edit_bytes"):
             if getattr(self, field) < 1:
                 raise ValueError(f"ReadCaps.{field} must be 1 or more, not {getattr(self, field)}")
 
@@ -197,9 +201,23 @@ def read_window(read: Callable[[int], bytes], offset: int, limit: int, cap: int)
 
 
 def _read_local(roots: Roots, path: str, offset: int, limit: int, cap: int) -> Window:
-    fd, _, _ = open_regular(roots, path)
+    """The window of the file as far as its size when opened: one that grows while it is
+    read (a command appending to it) is not chased. A size of 0 is no bound (the files
+    of /proc say 0 and hold text)."""
+    fd, info, _ = open_regular(roots, path)
+    left = info.st_size or -1
+
+    def read(n: int) -> bytes:
+        nonlocal left
+        if left == 0:
+            return b""
+        chunk = os.read(fd, n if left < 0 else min(n, left))
+        if left > 0:
+            left -= len(chunk)
+        return chunk
+
     try:
-        return read_window(lambda n: os.read(fd, n), offset, limit, cap)
+        return read_window(read, offset, limit, cap)
     finally:
         os.close(fd)
 
@@ -225,6 +243,10 @@ class _NoUniqueMatch(Exception):
     pass
 
 
+class _TooLarge(Exception):
+    pass
+
+
 def _edited(old: str | None, old_string: str, new_string: str) -> str:
     if old is None:
         raise FileNotFoundError(2, "No such file or directory")
@@ -232,6 +254,24 @@ def _edited(old: str | None, old_string: str, new_string: str) -> str:
     if found != 1:
         raise _NoUniqueMatch("not found" if found == 0 else f"found {found} times")
     return old.replace(old_string, new_string, 1)
+
+
+def _whole(old: Old | None) -> str | None:
+    """The old text for an edit: all of the file, or `_TooLarge`."""
+    if old is None:
+        return None
+    if not old.whole:
+        raise _TooLarge
+    return old.text
+
+
+def _shown(old: Old | None, most: int) -> str | None:
+    """The old text for a write's diff: what was read, and a note if that was not all."""
+    if old is None:
+        return None
+    if old.whole:
+        return old.text
+    return f"{old.text}\n[the old file held more than {most:,} bytes; only these are shown]"
 
 
 class FileTools:
@@ -266,9 +306,11 @@ class FileTools:
         try:
             files = _editor(call)
             if files is None:
-                old, _, path = await _in_thread(
-                    call, lambda roots: replace(roots, args.path, _content(args))
+                most = self.caps.edit_bytes
+                read, _, path = await _in_thread(
+                    call, lambda roots: replace(roots, args.path, _content(args), most)
                 )
+                old = _shown(read, most)
             else:
                 path = await _in_thread(call, lambda roots: resolve(roots, args.path))
                 try:
@@ -293,20 +335,28 @@ class FileTools:
                 "edit_file: old_string must not be empty", "invalid-arguments", "FileError"
             )
 
-        def edit(old: str | None) -> str:
-            return _edited(old, args.old_string, args.new_string)
+        def edit(old: Old | None) -> str:
+            return _edited(_whole(old), args.old_string, args.new_string)
 
         try:
             files = _editor(call)
             if files is None:
-                old, new, path = await _in_thread(
-                    call, lambda roots: replace(roots, args.path, edit)
+                read, new, path = await _in_thread(
+                    call, lambda roots: replace(roots, args.path, edit, self.caps.edit_bytes)
                 )
+                old = read.text if read is not None else None
             else:
                 path = await _in_thread(call, lambda roots: resolve(roots, args.path))
                 old = await files.read_text(path, None, None)
-                new = edit(old)
+                new = _edited(old, args.old_string, args.new_string)
                 await files.write_text(path, new)
+        except _TooLarge:
+            return ToolOutcome.failed(
+                f"edit_file: {args.path} holds more than {self.caps.edit_bytes:,} bytes, the"
+                " most edit_file reads of a file; use bash, or write_file to replace it whole",
+                "too-large",
+                "FileError",
+            )
         except _NoUniqueMatch as exc:
             where = f"{exc}; give more context" if "times" in str(exc) else str(exc)
             return ToolOutcome.failed(
@@ -321,7 +371,7 @@ class FileTools:
         return ToolOutcome(f"edited {args.path}", diffs=[FileDiff(path, new, old)])
 
 
-def _content(args: WriteArgs) -> Callable[[str | None], str]:
+def _content(args: WriteArgs) -> Callable[[Old | None], str]:
     return lambda old: args.content
 
 

@@ -238,6 +238,12 @@ class ToolRegistry:
                 "invalid-arguments",
                 type(exc).__name__,
             )
+        except RecursionError:  # msgspec's own depth limit, even skipping an unknown field
+            return ToolOutcome.failed(
+                f"arguments for {invocation.name} nest too deep to decode",
+                "invalid-arguments",
+                "DecodeError",
+            )
         refusal = await self._permit(invocation, entry)
         if refusal is not None:
             return refusal
@@ -339,7 +345,7 @@ def _view(entry: ToolEntry, arguments: str) -> ToolView:
         return plain
     try:
         shown = entry.view(entry.decode(arguments.strip() or "{}"))
-    except (msgspec.DecodeError, ValueError, TypeError):
+    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
         return plain
     return msgspec.structs.replace(shown, kind=entry.kind, concurrent=entry.concurrent)
 

@@ -1,0 +1,167 @@
+"""Holes found by attacking issue 23's promises as a hostile model and repository would.
+
+Each test is the attack that broke a promise, on real files: arguments nested past the
+decoder's depth, a file that grows while it is edited or read, a file that is not UTF-8.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.models import CallTool, Say, ScriptedModel
+from greenroom.protocol.events import Completed, ToolResult
+from greenroom.tools import confine
+from greenroom.tools.files import ReadCaps, file_tools
+from tests.agents_helpers import turn_ends
+from tests.test_files import call, refused
+
+NESTED = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    "arguments",
+    [
+        '{"path": "a.txt", "deep": ' + NESTED + "}",  # skipped as an unknown field
+        '{"path": ' + NESTED + "}",
+        NESTED,
+    ],
+)
+async def test_arguments_nested_past_the_decoders_depth_are_an_error_result(
+    arguments: str, tmp_path: Path
+) -> None:
+    """A call the decoder cannot take is the model's error to read, not a failed turn."""
+    model = ScriptedModel([[CallTool("read_file", arguments)], [Say("ok")]])
+    async with open_runtime(model=model, tools=file_tools()) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd=str(tmp_path))
+        handle.agent.send("go")
+        await handle.agent.when_idle()
+        events = handle.agent.session.events
+    assert turn_ends(events) == [(1, Completed())]
+    (result,) = [e for e in events if isinstance(e, ToolResult)]
+    assert result.is_error
+    assert "read_file" in result.content
+    assert result.error is not None
+    assert result.error.code == "invalid-arguments"
+
+
+# -- a file too large, or growing, to be read whole ------------------------------------------
+
+CAPS = ReadCaps(edit_bytes=1024 * 1024)
+
+
+async def test_a_file_larger_than_the_edit_cap_is_not_edited_and_write_shows_its_head(
+    tmp_path: Path,
+) -> None:
+    big = tmp_path / "big.txt"
+    data = b"a" * CAPS.edit_bytes + b"needle\n"
+    big.write_bytes(data)
+    edited = await call(
+        "edit_file", tmp_path, caps=CAPS, path="big.txt", old_string="needle", new_string="pin"
+    )
+    assert refused(edited, "big.txt", "more than 1,048,576 bytes", "write_file")
+    assert edited.error is not None
+    assert edited.error.code == "too-large"
+    assert big.read_bytes() == data
+    written = await call("write_file", tmp_path, caps=CAPS, path="big.txt", content="small")
+    assert not written.is_error
+    assert big.read_text() == "small"
+    (diff,) = written.diffs
+    assert diff.old_text == "a" * CAPS.edit_bytes + (
+        "\n[the old file held more than 1,048,576 bytes; only these are shown]"
+    )
+
+
+@contextmanager
+def growing(path: Path, ceiling: int) -> Iterator[threading.Event]:
+    """A thread appending 1 MiB at a time to `path`, as ``yes >> path`` would, until the
+    block ends or the file reaches `ceiling` bytes (so a reader that chases it ends)."""
+    stop = threading.Event()
+    block = b"y\n" * (512 * 1024)
+
+    def append() -> None:
+        with open(path, "ab") as file:
+            while not stop.is_set() and file.tell() < ceiling:
+                file.write(block)
+                file.flush()
+
+    writer = threading.Thread(target=append, daemon=True)
+    writer.start()
+    try:
+        yield stop
+    finally:
+        stop.set()
+        writer.join()
+
+
+@pytest.mark.real_clock
+async def test_an_edit_of_a_file_that_grows_while_it_is_read_holds_memory_to_the_cap(
+    tmp_path: Path,
+) -> None:
+    """Read whole, the growing file took the process's memory (2.6 GB in 15 s, measured)."""
+    path = tmp_path / "grows.log"
+    path.write_bytes(b"")
+    ceiling = 200 * 1024 * 1024
+    tracemalloc.start()
+    try:
+        with growing(path, ceiling), trio.fail_after(60):
+            while path.stat().st_size < 2 * CAPS.edit_bytes:
+                await trio.sleep(0.01)
+            tracemalloc.reset_peak()
+            edited = await call(
+                "edit_file", tmp_path, caps=CAPS, path="grows.log", old_string="y", new_string="n"
+            )
+            _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert refused(edited, "more than 1,048,576 bytes")
+    assert peak < 8 * CAPS.edit_bytes
+
+
+async def test_a_read_shows_the_file_as_far_as_its_size_when_opened(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Lines appended once the file is open are not chased: a command appending forever
+    cannot keep a read (with a far offset) going."""
+    path = tmp_path / "log.txt"
+    path.write_text("one\ntwo\n")
+    opened = confine.open_regular
+
+    def open_then_grow(roots: confine.Roots, name: str) -> tuple[int, os.stat_result, str]:
+        found = opened(roots, name)
+        with open(path, "a") as file:
+            file.write("late\n" * 100_000)
+        return found
+
+    monkeypatch.setattr("greenroom.tools.files.open_regular", open_then_grow)
+    shown = await call("read_file", tmp_path, path="log.txt")
+    assert shown.content == "one\ntwo\n"
+    path.write_text("one\ntwo\n")
+    past = await call("read_file", tmp_path, path="log.txt", offset=50_000)
+    assert past.content == "(nothing from line 50000: log.txt has fewer lines)"
+    monkeypatch.undo()
+    assert "late" in (await call("read_file", tmp_path, path="log.txt")).content
+
+
+# -- bytes that are not UTF-8 ------------------------------------------------------------------
+
+
+async def test_an_edit_changes_only_what_it_replaces_in_a_file_not_in_utf_8(
+    tmp_path: Path,
+) -> None:
+    """An edit decoded the file with replacement characters and wrote them back: every
+    byte that was not UTF-8 (Latin-1 text, a binary blob) was lost."""
+    path = tmp_path / "latin1.txt"
+    data = "café = 1\n".encode("latin-1") + b"\xff\xfe\x00blob\xc3(\xed\xa0\x80\n"
+    path.write_bytes(data)
+    edited = await call("edit_file", tmp_path, path="latin1.txt", old_string="1", new_string="2")
+    assert not edited.is_error, edited.content
+    assert path.read_bytes() == data.replace(b"= 1", b"= 2")
