@@ -273,13 +273,15 @@ class ToolOutcome(msgspec.Struct, frozen=True):
 
 
 class ToolView(msgspec.Struct, frozen=True, gc=False):
-    """What a call does: its kind, a short title, the places it touches, and whether
-    it may run beside the other concurrent calls of its step."""
+    """What a call does: its kind, a short title, the places it touches, whether
+    it may run beside the other concurrent calls of its step, and whether running
+    it twice does what running it once does (a continued turn runs it again)."""
 
     kind: ToolKind = "other"
     title: str = ""
     locations: list[Location] = []
     concurrent: bool = False
+    idempotent: bool = False
 
 
 class ToolExecutor(Protocol):

@@ -77,6 +77,10 @@ class Tool(Generic[A]):
     ``view(args)`` gives a reader its title and the places it touches.
     ``concurrent`` calls of one step run at once (the others one by one).
     """
+    ``idempotent``: running a call twice does what running it once does, so a
+    call a crash cut after it started is run again when its turn is continued
+    (``read`` tools are run again without it); any other such call is given an
+    ``interrupted`` result instead.
 
     name: str
     description: str
@@ -86,6 +90,7 @@ class Tool(Generic[A]):
     view: Callable[[A], ToolView] | None = None
     concurrent: bool = False
 
+    idempotent: bool = False
 
 class ToolEntry:
     """One callable tool as the registry runs it: its schema, how its arguments decode, its run.
@@ -95,7 +100,7 @@ class ToolEntry:
     leaves validation to the tool.
     """
 
-    __slots__ = ("concurrent", "decode", "kind", "name", "run", "schema", "view")
+    __slots__ = ("concurrent", "decode", "idempotent", "kind", "name", "run", "schema", "view")
 
     def __init__(
         self,
@@ -106,6 +111,7 @@ class ToolEntry:
         view: Callable[[Any], ToolView] | None = None,
         concurrent: bool = False,
     ) -> None:
+        idempotent: bool = False,
         self.name = schema.name
         self.schema = schema
         self.decode = decode
@@ -114,11 +120,20 @@ class ToolEntry:
         self.view = view
         self.concurrent = concurrent
 
+        self.idempotent = idempotent
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
         schema = ToolSchema(tool.name, tool.description, _parameters(tool.args))
         decoder: msgspec.json.Decoder[Any] = msgspec.json.Decoder(tool.args)
-        return cls(schema, decoder.decode, tool.run, tool.kind, tool.view, tool.concurrent)
+        return cls(
+            schema,
+            decoder.decode,
+            tool.run,
+            tool.kind,
+            tool.view,
+            tool.concurrent,
+            tool.idempotent,
+        )
 
 
 #: No tools beyond the registry's.
@@ -340,14 +355,21 @@ def _family(session: Session | None) -> list[Session]:
 
 
 def _view(entry: ToolEntry, arguments: str) -> ToolView:
-    plain = ToolView(kind=entry.kind, title=entry.name, concurrent=entry.concurrent)
+    plain = ToolView(
+        kind=entry.kind,
+        title=entry.name,
+        concurrent=entry.concurrent,
+        idempotent=entry.idempotent,
+    )
     if entry.view is None:
         return plain
     try:
         shown = entry.view(entry.decode(arguments.strip() or "{}"))
     except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
         return plain
-    return msgspec.structs.replace(shown, kind=entry.kind, concurrent=entry.concurrent)
+    return msgspec.structs.replace(
+        shown, kind=entry.kind, concurrent=entry.concurrent, idempotent=entry.idempotent
+    )
 
 
 def _refused(tool: str, how: str) -> ToolOutcome:

@@ -69,6 +69,7 @@ def tool(
     view: Callable[[Any], ToolView] | None = None,
     concurrent: bool = False,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -81,6 +82,7 @@ def tool(
     view: Callable[[Any], ToolView] | None = None,
     concurrent: bool = False,
     thread: bool = False,
+    idempotent: bool = False,
 ) -> F | Callable[[F], F]:
     """Make `function` a tool; it stays the same function, callable as before.
 
@@ -89,7 +91,9 @@ def tool(
     ``view(args)`` gives a reader its title and locations from the decoded
     arguments (attributes named as the parameters); ``concurrent`` calls of
     one step run at once; ``thread`` runs a sync function in a worker thread
-    (see the module's docstring). Pass the function to
+    (see the module's docstring); ``idempotent`` says a second run does what
+    one does, so a call a crash cut is run again when its turn is continued
+    (`Tool.idempotent`). Pass the function to
     ``open_runtime(tools=[...])`` or `PluginContext.register_tool`.
 
     Raises `TypeError` at decoration, naming the parameter, for one without
@@ -99,7 +103,8 @@ def tool(
     """
 
     def decorate(function: F) -> F:
-        setattr(function, _TOOL_ATTRIBUTE, _build(function, name, kind, view, concurrent, thread))
+        built = _build(function, name, kind, view, concurrent, thread, idempotent)
+        setattr(function, _TOOL_ATTRIBUTE, built)
         return function
 
     return decorate if function is None else decorate(function)
@@ -134,6 +139,7 @@ def _build(
     view: Callable[[Any], ToolView] | None,
     concurrent: bool,
     thread: bool,
+    idempotent: bool,
 ) -> Tool[Any]:
     label = getattr(function, "__qualname__", repr(function))
     tool_name = name if name is not None else getattr(function, "__name__", "")
@@ -188,7 +194,7 @@ def _build(
     except (TypeError, ValueError) as exc:  # a default msgspec cannot hold
         raise TypeError(f"@tool on {label}: {exc}") from None
     call = _Call(function, tuple(positional), tuple(keyword), invocation, is_async, thread)
-    return Tool(tool_name, summary or tool_name, args, call, kind, view, concurrent)
+    return Tool(tool_name, summary or tool_name, args, call, kind, view, concurrent, idempotent)
 
 
 class _Call:
