@@ -32,6 +32,10 @@ import trio
 #: (``open_runtime(max_tool_result=...)``): about 25,000 tokens.
 DEFAULT_MAX_TOOL_RESULT: Final = 100_000
 
+#: The most bytes `SpillDir.keep` writes into one directory in all, by default: a model that
+#: asks for a 50 MB result again and again fills this much of the disk, no more.
+MAX_SPILLED: Final = 1024**3
+
 #: The characters of a text's end a cut keeps (at most a tenth of its limit).
 TAIL: Final = 1_000
 
@@ -43,16 +47,19 @@ class SpillDir:
 
     Safe to use from worker threads (a long result is written from one).
     After `close` no file can be made (`OSError`), so a thread abandoned by a
-    cancel cannot leave a directory behind.
+    cancel cannot leave a directory behind. `keep` writes at most `budget`
+    bytes in all (the files a caller of `create` fills are its own to bound).
     """
 
-    __slots__ = ("_closed", "_lock", "_path", "_prefix")
+    __slots__ = ("_closed", "_lock", "_path", "_prefix", "_spent", "budget")
 
-    def __init__(self, prefix: str) -> None:
+    def __init__(self, prefix: str, budget: int = MAX_SPILLED) -> None:
         self._prefix = prefix
         self._path: str | None = None
         self._closed = False
         self._lock = threading.Lock()
+        self.budget = budget
+        self._spent = 0
 
     def create(self, suffix: str) -> tuple[int, str]:
         """A new empty file, open for writing (its descriptor, its path); raises `OSError`."""
@@ -65,19 +72,37 @@ class SpillDir:
         return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600), path
 
     def keep(self, text: str, suffix: str = ".txt") -> str:
-        """Write all of `text` (UTF-8) to a new file; its path. A failed write leaves no file."""
-        fd, path = self.create(suffix)
+        """Write all of `text` (UTF-8) to a new file; its path. A failed write leaves no file;
+        one past the budget is not begun (`OSError` saying so)."""
+        data = text.encode("utf-8", "replace")
+        with self._lock:
+            if self._spent + len(data) > self.budget:
+                raise OSError(
+                    f"{len(data):,} bytes would take the spill files past their budget of"
+                    f" {self.budget:,} bytes"
+                )
+            self._spent += len(data)
         try:
-            view = memoryview(text.encode("utf-8", "replace"))
+            fd, path = self.create(suffix)
+        except OSError:
+            self._refund(len(data))
+            raise
+        try:
+            view = memoryview(data)
             while view:
                 view = view[os.write(fd, view) :]
         except OSError:
             with contextlib.suppress(OSError):
                 os.unlink(path)
+            self._refund(len(data))
             raise
         finally:
             os.close(fd)
         return path
+
+    def _refund(self, size: int) -> None:
+        with self._lock:
+            self._spent -= size
 
     def close(self) -> None:
         """Remove the directory and every file in it; idempotent."""

@@ -30,7 +30,15 @@ from greenroom.protocol.model import ToolTurn
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.session.transcript import SHOWN
-from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, TAIL, SpillDir, TextCap, cut, find_marker
+from greenroom.spill import (
+    DEFAULT_MAX_TOOL_RESULT,
+    MAX_SPILLED,
+    TAIL,
+    SpillDir,
+    TextCap,
+    cut,
+    find_marker,
+)
 from greenroom.tools import Tool
 from greenroom.tools.files import files_plugin
 from greenroom.tools.mcp import tool_name
@@ -221,6 +229,23 @@ async def test_a_spill_that_cannot_be_written_is_said_so() -> None:
     shown = await TextCap(4, spills, option="x")("abcdefgh")
     assert shown.startswith("abcd\n[4 of 8 characters were cut here; the whole text could not")
     assert find_marker(shown) is not None
+
+
+async def test_spill_files_stop_at_their_budget_and_the_cut_says_so() -> None:
+    """A model asking for a huge result again and again could fill the disk with spill files
+    (each kept until the runtime's end): past the budget, the cut keeps no more."""
+    assert SpillDir("greenroom-test-").budget == MAX_SPILLED
+    spills = SpillDir("greenroom-test-", budget=20)
+    cap = TextCap(4, spills, option="x")
+    try:
+        first = await cap("a" * 12)
+        assert spilled(first).read_text() == "a" * 12
+        over = await cap("b" * 12)
+        assert over.startswith("bbbb\n[8 of 12 characters were cut here; the whole text could not")
+        assert "12 bytes would take the spill files past their budget of 20 bytes" in over
+        assert spilled(await cap("c" * 8)).read_text() == "c" * 8  # within what is left
+    finally:
+        spills.close()
 
 
 def test_a_cut_keeps_the_end_where_an_exit_code_is() -> None:
