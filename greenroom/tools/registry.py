@@ -76,11 +76,11 @@ class Tool(Generic[A]):
     `ToolOutcome` to mark an error itself. ``kind`` says what it does;
     ``view(args)`` gives a reader its title and the places it touches.
     ``concurrent`` calls of one step run at once (the others one by one).
-    """
     ``idempotent``: running a call twice does what running it once does, so a
     call a crash cut after it started is run again when its turn is continued
     (``read`` tools are run again without it); any other such call is given an
     ``interrupted`` result instead.
+    """
 
     name: str
     description: str
@@ -89,8 +89,8 @@ class Tool(Generic[A]):
     kind: ToolKind = "other"
     view: Callable[[A], ToolView] | None = None
     concurrent: bool = False
-
     idempotent: bool = False
+
 
 class ToolEntry:
     """One callable tool as the registry runs it: its schema, how its arguments decode, its run.
@@ -110,8 +110,8 @@ class ToolEntry:
         kind: ToolKind = "other",
         view: Callable[[Any], ToolView] | None = None,
         concurrent: bool = False,
-    ) -> None:
         idempotent: bool = False,
+    ) -> None:
         self.name = schema.name
         self.schema = schema
         self.decode = decode
@@ -119,8 +119,8 @@ class ToolEntry:
         self.kind: ToolKind = kind
         self.view = view
         self.concurrent = concurrent
-
         self.idempotent = idempotent
+
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
         schema = ToolSchema(tool.name, tool.description, _parameters(tool.args))
