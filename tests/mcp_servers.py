@@ -12,6 +12,9 @@
   garbage lines on its stdout, odd tool names, endless pages, floods of
   ``tools/list_changed``, giant results, exiting in the middle of a call,
   invalid UTF-8, children left behind;
+* ``prompts``: the SDK's `MCPServer` on stdio with one prompt, ``review(path,
+  focus="")``, and one tool, ``add_prompt(name)``, that adds a prompt and
+  sends ``prompts/list_changed``;
 * ``daemonize NAME``: before serving like ``stdio``, double-forks a detached
   ``sleep`` (a session of its own, its parent gone) whose argv[0] is NAME,
   and appends ``daemon <pid>`` to ``$MCP_RECORD``.
@@ -31,6 +34,7 @@ import time
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.server.mcpserver.prompts import Prompt
 from mcp.types import ToolAnnotations
 
 
@@ -93,6 +97,28 @@ def tools_server() -> MCPServer:
         server.add_tool(extra, annotations=read_only)
         await ctx.request_context.session.send_tool_list_changed()
         return "grown"
+
+    return server
+
+
+def prompts_server() -> MCPServer:
+    server = MCPServer("greenroom-prompts")
+
+    @server.prompt()
+    def review(path: str, focus: str = "") -> str:
+        """Review a file."""
+        return f"Please review {path}" + (f", looking at {focus}." if focus else ".")
+
+    @server.tool()
+    async def add_prompt(name: str, ctx: Context) -> str:
+        """Offer one more prompt, `name`, and say the list changed."""
+
+        def added() -> str:
+            return f"the {name} prompt"
+
+        server.add_prompt(Prompt.from_function(added, name=name, description=f"Say {name}"))
+        await ctx.session.send_prompt_list_changed()
+        return f"added {name}"
 
     return server
 
@@ -307,6 +333,8 @@ def serve(argv: list[str]) -> None:
             open(marker, "w").close()
             sys.exit(1)
         serve(argv[2:] or ["stdio"])
+    elif mode == "prompts":
+        prompts_server().run("stdio")
     elif mode == "ignore-eof":
         ignore_eof()
     elif mode == "silent":

@@ -40,6 +40,7 @@ import trio
 import greenroom
 from greenroom.acp import frames
 from greenroom.acp.client import session_client
+from greenroom.acp.commands import COMPACT, MODE, MODEL, Command, SessionCommands, arguments
 from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import (
@@ -104,7 +105,7 @@ from greenroom.session import SESSION_EVENT, Session
 from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
-from greenroom.tools.mcp import MCP_STATUS
+from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts, McpServerError
 from greenroom.tools.subagents import SUBAGENT_STARTED
 
 __all__ = [
@@ -123,8 +124,6 @@ INITIALIZED: Final = InitializeResult(
 )
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
-#: A prompt whose text begins with it compacts the session (``/compact [instructions]``).
-COMPACT_COMMAND: Final = "/compact"
 
 
 class Started(NamedTuple):
@@ -157,6 +156,8 @@ class AcpConnection:
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
+        #: Each session's slash commands (`commands.SessionCommands`), from its start on.
+        self.commands: dict[str, SessionCommands] = {}
         self.live = LiveOutput(self.outbox)
         self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
         self.presenter = Presenter(
@@ -168,6 +169,7 @@ class AcpConnection:
         runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
         runtime.hooks.on(AGENT_STATUS, self._on_status, scope=self.scope)
         runtime.hooks.on(AGENT_TOOL_PROGRESS, self._on_progress, scope=self.scope)
+        runtime.hooks.on(MCP_PROMPTS, self._on_prompts, scope=self.scope)
         nursery.start_soon(self._pace)
 
     # -- frames in ---------------------------------------------------------------------
@@ -236,6 +238,7 @@ class AcpConnection:
                         # told here, always follow that answer.
                         outbox.respond(request_id, result.answer)
                         result.record.announce(outbox)
+                        self._offer_commands(result.record.session_id)
                     else:
                         outbox.respond(request_id, result)
                     return
@@ -275,14 +278,48 @@ class AcpConnection:
         record = self._live(params.session_id)
         agent = record.handle.agent  # type: ignore[union-attr]
         text = prompt_text(params.prompt)
-        command, _, instructions = text.strip().partition(" ")
-        if command == COMPACT_COMMAND:
-            last_turn = agent.session.last_turn
-            agent.compact(instructions.strip() or None)
-            self.nursery.start_soon(self._compacted, request_id, agent, last_turn)
+        command = self._commands(record.session_id).parse(text.strip())
+        if command is not None:
+            self._run(request_id, record, agent, command)
             return
         entry = record.prompts[request_id] = InFlight(request_id, agent.send(text))
         self.nursery.start_soon(self._answer, record, entry)
+
+    def _run(
+        self, request_id: RequestId, record: SessionRecord, agent: Agent, command: Command
+    ) -> None:
+        """Run a slash command: ``/compact`` compacts, ``/mode`` and ``/model`` change the
+        setting (answered at once), a server's prompt is got and sent as the prompt."""
+        if command.name == COMPACT:
+            last_turn = agent.session.last_turn
+            agent.compact(command.rest or None)
+            self.nursery.start_soon(self._compacted, request_id, agent, last_turn)
+        elif command.name in (MODE, MODEL):
+            self._configure(record.session_id, command.name, command.rest)
+            self.outbox.respond(request_id, PromptResult("end_turn"))
+        else:
+            self.nursery.start_soon(self._prompted, request_id, record, agent, command)
+
+    async def _prompted(
+        self, request_id: RequestId, record: SessionRecord, agent: Agent, command: Command
+    ) -> None:
+        """Get a server's prompt and send its messages' text as the prompt; a prompt the
+        server cannot give is an error answer naming why (nothing is sent)."""
+        offered, prompt = self._commands(record.session_id).prompt(command.name)
+        try:
+            texts = await offered.get(prompt.name, arguments(prompt, command.rest))
+        except ValueError as exc:
+            self.outbox.fail(request_id, INVALID_PARAMS, f"invalid params: /{command.name}: {exc}")
+            return
+        except McpServerError as exc:
+            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: {exc}")
+            return
+        text = "\n\n".join(t for t in texts if t.strip())
+        if not text or record.handle is None or self.sessions.get(record.session_id) is not record:
+            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: nothing to send")
+            return
+        entry = record.prompts[request_id] = InFlight(request_id, agent.send(text))
+        await self._answer(record, entry)
 
     async def _answer(self, record: SessionRecord, entry: InFlight) -> None:
         """Answer `entry` once its prompt settles (unless its session went first)."""
@@ -595,6 +632,24 @@ class AcpConnection:
         with self._pacing:
             await self.live.run()
 
+    def _commands(self, session_id: str) -> SessionCommands:
+        commands = self.commands.get(session_id)
+        if commands is None:
+            commands = self.commands[session_id] = SessionCommands(list(self.runtime.models))
+        return commands
+
+    def _offer_commands(self, session_id: str) -> None:
+        self.outbox.update(session_id, self._commands(session_id).update())
+
+    def _on_prompts(self, agent: Agent, prompts: McpPrompts) -> None:
+        """A server of a session here offers other prompts: the commands change; told now
+        if the session was announced, else with its announcement."""
+        record = self.sessions.get(agent.session.id)
+        if record is None:
+            return
+        if self._commands(record.session_id).offer(prompts) and record.notices is None:
+            self._offer_commands(record.session_id)
+
     def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
         record = self.sessions.get(parent.session.id)
         if record is not None and record.handle is not None:
@@ -618,6 +673,7 @@ class AcpConnection:
 
     async def _release(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
+        self.commands.pop(record.session_id, None)
         self._abandon(record)
         assert record.handle is not None
         await record.handle.dispose()

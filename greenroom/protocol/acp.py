@@ -483,6 +483,31 @@ class PlanUpdate(msgspec.Struct, frozen=True, gc=False, tag_field="sessionUpdate
     entries: list[PlanEntry]
 
 
+class CommandInput(msgspec.Struct, frozen=True, gc=False):
+    """What a command takes after its name, as the client hints it."""
+
+    hint: str
+
+
+class AvailableCommand(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    name: str
+    description: str
+    input: CommandInput | None = None
+
+
+class AvailableCommandsUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="available_commands_update",
+    rename=wire_name,
+):
+    """The slash commands a session offers now (the whole set)."""
+
+    available_commands: list[AvailableCommand]
+
+
 SessionUpdate: TypeAlias = (
     UserMessageChunk
     | AgentMessageChunk
@@ -494,6 +519,7 @@ SessionUpdate: TypeAlias = (
     | SessionInfoUpdate
     | UsageUpdate
     | PlanUpdate
+    | AvailableCommandsUpdate
 )
 
 

@@ -12,12 +12,23 @@ from greenroom.protocol.mcp import (
     McpStatus,
     McpStdioServer,
 )
-from greenroom.tools.mcp.servers import MCP_STATUS, McpHub, SessionMcp, tool_name
+from greenroom.tools.mcp.servers import (
+    MCP_PROMPTS,
+    MCP_STATUS,
+    McpHub,
+    McpPrompt,
+    McpPrompts,
+    SessionMcp,
+    tool_name,
+)
 
 __all__ = [
+    "MCP_PROMPTS",
     "MCP_STATUS",
     "McpHttpServer",
     "McpHub",
+    "McpPrompt",
+    "McpPrompts",
     "McpServer",
     "McpServerError",
     "McpStatus",

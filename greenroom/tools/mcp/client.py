@@ -26,8 +26,10 @@ Where the SDK's defaults do not fit, and what is done instead:
 
 A server's answers are bounded too: its tool list (`MAX_TOOL_PAGES` pages,
 and a list after ``tools/list_changed`` within ``start_timeout``, like the
-first); a result's text is bounded where every tool's is, by the registry
-(``max_tool_result``: cut, the whole kept in a spill file the result names).
+first), and its prompts' (listed when it offers prompts, again after
+``prompts/list_changed``, as many pages at most); a result's text is
+bounded where every tool's is, by the registry (``max_tool_result``: cut,
+the whole kept in a spill file the result names).
 
 This module imports the SDK; `greenroom.tools.mcp.servers` imports it only
 when a session has servers, so a runtime without them never pays for it.
@@ -90,19 +92,32 @@ Streams = tuple[ReadStream[SessionMessage | Exception], WriteStream[SessionMessa
 class McpConnection:
     """One incarnation of one server's connection.
 
-    `run` connects, initializes, lists the tools, hands itself to ``offer``
-    (again after every ``notifications/tools/list_changed``), and then serves
-    until cancelled; it raises `McpServerError` when the connection ends or
+    `run` connects, initializes, lists the tools (and the prompts, if it has
+    any), hands itself to ``offer`` (again after every
+    ``notifications/tools/list_changed`` or ``prompts/list_changed``), and then
+    serves until cancelled; it raises `McpServerError` when the connection ends or
     the server fails to start. `call` may be awaited from any task while the
     connection is offered; a call that finds the connection lost ends it too.
     """
 
-    __slots__ = ("_changed", "_cwd", "_ended", "_session", "_wake", "spec", "tools")
+    __slots__ = (
+        "_changed",
+        "_cwd",
+        "_ended",
+        "_prompts_changed",
+        "_session",
+        "_wake",
+        "prompts",
+        "spec",
+        "tools",
+    )
 
     def __init__(self, spec: McpServer, cwd: str | None) -> None:
         self.spec = spec
         self._cwd = cwd
         self.tools: list[types.Tool] = []
+        self.prompts: list[types.Prompt] = []
+        self._prompts_changed = False
         self._session: ClientSession | None = None
         self._wake = trio.Event()
         self._ended: str | None = None  # why the connection ended, once it has
@@ -129,6 +144,7 @@ class McpConnection:
                 with trio.move_on_after(spec.start_timeout) as starting:
                     await session.initialize()
                     self.tools = await _list_tools(spec.name, session)
+                    self.prompts = await _list_prompts(spec.name, session)
                 if starting.cancelled_caught:
                     raise McpServerError(
                         spec.name, f"did not start within {spec.start_timeout:g} s"
@@ -140,6 +156,18 @@ class McpConnection:
                     self._wake = trio.Event()
                     if self._ended is not None:
                         raise McpServerError(spec.name, self._ended)
+                    if self._prompts_changed:
+                        self._prompts_changed = False
+                        with trio.move_on_after(spec.start_timeout) as listing:
+                            prompts = await _list_prompts(spec.name, session)
+                        if listing.cancelled_caught:
+                            raise McpServerError(
+                                spec.name,
+                                f"did not list its changed prompts within {spec.start_timeout:g} s",
+                            )
+                        self.prompts = prompts
+                        if not self._changed:
+                            offer(self)
                     if self._changed:
                         self._changed = False
                         # A server that says its tools changed and then does not list them
@@ -193,10 +221,34 @@ class McpConnection:
             )
         return outcome(result)
 
+    async def prompt(self, name: str, arguments: dict[str, str]) -> list[str]:
+        """The texts of prompt `name`'s messages, with `arguments`; raises `McpServerError`
+        naming the server when it cannot give them."""
+        session, server = self._session, self.spec.name
+        if session is None or self._ended is not None:
+            raise McpServerError(server, "is not connected")
+        try:
+            with trio.move_on_after(self.spec.start_timeout) as limit:
+                result = await session.get_prompt(name, arguments)
+        except MCPError as exc:
+            raise McpServerError(server, f"prompt {name!r}: {exc.message}") from None
+        except (ValueError, RuntimeError) as exc:
+            raise McpServerError(server, f"prompt {name!r} answered a bad result: {exc}") from None
+        if limit.cancelled_caught:
+            raise McpServerError(
+                server, f"prompt {name!r}: no answer within {self.spec.start_timeout:g} s"
+            )
+        if not isinstance(result, types.GetPromptResult):
+            raise McpServerError(server, f"prompt {name!r} asked for input greenroom cannot give")
+        return [_text(message.content) for message in result.messages]
+
     async def _on_message(self, message: IncomingMessage) -> None:
         await trio.lowlevel.checkpoint()
         if isinstance(message, types.ToolListChangedNotification):
             self._changed = True
+            self._wake.set()
+        elif isinstance(message, types.PromptListChangedNotification):
+            self._prompts_changed = True
             self._wake.set()
 
     def _on_end(self) -> None:
@@ -257,6 +309,24 @@ async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:
         if cursor is None:
             return tools
     raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of tools")
+
+
+async def _list_prompts(server: str, session: ClientSession) -> list[types.Prompt]:
+    """Every page of the server's prompts (none if it offers none); raises `McpServerError`
+    past `MAX_TOOL_PAGES`."""
+    capabilities = session.server_capabilities
+    if capabilities is None or capabilities.prompts is None:
+        return []
+    prompts: list[types.Prompt] = []
+    cursor: str | None = None
+    for _page in range(MAX_TOOL_PAGES):
+        params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
+        page = await session.list_prompts(params=params)
+        prompts.extend(page.prompts)
+        cursor = page.next_cursor
+        if cursor is None:
+            return prompts
+    raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of prompts")
 
 
 @asynccontextmanager

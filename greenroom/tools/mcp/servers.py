@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import msgspec
 import trio
@@ -50,6 +50,34 @@ logger = logging.getLogger("greenroom.mcp")
 
 #: Every change of a session's server: (the session's agent, what became of the server).
 MCP_STATUS: EmitHook[[Agent, McpStatus]] = EmitHook("mcp/status")
+
+
+class McpPromptArgument(msgspec.Struct, frozen=True, gc=False):
+    name: str
+    description: str = ""
+    required: bool = False
+
+
+class McpPrompt(msgspec.Struct, frozen=True, gc=False):
+    """One prompt a server offers (``prompts/list``): its name, what it is, its arguments."""
+
+    name: str
+    description: str = ""
+    arguments: list[McpPromptArgument] = []
+
+
+class McpPrompts(NamedTuple):
+    """A server's prompts now (none while it is not ready), and how to get one: ``get(name,
+    arguments)`` is the texts of its messages (`McpServerError` naming the server if it
+    cannot)."""
+
+    server: str
+    prompts: list[McpPrompt]
+    get: Callable[[str, dict[str, str]], Awaitable[list[str]]]
+
+
+#: A session's server offers other prompts (ready, listed again, or gone): (its agent, them).
+MCP_PROMPTS: EmitHook[[Agent, McpPrompts]] = EmitHook("mcp/prompts")
 
 #: The time a server's child has to stop (the SDK's transport ends it within ~4.5 s).
 MCP_GRACE: Final = 5.0
@@ -167,6 +195,9 @@ class SessionMcp:
         self._entries = entries
         self._schemas_of = None
 
+    def tell_prompts(self, agent: Agent, prompts: McpPrompts) -> None:
+        self._hooks.emit(MCP_PROMPTS, agent, prompts)
+
     def report(self, agent: Agent, status: McpStatus) -> None:
         log = logger.info if status.state == "ready" else logger.warning
         log("session %r: %s", self.session_id, status.describe())
@@ -186,6 +217,7 @@ class ServerSlot:
         "_cwd",
         "_failures",
         "_owner",
+        "_prompts",
         "entries",
         "settled",
         "spec",
@@ -202,6 +234,7 @@ class ServerSlot:
         self._connection: McpConnection | None = None
         self._agent: Agent | None = None
         self._failures = 0
+        self._prompts: list[McpPrompt] = []
 
     async def keep(self, agent: Agent) -> None:
         """The server under its own supervisor until cancelled, or until it gives up."""
@@ -238,6 +271,7 @@ class ServerSlot:
             if self.entries:
                 self.entries = {}
                 self._owner.offered()
+            self._offer_prompts([])
             self.settled.set()
 
     def _offer(self, connection: McpConnection) -> None:
@@ -248,10 +282,25 @@ class ServerSlot:
         self._connection = connection
         self.entries = entries
         self._owner.offered()
+        self._offer_prompts([_prompt(p) for p in connection.prompts])
         if changed:
             again = self._failures > 0 and self.state != "ready"
             self._set("ready", "back after a restart" if again else "", len(entries))
         self.settled.set()
+
+    def _offer_prompts(self, prompts: list[McpPrompt]) -> None:
+        """Tell the session's front end of the server's prompts, when they changed."""
+        if prompts == self._prompts:
+            return
+        self._prompts = prompts
+        assert self._agent is not None
+        self._owner.tell_prompts(self._agent, McpPrompts(self.spec.name, prompts, self.prompt))
+
+    async def prompt(self, name: str, arguments: dict[str, str]) -> list[str]:
+        connection = self._connection
+        if connection is None:
+            raise McpServerError(self.spec.name, f"is not running ({self.state})")
+        return await connection.prompt(name, arguments)
 
     def _set(self, state: McpState, message: str, tools: int = 0) -> None:
         previous, self.state = self.state, state
@@ -309,6 +358,14 @@ class _Call:
 
 def _shown(view: ToolView) -> Callable[[object], ToolView]:
     return lambda _arguments: view
+
+
+def _prompt(prompt: mcp_types.Prompt) -> McpPrompt:
+    arguments = [
+        McpPromptArgument(a.name, a.description or "", bool(a.required))
+        for a in prompt.arguments or ()
+    ]
+    return McpPrompt(prompt.name, prompt.description or prompt.title or "", arguments)
 
 
 def tool_name(server: str, tool: str) -> str:

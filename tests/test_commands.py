@@ -1,0 +1,162 @@
+"""Slash commands over ACP, with the official SDK client (its schema models parse every
+frame): the set after ``session/new`` and ``session/load`` and when it changes, and what
+a prompt that begins with one runs. An MCP server's prompts (``tests/mcp_servers.py
+prompts``, a real stdio process) become ``/<server>:<prompt>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import acp
+import pytest
+from acp import schema
+
+from greenroom.acp.commands import arguments
+from greenroom.tools.mcp import McpPrompt
+from greenroom.tools.mcp.servers import McpPromptArgument
+
+LIMIT = 30.0
+SERVERS = Path(__file__).with_name("mcp_servers.py")
+
+
+class Editor:
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+
+    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
+        return schema.RequestPermissionResponse(
+            outcome=schema.AllowedOutcome(outcome="selected", option_id="allow_once")
+        )
+
+    def command_sets(self) -> list[dict[str, str | None]]:
+        return [
+            {c.name: (c.input.root.hint if c.input else None) for c in u.available_commands}
+            for u in self.updates
+            if isinstance(u, schema.AvailableCommandsUpdate)
+        ]
+
+    def said(self) -> str:
+        return "".join(
+            u.content.text for u in self.updates if isinstance(u, schema.AgentMessageChunk)
+        )
+
+
+def prompts_server() -> schema.McpServerStdio:
+    return schema.McpServerStdio(
+        name="p", command=sys.executable, args=[str(SERVERS), "prompts"], env=[]
+    )
+
+
+async def _acp(tmp_path: Path, editor: Editor, body: Any) -> int:
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir(exist_ok=True)
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    async with acp.spawn_agent_process(
+        editor, *command, env={"GREENROOM_HOME": str(home)}, cwd=work
+    ) as (conn, process):
+        await conn.initialize(protocol_version=1, client_capabilities=schema.ClientCapabilities())
+        await body(conn, str(work))
+    return await asyncio.wait_for(process.wait(), 10)
+
+
+def run(tmp_path: Path, editor: Editor, body: Any) -> None:
+    assert asyncio.run(asyncio.wait_for(_acp(tmp_path, editor, body), LIMIT)) == 0
+
+
+def say(words: str) -> list[Any]:
+    return [acp.text_block(words)]
+
+
+BUILT_IN = {"compact": "optional instructions", "mode": "default | accept-edits | read-only"}
+
+
+def test_the_built_in_commands_are_listed_after_new_and_run(tmp_path: Path) -> None:
+    editor = Editor()
+
+    async def body(conn: Any, work: str) -> None:
+        session = (await conn.new_session(cwd=work, mcp_servers=[])).session_id
+        answer = await conn.prompt(session_id=session, prompt=say("/mode read-only"))
+        assert answer.stop_reason == "end_turn"
+        with pytest.raises(acp.RequestError, match="unknown model 'nope'"):
+            await conn.prompt(session_id=session, prompt=say("/model nope"))
+        # An unknown /word is text for the model (the echo says it back).
+        answer = await conn.prompt(session_id=session, prompt=say("/frobnicate the thing"))
+        assert answer.stop_reason == "end_turn"
+
+    run(tmp_path, editor, body)
+    (commands,) = editor.command_sets()
+    assert {k: commands[k] for k in BUILT_IN} == BUILT_IN
+    assert commands["model"] == "scripted:0"
+    modes = [u.current_mode_id for u in editor.updates if isinstance(u, schema.CurrentModeUpdate)]
+    assert modes == ["read-only"]
+    assert editor.said() == "/frobnicate the thing"
+
+
+def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path) -> None:
+    editor = Editor()
+    session = ""
+
+    async def body(conn: Any, work: str) -> None:
+        nonlocal session
+        servers = [prompts_server()]
+        session = (await conn.new_session(cwd=work, mcp_servers=servers)).session_id
+        prompt = say("/p:review path=a.py focus='the names'")
+        answer = await conn.prompt(session_id=session, prompt=prompt)
+        assert answer.stop_reason == "end_turn"
+        with pytest.raises(acp.RequestError, match=r"missing argument.*path"):
+            await conn.prompt(session_id=session, prompt=say("/p:review focus=x"))
+        # The server adds a prompt and says so: the set is sent again with it.
+        added = "tool: mcp__p__add_prompt " + json.dumps({"name": "hello"})
+        await conn.prompt(session_id=session, prompt=say(added))
+        for _ in range(100):
+            if "p:hello" in editor.command_sets()[-1]:
+                break
+            await asyncio.sleep(0.05)
+        answer = await conn.prompt(session_id=session, prompt=say("/p:hello"))
+        assert answer.stop_reason == "end_turn"
+
+    run(tmp_path, editor, body)
+    first, *_, last = editor.command_sets()
+    assert first["p:review"] == "path=... [focus=...]"
+    assert "p:hello" not in first
+    assert last["p:hello"] is None  # no arguments, no hint
+    said = editor.said()
+    assert "Please review a.py, looking at the names." in said
+    assert "the hello prompt" in said
+
+    # A load in a new process sends the set again, once its servers are up.
+    loaded = Editor()
+
+    async def load(conn: Any, work: str) -> None:
+        await conn.load_session(cwd=work, session_id=session, mcp_servers=[prompts_server()])
+
+    run(tmp_path, loaded, load)
+    assert "p:review" in loaded.command_sets()[-1]
+
+
+def test_a_commands_arguments_are_read_by_name_or_whole() -> None:
+    prompt = McpPrompt(
+        "review",
+        "",
+        [McpPromptArgument("path", required=True), McpPromptArgument("focus")],
+    )
+    assert arguments(prompt, "path=a.py") == {"path": "a.py"}
+    assert arguments(prompt, "path='a b.py' focus=x") == {"path": "a b.py", "focus": "x"}
+    assert arguments(prompt, "src/a.py") == {"path": "src/a.py"}
+    with pytest.raises(ValueError, match="unknown argument 'size'"):
+        arguments(prompt, "path=a size=3")
+    with pytest.raises(ValueError, match="missing argument"):
+        arguments(prompt, "")
+    with pytest.raises(ValueError, match="cannot read"):
+        arguments(prompt, "path='open")
