@@ -7,10 +7,11 @@ decoder's depth, a file that grows while it is edited or read, a file that is no
 from __future__ import annotations
 
 import os
+import stat
 import threading
 import tracemalloc
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,47 @@ async def test_an_edit_changes_only_what_it_replaces_in_a_file_not_in_utf_8(
     edited = await call("edit_file", tmp_path, path="latin1.txt", old_string="1", new_string="2")
     assert not edited.is_error, edited.content
     assert path.read_bytes() == data.replace(b"= 1", b"= 2")
+
+
+# -- the temporary file of a write ---------------------------------------------------------------
+
+
+@pytest.mark.real_clock
+async def test_a_private_files_new_text_is_never_readable_by_others_before_the_rename(
+    tmp_path: Path,
+) -> None:
+    """The temporary file was made 0666 less the umask and written before its mode was set
+    to the target's: another user could open a 0600 file's new text (or, under umask 0,
+    write it) in between."""
+    secret = tmp_path / "secret.env"
+    secret.write_text("old")
+    secret.chmod(0o600)
+    seen: set[int] = set()
+    stop = threading.Event()
+
+    def watch() -> None:
+        while not stop.is_set():
+            for entry in os.scandir(tmp_path):
+                if entry.name.startswith(".greenroom-"):
+                    with suppress(FileNotFoundError):
+                        seen.add(stat.S_IMODE(entry.stat(follow_symlinks=False).st_mode))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    old = os.umask(0)
+    watcher.start()
+    try:
+        with trio.fail_after(120):
+            for _ in range(200):
+                written = await call(
+                    "write_file", tmp_path, path="secret.env", content="k" * 2_000_000
+                )
+                assert not written.is_error, written.content
+                if seen:
+                    break
+    finally:
+        stop.set()
+        watcher.join()
+        os.umask(old)
+    assert seen  # the watcher did see temporary files
+    assert all(mode & 0o077 == 0 for mode in seen), sorted(oct(m) for m in seen)
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600

@@ -230,18 +230,20 @@ def _check_regular(info: os.stat_result, shown: str) -> None:
 def _write_over(dir_fd: int, name: str, data: bytes, was: os.stat_result | None) -> None:
     """`data` as the file `name` of `dir_fd`, by a rename; owner and mode kept from `was`."""
     temporary = f".greenroom-{secrets.token_hex(8)}.tmp"
-    fd = os.open(temporary, _TEMPORARY, 0o666, dir_fd=dir_fd)
+    # Made private and given the target's owner and mode before a byte is written: the new
+    # text is never open to anyone the old file was closed to, whatever the umask.
+    fd = os.open(temporary, _TEMPORARY, 0o666 if was is None else 0o600, dir_fd=dir_fd)
     try:
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
             if was is not None:
                 if (was.st_uid, was.st_gid) != (os.geteuid(), os.getegid()):
                     # Only root (or a group member) may; else the file becomes the writer's.
                     with contextlib.suppress(PermissionError):
                         os.fchown(fd, was.st_uid, was.st_gid)
                 os.fchmod(fd, was.st_mode & 0o777)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
         finally:
             os.close(fd)
         os.rename(temporary, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
