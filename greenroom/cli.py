@@ -15,6 +15,8 @@ import trio
 
 from greenroom.models import ModelAdapter, ScriptedModel
 from greenroom.models.base import ModelError
+from greenroom.protocol.content import referenced
+from greenroom.protocol.events import UserMessage
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
     DEADLINE,
@@ -357,7 +359,9 @@ def _sessions(
                     )
         else:
             header, events = trio.run(store.load, args.session_id)
-            for line in transcript(header, events):
+            digests = [d for e in events if type(e) is UserMessage for d in referenced(e.parts)]
+            held = trio.run(store.read_blobs, args.session_id, digests) if digests else {}
+            for line in transcript(header, events, held):
                 print(line)
     except (PersistenceError, ValueError) as exc:
         print(f"greenroom sessions: {exc}", file=sys.stderr)

@@ -22,11 +22,12 @@ takes (`greenroom.acp.frames.MAX_FRAME`), live and on replay.
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import re
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Final
+
+import msgspec
 
 from greenroom.actors.types import DEFAULT_MODE, MODES
 from greenroom.protocol.acp import (
@@ -53,6 +54,7 @@ from greenroom.protocol.acp import (
     UsageUpdate,
     UserMessageChunk,
 )
+from greenroom.protocol.arguments import arguments_value
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
@@ -316,6 +318,6 @@ def _arguments(arguments: str) -> object:
     """The call's JSON arguments as a value; as they are if they are not JSON (or nest too
     deep to decode)."""
     try:
-        return json.loads(arguments) if arguments.strip() else {}
-    except (ValueError, RecursionError):
+        return arguments_value(arguments)
+    except msgspec.DecodeError:
         return arguments

@@ -70,6 +70,7 @@ from greenroom.actors.types import (
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
 from greenroom.models.usage import turn_usage
+from greenroom.protocol.content import Content, Part, checked, stored, text_of
 from greenroom.protocol.events import (
     COMPLETED,
     DISPOSED,
@@ -228,16 +229,16 @@ class LoopAgent:
         return self._inbox
 
     @overload
-    def send(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
+    def send(self, content: Content, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
     @overload
     def send(
-        self, content: str, *, source: MessageSource | None = None, output: type[T]
+        self, content: Content, *, source: MessageSource | None = None, output: type[T]
     ) -> Prompt[T]: ...
 
     def send(
         self,
-        content: str,
+        content: Content,
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
@@ -245,7 +246,12 @@ class LoopAgent:
         """Queue a prompt; the next turn takes it with everything queued beside it (that
         asks for the same `output`). With `output`, the turn's final answer must validate
         as that type (a msgspec Struct, say): `Answer.output` is the value; a type whose
-        JSON form is not an object is a `TypeError`, naming it."""
+        JSON form is not an object is a `TypeError`, naming it.
+
+        `content` is text, or a sequence of content blocks (`greenroom.protocol.content`:
+        `Text`, `Image`, `Resource`), checked here: a bad block, or one past the limits
+        (`MAX_IMAGE_BYTES`, `MAX_PROMPT_BYTES`), is a `ValueError` or `TypeError` naming
+        its index, and nothing is queued."""
         return self._queue(content, source, output)
 
     def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]:
@@ -259,16 +265,18 @@ class LoopAgent:
         return prompt
 
     @overload
-    async def run(self, content: str, *, source: MessageSource | None = None) -> Answer[None]: ...
+    async def run(
+        self, content: Content, *, source: MessageSource | None = None
+    ) -> Answer[None]: ...
 
     @overload
     async def run(
-        self, content: str, *, source: MessageSource | None = None, output: type[T]
+        self, content: Content, *, source: MessageSource | None = None, output: type[T]
     ) -> Answer[T]: ...
 
     async def run(
         self,
-        content: str,
+        content: Content,
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
@@ -489,14 +497,13 @@ class LoopAgent:
                 self._session.append(
                     TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source))
                 )
-                for prompt in prompts:
-                    self._session.append(
-                        UserMessage(
-                            content=prompt.content,
-                            source=prompt.source,
-                            message_id=prompt.id,
-                        )
-                    )
+                messages, blobs = _user_messages(prompts)
+                try:
+                    if blobs or self._session.blobs_wanted:
+                        await self._session.hold_blobs(blobs)
+                finally:  # logged whatever happened: a blob the store lacks is shown as missing
+                    for message in messages:
+                        self._session.append(message)
                 self._hooks.emit(AGENT_TURN_START, self, turn)
                 reason = await self._steps(turn, prompts, output)
             if scope.cancelled_caught:
@@ -684,6 +691,7 @@ class LoopAgent:
             tools=tools.schemas(),
             output=tools.output if isinstance(tools, OutputTools) else None,
             thought_level=self._session.config.get("thought_level"),
+            blobs=self._session.blobs,
         )
 
     def _model_now(self) -> tuple[ModelAdapter, str]:
@@ -940,12 +948,15 @@ class LoopAgent:
             waiter.set()
 
     def _queue(
-        self, content: str, source: MessageSource | None, output: type[T] | None
+        self, content: Content, source: MessageSource | None, output: type[T] | None
     ) -> Prompt[T]:
         if output is not None:
             output_spec(output)
-        content, source = self._checked(content, source)
-        prompt = Prompt(self._session, content, source, new_message_id(), output)
+        if isinstance(content, str):
+            text, source = self._checked(content, source)
+            prompt = Prompt(self._session, text, source, new_message_id(), output)
+        else:
+            prompt = self._blocks_prompt(content, source, output)
         self._inbox.push(prompt)
         self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)
         return prompt
@@ -955,6 +966,19 @@ class LoopAgent:
     ) -> Prompt[T]:
         content, source = self._checked(content, source)
         return Prompt(self._session, content, source, new_message_id(), output)
+
+    def _blocks_prompt(
+        self, content: object, source: MessageSource | None, output: type[T] | None
+    ) -> Prompt[T]:
+        if self.status == "disposed":
+            raise AgentDisposed(self._id)
+        try:
+            blocks = checked(content)
+        except (TypeError, ValueError) as exc:
+            raise type(exc)(f"agent {self._id!r}: {exc}") from None
+        return Prompt(
+            self._session, text_of(blocks), source or USER, new_message_id(), output, blocks
+        )
 
     def _checked(self, content: str, source: MessageSource | None) -> tuple[str, MessageSource]:
         if self.status == "disposed":
@@ -966,6 +990,23 @@ class LoopAgent:
         if not content.strip():
             raise ValueError(f"agent {self._id!r}: content must be non-empty text")
         return content, source or USER
+
+
+def _user_messages(prompts: list[Prompt[Any]]) -> tuple[list[UserMessage], dict[str, bytes]]:
+    """The ``user/message`` of each prompt, and the blobs their parts name."""
+    messages: list[UserMessage] = []
+    blobs: dict[str, bytes] = {}
+    for prompt in prompts:
+        parts: list[Part] = []
+        if prompt.blocks:
+            parts, theirs = stored(prompt.blocks)
+            blobs.update(theirs)
+        messages.append(
+            UserMessage(
+                content=prompt.content, source=prompt.source, message_id=prompt.id, parts=parts
+            )
+        )
+    return messages, blobs
 
 
 async def _close(stream: object) -> None:

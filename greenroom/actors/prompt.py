@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 import msgspec
 import trio
 
+from greenroom.protocol.content import ContentBlock
 from greenroom.protocol.events import (
     Aborted,
     AssistantChunk,
@@ -143,7 +144,17 @@ class Prompt(Generic[T]):
     its turn as the log grows.
     """
 
-    __slots__ = ("_outcome", "_session", "_turn", "_waiters", "content", "id", "output", "source")
+    __slots__ = (
+        "_outcome",
+        "_session",
+        "_turn",
+        "_waiters",
+        "blocks",
+        "content",
+        "id",
+        "output",
+        "source",
+    )
 
     def __init__(
         self,
@@ -152,9 +163,12 @@ class Prompt(Generic[T]):
         source: MessageSource,
         message_id: str,
         output: type[T] | None,
+        blocks: tuple[ContentBlock, ...] = (),
     ) -> None:
         self.id = message_id
+        #: Its text (a prompt sent as blocks: its text blocks'), and its blocks as sent.
         self.content = content
+        self.blocks = blocks
         self.source = source
         #: The type the final answer must validate as, or None for a plain answer.
         self.output = output

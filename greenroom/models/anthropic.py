@@ -22,6 +22,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
+from greenroom.protocol.arguments import arguments_value
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -273,7 +274,7 @@ def _counts(usage: dict[str, int], reported: object) -> None:
 
 def _input(arguments: str) -> object:
     try:
-        return msgspec.json.decode(arguments) if arguments.strip() else {}
+        return arguments_value(arguments)
     except msgspec.DecodeError:
         return {"_raw": arguments}
 

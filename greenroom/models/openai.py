@@ -20,6 +20,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
+from greenroom.models.parts import WirePart, answering, takes_images, wire_parts
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -51,7 +52,10 @@ class OpenAIChatModel(HttpModel):
     ``OPENAI_API_KEY`` (the URL then to the public API), as in the
     ``greenroom`` command (`greenroom.models.http.endpoint`). ``retry_budget`` is
     the seconds one call may wait between attempts, in all; ``verify`` the TLS
-    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
+    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``);
+    ``images`` whether the model takes images (default: its family's,
+    `greenroom.models.parts.IMAGE_INPUT`): one that does not refuses a prompt's
+    image before any request is made.
     """
 
     #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`).
@@ -67,6 +71,7 @@ class OpenAIChatModel(HttpModel):
         retry_budget: float = DEFAULT_RETRY_BUDGET,
         context_window: int | None = None,
         verify: ssl.SSLContext | None = None,
+        images: bool | None = None,
     ) -> None:
         if not model:
             raise TypeError("OpenAIChatModel: name the model (model=...)")
@@ -82,6 +87,7 @@ class OpenAIChatModel(HttpModel):
         )
         #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
         self.model_name = model
+        self.images = takes_images(model) if images is None else images
 
     def overflowed(self, kind: str | None, message: str) -> bool:
         """OpenAI's over-long request: a 400 with ``code: context_length_exceeded``."""
@@ -97,8 +103,13 @@ class OpenAIChatModel(HttpModel):
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
-        for message in request.messages:
+        current = answering(request.messages)
+        for index, message in enumerate(request.messages):
             match message:
+                case UserTurn(parts=parts) if parts:
+                    model = request.model or self._model
+                    wire = wire_parts(message, request.blobs, self.images, model, index >= current)
+                    messages.append({"role": "user", "content": [_part(p) for p in wire]})
                 case UserTurn(content=content):
                     messages.append({"role": "user", "content": content})
                 case AssistantTurn(content=content, tool_calls=calls):
@@ -174,6 +185,12 @@ class OpenAIChatModel(HttpModel):
             call_id, name, arguments = calls[index]
             yield ToolCallChunk(call_id or f"call-{index}", name, arguments)
         yield finish or Finish("stop")
+
+
+def _part(part: WirePart) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    return {"type": "image_url", "image_url": {"url": f"data:{part.mime_type};base64,{part.data}"}}
 
 
 def _usage(usage: dict[str, Any]) -> Usage:

@@ -11,6 +11,7 @@ from typing import Final, Literal, TypeAlias
 
 import msgspec
 
+from greenroom.protocol.content import Part
 from greenroom.protocol.model import StreamChunk, Thought, ToolCallChunk, Usage
 
 # -- who a message came from -------------------------------------------------
@@ -164,7 +165,10 @@ class StepEnd(Event, frozen=True, gc=False, tag="step/end"):
     step: int
 
 
-class UserMessage(Event, frozen=True, gc=False, tag="user/message"):
+class UserMessage(Event, frozen=True, gc=False, tag="user/message", omit_defaults=True):
+    """A prompt: its text in `content`; `parts` its blocks when it was sent as blocks
+    (an image or a blob resource as a reference to its bytes, kept beside the log)."""
+
     content: str
     source: MessageSource
     message_id: str
@@ -184,6 +188,7 @@ class SteeringMessage(Event, frozen=True, gc=False, tag="steering/message"):
 
 
 class AssistantChunk(Event, frozen=True, gc=False, tag="assistant/chunk"):
+    parts: list[Part] = []
     turn: int
     step: int
     chunk: StreamChunk

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, Literal, TypeAlias
 
 import msgspec
+
+from greenroom.protocol.content import Part
 
 FinishReason: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "refusal", "error", "aborted"]
 
@@ -92,7 +94,11 @@ StreamChunk: TypeAlias = (
 
 
 class UserTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="user"):
+    """A user message: `content` its text, or, when it has `parts`, what they say in text
+    (each adapter then sends the parts, the blobs they name read off `ModelRequest.blobs`)."""
+
     content: str
+    parts: list[Part] = []
 
 
 class AssistantTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="assistant"):
@@ -128,6 +134,9 @@ class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     output: ToolSchema | None = None
     #: How hard the model thinks: one of `THOUGHT_LEVELS` (None or anything else: off).
     thought_level: str | None = None
+    #: The bytes of the images and blob resources the messages' parts name, by SHA-256
+    #: (one missing is sent as a marker saying so).
+    blobs: Mapping[str, bytes] = {}
 
 
 #: The ``thought_level`` setting's values (ACP's ``thought_level`` config category).

@@ -11,6 +11,7 @@ from typing import Any, Final, Protocol, TypeVar, overload
 import trio
 from msgspec.structs import force_setattr
 
+from greenroom.protocol.content import ImageRef, Part, Resource, ResourceRef, referenced
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
@@ -116,6 +117,15 @@ class SessionSink(Protocol):
 
     async def flush(self) -> None: ...
 
+    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        """Store `blobs` (bytes by their SHA-256, hex) beside the log, durably as the
+        policy says, before the event naming them is appended."""
+        ...
+
+    async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        """The stored blobs among `digests`; one the store does not hold is left out."""
+        ...
+
 
 class Session:
     """An append-only log of `SessionEvent`s, and what can be read off it.
@@ -129,6 +139,7 @@ class Session:
 
     __slots__ = (
         "_added",
+        "_blobs",
         "_events",
         "_last_turn",
         "_messages",
@@ -137,6 +148,7 @@ class Session:
         "_reported",
         "_sink",
         "_turn_messages",
+        "_wanted",
         "compaction",
         "config",
         "header",
@@ -172,6 +184,8 @@ class Session:
         self.compaction: Compacted | None = None
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
+        self._blobs: dict[str, bytes] = {}  # the parts' bytes by SHA-256 (`hold_blobs`)
+        self._wanted: set[str] | None = None  # blobs the log names and `_blobs` lacks
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
         self._reported = 0  # input + output tokens of the latest reply's usage, since compacted
         self._added = 0  # UTF-8 bytes of the history's messages since then
@@ -262,6 +276,32 @@ class Session:
             live = self.live = LiveCalls()
         live.publish(progress)
         self.wake_readers()
+
+    @property
+    def blobs(self) -> Mapping[str, bytes]:
+        """The bytes of the images and blob resources its prompts' parts name, by SHA-256,
+        as far as `hold_blobs` has them (a live view: do not mutate)."""
+        return self._blobs
+
+    @property
+    def blobs_wanted(self) -> bool:
+        """True while the log names a blob `blobs` lacks that no `hold_blobs` looked for."""
+        return bool(self._wanted)
+
+    async def hold_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        """Keep `blobs` (bytes by SHA-256) for the model's history, stored through the sink
+        before it returns, so the ``user/message`` naming them is logged after them; and
+        read through the sink those the log names that `blobs` lacks (a resumed
+        session's). One the store does not hold stays missing: the model is sent a
+        marker naming it. Raises what the sink raised (`blobs` are held all the same)."""
+        self._blobs.update(blobs)
+        wanted, self._wanted = self._wanted, None
+        if self._sink is None:
+            return
+        if blobs:
+            await self._sink.put_blobs(blobs)
+        if wanted:
+            self._blobs.update(await self._sink.read_blobs(sorted(wanted - self._blobs.keys())))
 
     @property
     def persistent(self) -> bool:
@@ -372,16 +412,26 @@ class Session:
                     self._added = 0
                 else:
                     self._added += message_size(message)
-                if type(event) is UserMessage and self.title is None:
-                    self.title, self.title_seq = title_of(event.content), event.seq
+                if type(event) is UserMessage:
+                    if event.parts:
+                        self._want(event.parts)
+                    if self.title is None:
+                        self.title, self.title_seq = title_of(event.content), event.seq
+
+    def _want(self, parts: Sequence[Part]) -> None:
+        wanted = [digest for digest in referenced(parts) if digest not in self._blobs]
+        if wanted:
+            if self._wanted is None:
+                self._wanted = set()
+            self._wanted.update(wanted)
 
 
 def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
     """The message `event` puts in the model's history, if any; with `kept`, its text cut
     to that many characters with a marker saying how much was cut."""
     match event:
-        case UserMessage(content=content):
-            return UserTurn(_shortened(content, kept))
+        case UserMessage(content=content, parts=parts):
+            return UserTurn(_shortened(content, kept), parts)
         case AssistantMessage(content=content, tool_calls=calls) if content or calls:
             return AssistantTurn(_shortened(content, kept), calls, event.thoughts)
         case ToolResult(call_id=call_id, content=content, is_error=is_error):
@@ -420,7 +470,25 @@ def message_size(message: Message) -> int:
     if type(message) is AssistantTurn:
         for call in message.tool_calls:
             size += len(call.name) + _utf8(call.arguments)
+    elif type(message) is UserTurn and message.parts:
+        size += sum(_part_size(part) for part in message.parts)
     return size
+
+
+#: Bytes an image is counted as (providers bill about 1,600 tokens for a screenshot the size
+#: they scale to; 4 bytes a token), whatever its own size.
+IMAGE_SIZE: Final = 6_400
+
+
+def _part_size(part: Part) -> int:
+    """The bytes a part adds to its message beyond `content` (its text is in `content`)."""
+    if type(part) is ImageRef:
+        return IMAGE_SIZE
+    if type(part) is Resource:
+        return _utf8(part.text or "")
+    if type(part) is ResourceRef:
+        return part.size
+    return 0
 
 
 def _utf8(text: str) -> int:

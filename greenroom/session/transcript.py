@@ -9,9 +9,10 @@ end, with a marker between saying how much more the log holds.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Iterator, Sequence
+from collections.abc import Container, Iterator, Sequence
 from typing import Final
 
+from greenroom.protocol.content import ImageRef, Part, ResourceRef, described, missing
 from greenroom.protocol.events import (
     Aborted,
     AgentSource,
@@ -88,8 +89,16 @@ def describe_header(header: SessionHeader) -> str:
     return "  ".join(parts)
 
 
-def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterator[str]:
-    """Yield the lines of a readable transcript (chunks are folded into their messages)."""
+def transcript(
+    header: SessionHeader,
+    events: Sequence[SessionEvent],
+    stored: Container[str] | None = None,
+) -> Iterator[str]:
+    """Yield the lines of a readable transcript (chunks are folded into their messages).
+
+    A prompt of blocks shows each on a line of its own; an image or blob resource as what
+    it is (type, size, the start of its SHA-256). With `stored`, the blobs its store holds
+    (`Persistence.read_blobs`), one it does not hold shows as missing."""
     yield f"session {describe_header(header)}"
     for event in events:
         match event:
@@ -101,8 +110,12 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
                 yield f"turn {turn} (compaction asked by {describe_source(source)})"
             case TurnStart(turn=turn, trigger=trigger):
                 yield f"turn {turn} (message from {describe_source(trigger.source)})"
-            case UserMessage(content=content, source=source):
+            case UserMessage(content=content, source=source, parts=[]):
                 yield f"  {describe_source(source)}: {_shown(content)}"
+            case UserMessage(source=source, parts=parts):
+                yield f"  {describe_source(source)}:"
+                for part in parts:
+                    yield f"    {_shown(_part(part, stored))}"
             case ContextMessage(content=content, source=source):
                 yield f"  context from {describe_source(source)}: {_shown(content)}"
             case SteeringMessage(content=content, source=source):
@@ -125,6 +138,12 @@ def transcript(header: SessionHeader, events: Sequence[SessionEvent]) -> Iterato
                 yield f"  {describe_compaction(event)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
+
+
+def _part(part: Part, stored: Container[str] | None) -> str:
+    if isinstance(part, (ImageRef, ResourceRef)) and stored is not None:
+        return described(part) if part.sha256 in stored else missing(part)
+    return described(part)
 
 
 def _shown(text: str) -> str:

@@ -36,6 +36,7 @@ from greenroom.actors.types import (
     ToolView,
 )
 from greenroom.hooks import Hooks, WaterfallHook
+from greenroom.protocol.arguments import decode_arguments
 from greenroom.protocol.events import (
     FileDiff,
     PermissionDecision,
@@ -240,7 +241,7 @@ class ToolRegistry:
                 f"unknown tool {invocation.name!r} (known tools: {known})", "unknown-tool"
             )
         try:
-            args = entry.decode(invocation.arguments.strip() or "{}")
+            args = decode_arguments(invocation.arguments, entry.decode)
         except msgspec.ValidationError as exc:
             return ToolOutcome.failed(
                 f"invalid arguments for {invocation.name}: {exc}",
@@ -252,12 +253,6 @@ class ToolRegistry:
                 f"arguments for {invocation.name} are not a JSON object: {exc}",
                 "invalid-arguments",
                 type(exc).__name__,
-            )
-        except RecursionError:  # msgspec's own depth limit, even skipping an unknown field
-            return ToolOutcome.failed(
-                f"arguments for {invocation.name} nest too deep to decode",
-                "invalid-arguments",
-                "DecodeError",
             )
         refusal = await self._permit(invocation, entry)
         if refusal is not None:
@@ -364,8 +359,8 @@ def _view(entry: ToolEntry, arguments: str) -> ToolView:
     if entry.view is None:
         return plain
     try:
-        shown = entry.view(entry.decode(arguments.strip() or "{}"))
-    except (msgspec.DecodeError, ValueError, TypeError, RecursionError):
+        shown = entry.view(decode_arguments(arguments, entry.decode))
+    except (ValueError, TypeError):  # msgspec's errors are ValueErrors
         return plain
     return msgspec.structs.replace(
         shown, kind=entry.kind, concurrent=entry.concurrent, idempotent=entry.idempotent

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Final, Literal, Protocol, TypeAlias
 
 import msgspec
@@ -138,6 +138,13 @@ class SessionLog(Protocol):
 
     async def close(self) -> None: ...
 
+    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        """Store `blobs` (bytes by SHA-256, hex) for the session, as its persistence's
+        `put_blobs` does."""
+        ...
+
+    async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]: ...
+
 
 class Persistence(Protocol):
     """Where session logs live between processes.
@@ -153,8 +160,14 @@ class Persistence(Protocol):
     * `load` reads a session, repaired in memory, and writes nothing (so it
       is safe on a session live elsewhere).
     * `list` returns every stored session, most recently changed first.
-    * `delete` removes a stored session (a missing one is no error); one
-      live anywhere is refused with `SessionLocked`.
+    * `delete` removes a stored session (a missing one is no error), its
+      blobs too; one live anywhere is refused with `SessionLocked`.
+    * `put_blobs` stores a session's blobs (the bytes of its prompts' images
+      and blob resources, by SHA-256 in hex; one stored already is kept as it
+      is), durably unless the policy is ``"os"``, before it returns: the
+      ``user/message`` naming them is appended after. `read_blobs` returns
+      those of `digests` it holds and leaves out the rest (a reader shows a
+      missing one as such); it writes nothing.
     """
 
     def check_session_id(self, session_id: str) -> None: ...
@@ -170,6 +183,10 @@ class Persistence(Protocol):
     async def list(self) -> list[StoredSession]: ...
 
     async def delete(self, session_id: str) -> None: ...
+
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None: ...
+
+    async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
 
 
 def repair(events: Sequence[SessionEvent]) -> list[SessionEvent]:

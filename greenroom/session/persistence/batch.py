@@ -10,7 +10,7 @@ appended meanwhile waits for the next.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Protocol, TypeAlias, TypeVar
 
 import trio
@@ -120,6 +120,10 @@ class Database(Protocol):
         the database does that by itself."""
         ...
 
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None: ...
+
+    async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
+
 
 class BatchLog:
     """One live session of a database backend (see `SessionLog` for the contract).
@@ -167,6 +171,12 @@ class BatchLog:
 
     def append(self, event: SessionEvent) -> None:
         self._pending.append(event)
+
+    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        await self._database.put_blobs(self.session_id, blobs)
+
+    async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        return await self._database.read_blobs(self.session_id, digests)
 
     def lost(self, error: LeaseLost) -> None:
         """Another holder took the session over: write nothing more (a heartbeat found it)."""

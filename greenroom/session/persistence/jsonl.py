@@ -20,7 +20,7 @@ import logging
 import os
 import secrets
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Final, TypeAlias
@@ -49,6 +49,7 @@ from greenroom.session.persistence.base import (
     repair,
 )
 from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.blobs import put_files, read_files, remove_files
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
@@ -61,6 +62,7 @@ _SAFE: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 SUFFIX: Final = ".jsonl"
 LOCK_SUFFIX: Final = ".lock"
 #: Under ``sync="turn"``, how long the writer lets turn ends gather before an fsync: fsyncs
+BLOBS_SUFFIX: Final = ".blobs"
 #: back to back would slow every write to the file they sync.
 TURN_SYNC_DELAY: Final = 0.002
 
@@ -135,6 +137,10 @@ class JsonlPersistence:
         return self.root / (encode_session_id(session_id) + SUFFIX)
 
     async def create(self, header: SessionHeader) -> JsonlLog:
+    def blob_dir(self, session_id: str) -> Path:
+        """Where the session's blobs are: a directory beside its log (`blobs.put_files`)."""
+        return self.root / (encode_session_id(session_id) + BLOBS_SUFFIX)
+
         path = self.path(header.id)
         return await trio.to_thread.run_sync(self._create_sync, path, header)
 
@@ -157,6 +163,13 @@ class JsonlPersistence:
     # -- in a worker thread ------------------------------------------------------
 
     def _create_sync(self, path: Path, header: SessionHeader) -> JsonlLog:
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        directory, durable = self.blob_dir(session_id), self.sync != "os"
+        await trio.to_thread.run_sync(partial(put_files, directory, blobs, durable=durable))
+
+    async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
+
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), header.id)
         try:
@@ -232,6 +245,7 @@ class JsonlPersistence:
 
 
 class _Fsync(Job):
+            remove_files(self.blob_dir(session_id))
     """One fsync of a log's file; ``covers`` is the seq it made durable (set by the batch)."""
 
     __slots__ = ("covers", "log", "started")
@@ -313,6 +327,12 @@ class JsonlLog:
         self._write()
 
     async def flush(self) -> None:
+    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
+        await self._persistence.put_blobs(self.session_id, blobs)
+
+    async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
+        return await self._persistence.read_blobs(self.session_id, digests)
+
         self._write()
         policy = self._persistence.sync
         if policy == "always":

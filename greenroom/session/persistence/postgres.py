@@ -45,7 +45,7 @@ import os
 import re
 import socket
 import urllib.parse
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
@@ -122,6 +122,17 @@ CREATE TABLE greenroom_batches (
 """
 
 Events: TypeAlias = list[SessionEvent]
+#: A session's blobs (`put_blobs`): made by any version's first open, so the schema's
+#: version stays.
+_BLOBS = """
+CREATE TABLE IF NOT EXISTS greenroom_blobs (
+    session_id text NOT NULL,
+    sha256 text NOT NULL,
+    data bytea NOT NULL,
+    PRIMARY KEY (session_id, sha256)
+)
+"""
+
 Stored: TypeAlias = list[StoredSession]
 Keys: TypeAlias = list[int]
 T = TypeVar("T")
@@ -218,6 +229,13 @@ class PostgresPersistence:
     # -- the Trio side ---------------------------------------------------------------
 
     async def _run(self, call: Callable[[], T]) -> T:
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        """Into the ``greenroom_blobs`` table (a side file would not reach another node)."""
+        await self._run(lambda: self._put_blobs(session_id, blobs))
+
+    async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        return await self._run(lambda: self._read_blobs(session_id, digests))
+
         return await run_call(self.writer, call)
 
     def _live(self, session_id: str, epoch: int, next_seq: int) -> BatchLog:
@@ -270,6 +288,7 @@ class PostgresPersistence:
             row = self._db.execute("SELECT version FROM greenroom_schema").fetchone()
             if row is None:
                 self._db.execute(_SCHEMA)
+            self._db.execute(_BLOBS)
                 self._db.execute("INSERT INTO greenroom_schema VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] != SCHEMA_VERSION:
                 raise UnsupportedVersion(
@@ -421,8 +440,30 @@ def _next_epoch(db: psycopg.Connection[Any]) -> int:
     assert row is not None
     return int(row[0])
 
+            db.execute("DELETE FROM greenroom_blobs WHERE session_id = %s", (session_id,))
 
 def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
+    def _put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        db = self.connection()
+        with db.transaction():
+            for digest, data in blobs.items():
+                db.execute(
+                    "INSERT INTO greenroom_blobs VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+                    (session_id, digest, data),
+                )
+
+    def _read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        rows = (
+            self.connection()
+            .execute(
+                "SELECT sha256, data FROM greenroom_blobs"
+                " WHERE session_id = %s AND sha256 = ANY(%s)",
+                (session_id, list(digests)),
+            )
+            .fetchall()
+        )
+        return {digest: bytes(data) for digest, data in rows}
+
     """`dsn` without the parameters greenroom reads itself (libpq refuses them), and those,
     by name. A URL carries them in its query; a ``key=value`` DSN as more of its pairs."""
     if "://" in dsn:

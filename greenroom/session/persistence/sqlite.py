@@ -23,7 +23,8 @@ import hashlib
 import logging
 import os
 import sqlite3
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Final, TypeAlias, TypeVar
 
@@ -45,6 +46,7 @@ from greenroom.session.persistence.base import (
 )
 from greenroom.session.persistence.batch import Append, BatchLog, Call, Sync, run_call
 from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.blobs import put_files, read_files, remove_files
 from greenroom.session.persistence.rows import Rows, run_batch
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.store import check_session_id
@@ -193,9 +195,22 @@ class SqlitePersistence:
         finally:
             lock.release()
 
+            await trio.to_thread.run_sync(remove_files, self.blob_dir(session_id))
     # -- the Trio side ---------------------------------------------------------------
 
     async def _lock(self, session_id: str) -> SessionLock:
+    def blob_dir(self, session_id: str) -> Path:
+        """Where the session's blobs are: side files in ``<path>.blobs/<sha256 of the id>``
+        (`blobs.put_files`), beside the database, so a read-only reader reads them too."""
+        return Path(self.path + ".blobs") / hashlib.sha256(session_id.encode()).hexdigest()
+
+    async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
+        directory, durable = self.blob_dir(session_id), self.sync != "os"
+        await trio.to_thread.run_sync(partial(put_files, directory, blobs, durable=durable))
+
+    async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
+
         name = hashlib.sha256(session_id.encode()).hexdigest() + ".lock"
 
         def acquire() -> SessionLock:

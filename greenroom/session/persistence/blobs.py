@@ -1,0 +1,86 @@
+"""A session's blobs as side files: ``<directory>/<sha256>``, one file per blob.
+
+The bytes of a prompt's images and blob resources never enter the log
+(`greenroom.protocol.content`): the ``user/message`` names each by its
+SHA-256, and the JSONL and SQLite backends keep them here (PostgreSQL keeps
+them in a table). Content-addressed, so a blob is written once however many
+prompts send it, and a write is never partial: a temporary file, renamed
+into place. Blocking: call from a worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from greenroom.session.persistence.base import PersistenceError
+
+#: A blob's name: its SHA-256 in lowercase hex.
+DIGEST_LENGTH: Final = 64
+
+
+def check_digest(digest: str) -> None:
+    """`PersistenceError` unless `digest` is a SHA-256 in hex (it names a file)."""
+    if len(digest) != DIGEST_LENGTH or digest.strip("0123456789abcdef"):
+        raise PersistenceError(f"not a blob name (a SHA-256 in hex): {digest!r}")
+
+
+def put_files(directory: Path, blobs: Mapping[str, bytes], *, durable: bool) -> None:
+    """Write each blob not there yet (made mode 0700, files 0600); with `durable`, each
+    file and the directory are fsynced before it returns."""
+    try:
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        wrote = False
+        for digest, data in blobs.items():
+            check_digest(digest)
+            path = directory / digest
+            if path.exists():
+                continue
+            temp = directory / f".{digest[:16]}-{secrets.token_hex(4)}.tmp"
+            fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view) :]
+                if durable:
+                    os.fsync(fd)
+            finally:
+                os.close(fd)
+            try:
+                os.replace(temp, path)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.unlink(temp)
+            wrote = True
+        if wrote and durable:
+            fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+    except OSError as exc:
+        raise PersistenceError(f"cannot store a blob in {directory}: {exc}") from None
+
+
+def read_files(directory: Path, digests: Sequence[str]) -> dict[str, bytes]:
+    """The blobs among `digests` found in `directory`; a missing one is left out."""
+    found: dict[str, bytes] = {}
+    for digest in digests:
+        check_digest(digest)
+        try:
+            found[digest] = (directory / digest).read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            raise PersistenceError(f"cannot read blob {digest} in {directory}: {exc}") from None
+    return found
+
+
+def remove_files(directory: Path) -> None:
+    """Remove `directory` and its blobs (none there is no error)."""
+    shutil.rmtree(directory, ignore_errors=True)
