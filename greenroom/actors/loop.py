@@ -23,7 +23,7 @@ are appended and the flush runs shielded, and `drive` unwinds.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Generator, Mapping
+from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar, overload
 
@@ -90,6 +90,7 @@ from greenroom.protocol.events import (
     MessageTrigger,
     ModelRetry,
     PluginSource,
+    SessionEvent,
     StatusName,
     SteeringMessage,
     StepEnd,
@@ -100,6 +101,7 @@ from greenroom.protocol.events import (
     ToolStart,
     TurnEnd,
     TurnEndReason,
+    TurnResumed,
     TurnStart,
     UserMessage,
 )
@@ -158,6 +160,7 @@ class LoopAgent:
         "_models",
         "_open_step",
         "_options",
+        "_resumed",
         "_session",
         "_status",
         "_tools",
@@ -177,6 +180,7 @@ class LoopAgent:
         options: AgentOptions | None = None,
         client: SessionClient | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
+        resumed: Prompt[None] | None = None,
     ) -> None:
         self._id = agent_id
         self._session = session
@@ -195,6 +199,7 @@ class LoopAgent:
         self._held: list[ContextMessage] | None = None  # injected while tools run
         self._compactor = Compactor(session, self._options.compaction or compaction)
         self._idle_waiters: list[trio.Event] | None = None  # made by the first wait
+        self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
 
     def __repr__(self) -> str:
         return f"<LoopAgent {self._id!r} {self.status}>"
@@ -425,12 +430,20 @@ class LoopAgent:
     async def drive(self) -> None:
         """Run turns until the life scope or the owner cancels; re-raises that cancel.
 
+        A turn a crash cut (``resumed``) is carried on first, before any prompt.
+
         Whatever an earlier drain failed to write, or an idle inject the cancel
         overtook, gets a last flush on the way out; prompts still queued settle
         ``disposed``.
         """
         inbox = self._inbox
         try:
+            if self._resumed is not None:
+                resumed, self._resumed = self._resumed, None
+                await self._carry_on(resumed)
+                inbox.requeue_steering()
+                if not inbox.queued and not self._compactor.requested:
+                    self._set_status("idle")
             while True:
                 await inbox.wait()
                 if inbox.flush_requested:
@@ -490,22 +503,54 @@ class LoopAgent:
         kind = prompts[0].output
         output = None if kind is None else OutputTurn(output_spec(kind))
         start = self._session.next_seq
+
+        async def body() -> TurnEndReason:
+            self._session.append(TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source)))
+            messages, blobs = _user_messages(prompts)
+            try:
+                if blobs or self._session.blobs_wanted:
+                    await self._session.hold_blobs(blobs)
+            finally:  # logged whatever happened: a blob the store lacks is shown as missing
+                for message in messages:
+                    self._session.append(message)
+            self._hooks.emit(AGENT_TURN_START, self, turn)
+            return await self._steps(turn, prompts, output)
+
+        await self._run_turn(turn, prompts, start, output, body)
+
+    async def _carry_on(self, prompt: Prompt[None]) -> None:
+        """The turn a crash cut, carried on from where its log stops (`continued_prompt`
+        made `prompt` of it); it ends like any turn, its `TurnEnd` always written."""
+        turn, start = _open_turn_of(self._session)
+        take((prompt,), turn)
+        self._set_status("running")
+
+        async def body() -> TurnEndReason:
+            self._hooks.emit(AGENT_TURN_START, self, turn)
+            if self._session.blobs_wanted:  # its prompt's images, for the model
+                await self._session.hold_blobs({})
+            step = await self._mend_cut_step(turn, start)
+            if step is None:  # its last reply was logged whole, and nothing asked for more
+                return COMPLETED
+            return await self._steps(turn, [prompt], None, step)
+
+        await self._run_turn(turn, [prompt], start, None, body)
+
+    async def _run_turn(
+        self,
+        turn: int,
+        prompts: list[Prompt[Any]],
+        start: int,
+        output: OutputTurn | None,
+        body: Callable[[], Awaitable[TurnEndReason]],
+    ) -> None:
+        """Run `body` (the turn's steps) in the turn scope; the reason it ends with is
+        logged by `_close_turn` whatever happens (a cancel, a failure, disposal)."""
         reason: TurnEndReason = COMPLETED
         self._turn_scope = scope = trio.CancelScope()
         try:
             with scope:
-                self._session.append(
-                    TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source))
-                )
-                messages, blobs = _user_messages(prompts)
-                try:
-                    if blobs or self._session.blobs_wanted:
-                        await self._session.hold_blobs(blobs)
-                finally:  # logged whatever happened: a blob the store lacks is shown as missing
-                    for message in messages:
-                        self._session.append(message)
-                self._hooks.emit(AGENT_TURN_START, self, turn)
-                reason = await self._steps(turn, prompts, output)
+                reason = await body()
             if scope.cancelled_caught:
                 reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
@@ -519,6 +564,76 @@ class LoopAgent:
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason, prompts, start, output)
+
+    async def _mend_cut_step(self, turn: int, start: int) -> int | None:
+        """Log `TurnResumed` and mend the step the crash cut; returns the step after which
+        the turn goes on, or None when it was done but for its ``turn/end``.
+
+        A step whose reply was not fully logged is closed as it stands, and
+        the next step asks the model again; a reply logged whole is never
+        asked for again. A call of it with no result is run again when it had
+        been logged (so may have run) and its tool is safe to repeat
+        (``read``, or idempotent), given an ``interrupted`` result when it is
+        not, and run when the log never reached it (it had not run). A
+        steering message logged after the last reply asks for another step.
+        """
+        cut = _cut_step(self._session.events[start:])
+        message = cut.message
+        if message is None or not message.tool_calls:
+            self._session.append(
+                TurnResumed(turn=turn, step=cut.step, requested=cut.open and message is None)
+            )
+            if cut.open:
+                self._open_step = cut.step
+                self._close_step(turn)
+            done = message is not None or (cut.step > 0 and not cut.open)
+            return None if done and not cut.steered else cut.step
+        calls = [call for call in message.tool_calls if call.call_id not in cut.answered]
+        views = [self._tools.describe(call.name, call.arguments) for call in calls]
+        safe = {
+            call.call_id
+            for call, view in zip(calls, views, strict=True)
+            if view.kind == "read" or view.idempotent
+        }
+        started = [call.call_id for call in calls if call.call_id in cut.logged]
+        self._session.append(
+            TurnResumed(
+                turn=turn,
+                step=cut.step,
+                rerun=[call_id for call_id in started if call_id in safe],
+                interrupted=[call_id for call_id in started if call_id not in safe],
+            )
+        )
+        self._open_step = cut.step
+        logged, results = cut.logged, set(cut.answered)
+        try:
+            for call, view in zip(calls, views, strict=True):
+                if call.call_id in logged and call.call_id not in safe:
+                    self._log_result(turn, cut.step, call, CUT_CALL)
+                    results.add(call.call_id)
+                    continue
+                if call.call_id not in logged:
+                    self._log_call(turn, cut.step, call, view)
+                    logged.add(call.call_id)
+                await self._write_ahead(f"tool call {call.name!r}")
+                await self._run_call(turn, cut.step, call, results, self._tools)
+        except BaseException as exc:  # every call gets a result: the history stays valid
+            cancel = cancelled_in(exc)
+            unrun = (
+                ToolOutcome.failed(f"not run: {exc}", "not-run", "NotRun")
+                if cancel is None
+                else ToolOutcome.failed(
+                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"
+                )
+            )
+            for call, view in zip(calls, views, strict=True):
+                if call.call_id not in logged:
+                    self._log_call(turn, cut.step, call, view)
+                if call.call_id not in results:
+                    self._log_result(turn, cut.step, call, unrun)
+            raise
+        self._close_step(turn)
+        return cut.step
 
     async def _compaction_turn(self, turn: int) -> None:
         """`compact` while idle: a turn of one step that only compacts (the turn ends
@@ -551,13 +666,13 @@ class LoopAgent:
             self._set_status("idle")
 
     async def _steps(
-        self, turn: int, prompts: list[Prompt[Any]], output: OutputTurn | None
+        self, turn: int, prompts: list[Prompt[Any]], output: OutputTurn | None, step: int = 0
     ) -> TurnEndReason:
-        """The turn's steps; steering they take joins `prompts`. With `output`, the turn
-        ends once a step gave a valid final answer, and fails at the second invalid one."""
+        """The turn's steps after `step`; steering they take joins `prompts`. With
+        `output`, the turn ends once a step gave a valid final answer, and fails at the
+        second invalid one."""
         tools = self._tools if output is None else OutputTools(self._tools, output)
         reason: TurnEndReason = COMPLETED
-        step = 0
         while True:
             step += 1
             steered = self._inbox.drain_steering()
@@ -1026,6 +1141,77 @@ def cancelled_in(exc: BaseException) -> trio.Cancelled | None:
             if found is not None:
                 return found
     return None
+
+
+#: The result of a call a crash cut after it was logged, whose tool is not safe to repeat.
+CUT_CALL: Final = ToolOutcome.failed(
+    "interrupted: the process stopped while this tool call was running, so it may or may"
+    " not have taken effect; check before running it again",
+    "interrupted",
+    "Interrupted",
+)
+
+
+def continued_prompt(session: Session) -> Prompt[None] | None:
+    """The prompt of the turn the log has open, to carry it on (`LoopAgent(resumed=...)`):
+    made of its first ``user/message``. None when no turn is open, or the open one is not
+    a prompt's (an injection, a setting, a compaction: `repair` closes those)."""
+    if session.open_turn is None:
+        return None
+    _, start = _open_turn_of(session)
+    events = session.events
+    opened = events[start]
+    if not isinstance(opened, TurnStart) or type(opened.trigger) is not MessageTrigger:
+        return None
+    for event in events[start + 1 :]:
+        if type(event) is UserMessage:
+            return Prompt(session, event.content, event.source, event.message_id, None)
+    return None
+
+
+def _open_turn_of(session: Session) -> tuple[int, int]:
+    """The turn the log has open and the seq of its ``turn/start``."""
+    events = session.events
+    for index in range(len(events) - 1, -1, -1):
+        event = events[index]
+        if isinstance(event, TurnStart):
+            return event.turn, index
+    raise ValueError(f"session {session.id!r} has no open turn")
+
+
+class _Cut:
+    """Where a cut turn's log stops: its last step, that step's reply, its calls."""
+
+    __slots__ = ("answered", "logged", "message", "open", "steered", "step")
+
+    def __init__(self) -> None:
+        self.step = 0  # the last step started, 0 if none
+        self.open = False  # that step has no step/end
+        self.message: AssistantMessage | None = None  # that step's reply, if logged whole
+        self.logged: set[str] = set()  # its calls logged (so they may have run)
+        self.answered: set[str] = set()  # its calls with a result
+        self.steered = False  # a steering message since its reply
+
+
+def _cut_step(events: Sequence[SessionEvent]) -> _Cut:
+    """Read a cut turn's events (from its ``turn/start`` on)."""
+    cut = _Cut()
+    for event in events:
+        match event:
+            case StepStart(step=step):
+                cut = _Cut()
+                cut.step, cut.open = step, True
+            case StepEnd():
+                cut.open = False
+            case AssistantMessage():
+                cut.message, cut.steered = event, False
+            case ToolCall(call_id=call_id):
+                cut.logged.add(call_id)
+            case ToolResult(call_id=call_id):
+                cut.answered.add(call_id)
+            case SteeringMessage():
+                cut.steered = True
+    return cut
 
 
 class _Reply:

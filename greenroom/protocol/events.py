@@ -155,6 +155,24 @@ class TurnEnd(Event, frozen=True, gc=False, tag="turn/end"):
     reason: TurnEndReason
 
 
+class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
+    """A turn a crash cut, carried on by the session's next holder (``resume(...,
+    interrupted="continue")``), logged before anything it does.
+
+    ``step`` is the step the log had reached (0: none). ``requested`` is true
+    when that step's reply was not fully logged, so the model is asked again
+    (as the next step). ``rerun`` names the calls that had started with no
+    result and are run again (safe to repeat: ``read`` or idempotent tools);
+    ``interrupted`` those given an ``interrupted`` result instead.
+    """
+
+    turn: int
+    step: int
+    requested: bool = False
+    rerun: list[str] = []
+    interrupted: list[str] = []
+
+
 class StepStart(Event, frozen=True, gc=False, tag="step/start"):
     turn: int
     step: int
@@ -350,6 +368,7 @@ class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
 SessionEvent: TypeAlias = (
     TurnStart
     | TurnEnd
+    | TurnResumed
     | StepStart
     | StepEnd
     | UserMessage

@@ -30,6 +30,12 @@ LEASE_TTL: Final = 10.0
 
 INTERRUPTED_RESULT = "interrupted: the process stopped before this tool call finished"
 
+#: What opening a session does with a final turn a crash left open (no ``turn/end``):
+#: ``"close"`` ends it ``interrupted`` (`repair`); ``"continue"`` leaves it open as it was
+#: logged, for the agent that takes the session to carry on (docs/semantics.md).
+Interruption: TypeAlias = Literal["close", "continue"]
+INTERRUPTIONS: Final = ("close", "continue")
+
 
 class PersistenceError(Exception):
     """A session could not be read or written; the message names the session and where."""
@@ -154,7 +160,9 @@ class Persistence(Protocol):
     * `create` stores a header (atomically; a stored id raises
       `SessionExists`) and returns the session's `SessionLog`, held.
     * `open` takes a stored session live: held, loaded and repaired (the
-      closers it adds are stored before it returns), with its `SessionLog`.
+      closers it adds are stored before it returns), with its `SessionLog`;
+      with ``interrupted="continue"`` an open final turn stays open (a torn
+      last line is still cut).
     * Either raises `SessionLocked` while the session is live elsewhere; the
       hold dies with its holder's process.
     * `load` reads a session, repaired in memory, and writes nothing (so it
@@ -175,7 +183,7 @@ class Persistence(Protocol):
     async def create(self, header: SessionHeader) -> SessionLog: ...
 
     async def open(
-        self, session_id: str
+        self, session_id: str, *, interrupted: Interruption = "close"
     ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]: ...
 
     async def load(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent]]: ...
@@ -189,14 +197,19 @@ class Persistence(Protocol):
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
 
 
-def repair(events: Sequence[SessionEvent]) -> list[SessionEvent]:
+def repair(
+    events: Sequence[SessionEvent], interrupted: Interruption = "close"
+) -> list[SessionEvent]:
     """The closers of an open final turn: what a crash mid-turn left unsaid.
 
     For each tool call of that turn without a result, an error ``tool/result``
     (code ``interrupted``); then ``step/end`` if a step is open; then
-    ``turn/end {interrupted}``. Empty when the log ends between turns. The
-    closers carry the seqs that follow the log.
+    ``turn/end {interrupted}``. Empty when the log ends between turns, and
+    with ``interrupted="continue"`` (the turn is the next holder's to carry
+    on). The closers carry the seqs that follow the log.
     """
+    if interrupted == "continue":
+        return []
     start = None
     for index in range(len(events) - 1, -1, -1):
         event = events[index]
