@@ -142,6 +142,14 @@ def _exists(pid: int) -> bool:
     return True
 
 
+def _own_threads() -> set[int]:
+    """This process's thread ids (from the same number space as pids)."""
+    try:
+        return {int(name) for name in os.listdir(f"{_PROC}/self/task")}
+    except OSError:
+        return set()
+
+
 def _pids() -> list[int]:
     try:
         return [int(name) for name in os.listdir(_PROC) if name.isdigit()]
@@ -275,12 +283,10 @@ class Spawn:
         if time.monotonic() - self._born >= FULL_SCAN_AFTER:
             return Sweep(owner, pid, self.mark, full=True)
         last = _last_pid()
-        if (
-            last is not None
-            and pid <= last <= pid + _PROBE
-            and not any(_exists(p) for p in range(pid + 1, last + 1) if not owner.spawned(p))
-        ):
-            return None
+        if last is not None and pid <= last <= pid + _PROBE:
+            since = [p for p in range(pid + 1, last + 1) if not owner.spawned(p) and _exists(p)]
+            if not since or not set(since) - _own_threads():  # Trio's new worker threads
+                return None
         return Sweep(owner, pid, self.mark, full=False)
 
 

@@ -18,7 +18,7 @@ import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned, Spawner
-from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
+from greenroom.actors.loop import CLOSING_GRACE, LoopAgent, continued_prompt
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,
@@ -44,7 +44,13 @@ from greenroom.protocol.events import (
 from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import SessionStore, new_header
-from greenroom.session.persistence import Persistence, SessionLog
+from greenroom.session.persistence import (
+    INTERRUPTIONS,
+    Interruption,
+    Persistence,
+    SessionLog,
+    repair,
+)
 from greenroom.session.store import check_directory, check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
 
@@ -156,10 +162,17 @@ class AgentFactory:
         client: SessionClient | None = None,
         mcp_servers: Sequence[McpServer] = (),
         additional_directories: Sequence[str] | None = None,
+        interrupted: Interruption = "close",
     ) -> AgentHandle:
         """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
-        Turn numbers and the model history continue from the log. Raises
+        Turn numbers and the model history continue from the log. A last turn
+        a crash cut (no ``turn/end``) is closed ``interrupted`` by default; with
+        ``interrupted="continue"`` the agent carries it on before anything
+        else (docs/semantics.md, "Durable turns"), logging ``turn/resumed``,
+        and ``handle.resumed`` is its `Prompt` (None when no prompt's turn was
+        cut: a cut injection, setting or compaction turn is closed as before).
+        Raises `ValueError` for another ``interrupted``,
         `RuntimeError` without persistence, `SessionLocked` naming the holder
         while the session is live in another process, and a
         `PersistenceError` naming what the store could not read. Its MCP
@@ -173,18 +186,28 @@ class AgentFactory:
                 " (pass persistence= to open_runtime)"
             )
         self._check(session_id, mcp_servers)
+        if interrupted not in INTERRUPTIONS:
+            raise ValueError(
+                f"cannot resume session {session_id!r}: interrupted must be one of"
+                f" {', '.join(INTERRUPTIONS)}, not {interrupted!r}"
+            )
         if additional_directories is not None:
             if isinstance(additional_directories, str):
                 raise TypeError("additional_directories must be a sequence of paths, not a str")
             for path in additional_directories:
                 check_directory(session_id, "additional directory", path)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
-            header, events, log = await self._persistence.open(session_id)
+            if interrupted == "continue":
+                opened = await self._persistence.open(session_id, interrupted="continue")
+            else:  # as every persistence takes it, one written before the option too
+                opened = await self._persistence.open(session_id)
+            header, events, log = opened
             if additional_directories is not None:
                 header = msgspec.structs.replace(
                     header, additional_directories=list(additional_directories)
                 )
-            plan = _Plan(agent_id, options, owner, client, mcp_servers)
+            carry_on = interrupted == "continue"
+            plan = _Plan(agent_id, options, owner, client, mcp_servers, carry_on=carry_on)
             return await self._start(header, events, log, plan)
 
     async def fork(
@@ -273,6 +296,10 @@ class AgentFactory:
         session = self._sessions.prepare(header, seed=seed, sink=log)
         if plan.parent is not None:
             session.parent = plan.parent.agent.session
+        resumed = continued_prompt(session) if plan.carry_on else None
+        if resumed is None and session.open_turn is not None:  # no prompt's turn to carry on
+            for closer in repair(session.events):
+                session.append(closer)
         servers = None
         tools: ToolExecutor = self._tools
         if plan.mcp_servers and self._servers is not None:
@@ -298,6 +325,7 @@ class AgentFactory:
                 options=plan.options,
                 client=plan.client,
                 compaction=self._compaction,
+                resumed=resumed,
             ),
             spawner=self._spawner,
             owner=owner,
@@ -308,8 +336,10 @@ class AgentFactory:
             spec = ChildSpec(
                 f"agent:{plan.agent_id}", life, restart="temporary", shutdown=CLOSING_GRACE
             )
-            return cast(AgentHandle, await owner.start_child(spec))
-        handle: AgentHandle = await owner.start(life)
+            handle = cast(AgentHandle, await owner.start_child(spec))
+        else:
+            handle = await owner.start(life)
+        handle.resumed = resumed
         return handle
 
     async def _spawn(self, parent: AgentLife, child: SpawnArgs) -> AgentHandle:
@@ -386,6 +416,7 @@ class _Plan:
     mcp_servers: Sequence[McpServer]
     tools: Sequence[str] | None = None
     parent: AgentLife | None = None
+    carry_on: bool = False  # a turn the log has open is the agent's to carry on
 
 
 class _OnlyTools:

@@ -33,6 +33,7 @@ from typing import Protocol, TypeAlias, Unpack
 
 import trio
 
+from greenroom.actors.prompt import Prompt
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,
@@ -76,11 +77,14 @@ class AgentHandle:
     A cancelled caller stops waiting; the teardown goes on.
     """
 
-    __slots__ = ("_life", "agent")
+    __slots__ = ("_life", "agent", "resumed")
 
     def __init__(self, agent: Agent, life: AgentLife) -> None:
         self.agent = agent
         self._life = life
+        #: The prompt of the cut turn `AgentFactory.resume(..., interrupted="continue")`
+        #: carries on (awaiting it gives that turn's `Answer`); None otherwise.
+        self.resumed: Prompt[None] | None = None
 
     def __repr__(self) -> str:
         return f"<AgentHandle {self.agent.id!r}>"

@@ -22,6 +22,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
+from greenroom.models.parts import WirePart, answering, takes_images, wire_parts
 from greenroom.protocol.arguments import arguments_value
 from greenroom.protocol.model import (
     AssistantTurn,
@@ -62,7 +63,10 @@ class AnthropicModel(HttpModel):
     ``ANTHROPIC_API_KEY`` (the URL then to the public API), as in the
     ``greenroom`` command (`greenroom.models.http.endpoint`). ``retry_budget`` is
     the seconds one call may wait between attempts, in all; ``verify`` the TLS
-    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``).
+    trust for the endpoint (default: the system's store, or ``SSL_CERT_FILE``);
+    ``images`` whether the model takes images (default: its family's,
+    `greenroom.models.parts.IMAGE_INPUT`): one that does not refuses a prompt's
+    image before any request is made.
     """
 
     #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`).
@@ -79,6 +83,7 @@ class AnthropicModel(HttpModel):
         retry_budget: float = DEFAULT_RETRY_BUDGET,
         context_window: int | None = None,
         verify: ssl.SSLContext | None = None,
+        images: bool | None = None,
     ) -> None:
         if not model:
             raise TypeError("AnthropicModel: name the model (model=...)")
@@ -98,6 +103,7 @@ class AnthropicModel(HttpModel):
         )
         #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
         self.model_name = model
+        self.images = takes_images(model) if images is None else images
         self._max_tokens = max_tokens
 
     def overflowed(self, kind: str | None, message: str) -> bool:
@@ -133,8 +139,14 @@ class AnthropicModel(HttpModel):
             else:
                 messages.append({"role": role, "content": [block]})
 
-        for message in request.messages:
+        current = answering(request.messages)
+        for index, message in enumerate(request.messages):
             match message:
+                case UserTurn(parts=parts) if parts:
+                    model = request.model or self._model
+                    wire = wire_parts(message, request.blobs, self.images, model, index >= current)
+                    for part in wire:
+                        add("user", _part(part))
                 case UserTurn(content=content):
                     add("user", {"type": "text", "text": content})
                 case AssistantTurn(content=content, tool_calls=calls, thoughts=thoughts):
@@ -283,3 +295,10 @@ def _finish(reason: str) -> Finish:
     if reason in _FINISH:
         return Finish(_FINISH[reason])
     return Finish("error", f"the model stopped: {reason}")
+
+
+def _part(part: WirePart) -> dict[str, Any]:
+    if isinstance(part, str):
+        return {"type": "text", "text": part}
+    source = {"type": "base64", "media_type": part.mime_type, "data": part.data}
+    return {"type": "image", "source": source}

@@ -190,6 +190,7 @@ class UserMessage(Event, frozen=True, gc=False, tag="user/message", omit_default
     content: str
     source: MessageSource
     message_id: str
+    parts: list[Part] = []
 
 
 class ContextMessage(Event, frozen=True, gc=False, tag="context/message"):
@@ -206,7 +207,6 @@ class SteeringMessage(Event, frozen=True, gc=False, tag="steering/message"):
 
 
 class AssistantChunk(Event, frozen=True, gc=False, tag="assistant/chunk"):
-    parts: list[Part] = []
     turn: int
     step: int
     chunk: StreamChunk

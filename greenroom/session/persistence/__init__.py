@@ -6,10 +6,12 @@ imported from there: psycopg takes longer to import than the rest of greenroom d
 
 from greenroom.session.persistence.base import (
     DEADLINE,
+    INTERRUPTIONS,
     LEASE_TTL,
     SYNC_POLICIES,
     CorruptLog,
     Holder,
+    Interruption,
     LeaseLost,
     NotASessionLog,
     OperationTimeout,
@@ -30,10 +32,12 @@ from greenroom.session.persistence.sqlite import SqlitePersistence
 
 __all__ = [
     "DEADLINE",
+    "INTERRUPTIONS",
     "LEASE_TTL",
     "SYNC_POLICIES",
     "CorruptLog",
     "Holder",
+    "Interruption",
     "JsonlPersistence",
     "LeaseLost",
     "NotASessionLog",

@@ -39,6 +39,7 @@ from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
     CorruptLog,
+    Interruption,
     NotASessionLog,
     PersistenceError,
     SessionExists,
@@ -48,8 +49,8 @@ from greenroom.session.persistence.base import (
     UnsupportedVersion,
     repair,
 )
-from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.blobs import put_files, read_files, remove_files
+from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.session import title_of
 from greenroom.session.store import check_session_id
@@ -61,8 +62,8 @@ MAX_ENCODED_ID: Final = 200
 _SAFE: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_")
 SUFFIX: Final = ".jsonl"
 LOCK_SUFFIX: Final = ".lock"
-#: Under ``sync="turn"``, how long the writer lets turn ends gather before an fsync: fsyncs
 BLOBS_SUFFIX: Final = ".blobs"
+#: Under ``sync="turn"``, how long the writer lets turn ends gather before an fsync: fsyncs
 #: back to back would slow every write to the file they sync.
 TURN_SYNC_DELAY: Final = 0.002
 
@@ -136,17 +137,19 @@ class JsonlPersistence:
     def path(self, session_id: str) -> Path:
         return self.root / (encode_session_id(session_id) + SUFFIX)
 
-    async def create(self, header: SessionHeader) -> JsonlLog:
     def blob_dir(self, session_id: str) -> Path:
         """Where the session's blobs are: a directory beside its log (`blobs.put_files`)."""
         return self.root / (encode_session_id(session_id) + BLOBS_SUFFIX)
 
+    async def create(self, header: SessionHeader) -> JsonlLog:
         path = self.path(header.id)
         return await trio.to_thread.run_sync(self._create_sync, path, header)
 
-    async def open(self, session_id: str) -> tuple[SessionHeader, Events, JsonlLog]:
+    async def open(
+        self, session_id: str, *, interrupted: Interruption = "close"
+    ) -> tuple[SessionHeader, Events, JsonlLog]:
         path = self.path(session_id)
-        return await trio.to_thread.run_sync(self._open_sync, path, session_id)
+        return await trio.to_thread.run_sync(self._open_sync, path, session_id, interrupted)
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
         path = self.path(session_id)
@@ -160,9 +163,6 @@ class JsonlPersistence:
         path = self.path(session_id)
         await trio.to_thread.run_sync(self._delete_sync, path, session_id)
 
-    # -- in a worker thread ------------------------------------------------------
-
-    def _create_sync(self, path: Path, header: SessionHeader) -> JsonlLog:
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
         directory, durable = self.blob_dir(session_id), self.sync != "os"
         await trio.to_thread.run_sync(partial(put_files, directory, blobs, durable=durable))
@@ -170,6 +170,9 @@ class JsonlPersistence:
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
 
+    # -- in a worker thread ------------------------------------------------------
+
+    def _create_sync(self, path: Path, header: SessionHeader) -> JsonlLog:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
         lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), header.id)
         try:
@@ -196,13 +199,15 @@ class JsonlPersistence:
             lock.release()
             raise
 
-    def _open_sync(self, path: Path, session_id: str) -> tuple[SessionHeader, Events, JsonlLog]:
+    def _open_sync(
+        self, path: Path, session_id: str, interrupted: Interruption
+    ) -> tuple[SessionHeader, Events, JsonlLog]:
         if not path.exists():
             raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})")
         lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), session_id)
         try:
             header, events, keep, size = _read_log(path, session_id)
-            closers = repair(events)
+            closers = repair(events, interrupted)
             if keep != size or closers:
                 with open(path, "r+b") as file:
                     file.truncate(keep)
@@ -240,12 +245,12 @@ class JsonlPersistence:
         try:
             path.unlink(missing_ok=True)
             _fsync_directory(self.root)
+            remove_files(self.blob_dir(session_id))
         finally:
             lock.release()
 
 
 class _Fsync(Job):
-            remove_files(self.blob_dir(session_id))
     """One fsync of a log's file; ``covers`` is the seq it made durable (set by the batch)."""
 
     __slots__ = ("covers", "log", "started")
@@ -322,17 +327,17 @@ class JsonlLog:
     def append(self, event: SessionEvent) -> None:
         self._pending.append(event)
 
-    async def write_ahead(self) -> None:
-        """Write what is pending to the OS, inline (no checkpoint)."""
-        self._write()
-
-    async def flush(self) -> None:
     async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
         await self._persistence.put_blobs(self.session_id, blobs)
 
     async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]:
         return await self._persistence.read_blobs(self.session_id, digests)
 
+    async def write_ahead(self) -> None:
+        """Write what is pending to the OS, inline (no checkpoint)."""
+        self._write()
+
+    async def flush(self) -> None:
         self._write()
         policy = self._persistence.sync
         if policy == "always":

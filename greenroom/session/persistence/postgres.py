@@ -56,6 +56,7 @@ from greenroom.session.persistence.base import (
     LEASE_TTL,
     SYNC_POLICIES,
     Holder,
+    Interruption,
     PersistenceError,
     SessionExists,
     SessionLocked,
@@ -121,7 +122,6 @@ CREATE TABLE greenroom_batches (
 );
 """
 
-Events: TypeAlias = list[SessionEvent]
 #: A session's blobs (`put_blobs`): made by any version's first open, so the schema's
 #: version stays.
 _BLOBS = """
@@ -133,6 +133,7 @@ CREATE TABLE IF NOT EXISTS greenroom_blobs (
 )
 """
 
+Events: TypeAlias = list[SessionEvent]
 Stored: TypeAlias = list[StoredSession]
 Keys: TypeAlias = list[int]
 T = TypeVar("T")
@@ -209,9 +210,11 @@ class PostgresPersistence:
         epoch = await self._run(lambda: self._create(header))
         return self._live(header.id, epoch, 0)
 
-    async def open(self, session_id: str) -> tuple[SessionHeader, Events, BatchLog]:
+    async def open(
+        self, session_id: str, *, interrupted: Interruption = "close"
+    ) -> tuple[SessionHeader, Events, BatchLog]:
         self.check_session_id(session_id)
-        header, events, epoch = await self._run(lambda: self._open(session_id))
+        header, events, epoch = await self._run(lambda: self._open(session_id, interrupted))
         return header, events, self._live(session_id, epoch, len(events))
 
     async def load(self, session_id: str) -> tuple[SessionHeader, Events]:
@@ -226,9 +229,6 @@ class PostgresPersistence:
         self.check_session_id(session_id)
         await self._run(lambda: self._delete(session_id))
 
-    # -- the Trio side ---------------------------------------------------------------
-
-    async def _run(self, call: Callable[[], T]) -> T:
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
         """Into the ``greenroom_blobs`` table (a side file would not reach another node)."""
         await self._run(lambda: self._put_blobs(session_id, blobs))
@@ -236,6 +236,9 @@ class PostgresPersistence:
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await self._run(lambda: self._read_blobs(session_id, digests))
 
+    # -- the Trio side ---------------------------------------------------------------
+
+    async def _run(self, call: Callable[[], T]) -> T:
         return await run_call(self.writer, call)
 
     def _live(self, session_id: str, epoch: int, next_seq: int) -> BatchLog:
@@ -285,10 +288,10 @@ class PostgresPersistence:
         with self._db.transaction():
             self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             self._db.execute("CREATE TABLE IF NOT EXISTS greenroom_schema (version integer)")
+            self._db.execute(_BLOBS)
             row = self._db.execute("SELECT version FROM greenroom_schema").fetchone()
             if row is None:
                 self._db.execute(_SCHEMA)
-            self._db.execute(_BLOBS)
                 self._db.execute("INSERT INTO greenroom_schema VALUES (%s)", (SCHEMA_VERSION,))
             elif row[0] != SCHEMA_VERSION:
                 raise UnsupportedVersion(
@@ -360,19 +363,25 @@ class PostgresPersistence:
         if not inserted:
             raise SessionExists(f"session {header.id!r} is stored already in {self.where}")
 
-    def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
+    def _open(
+        self, session_id: str, interrupted: Interruption
+    ) -> tuple[SessionHeader, Events, int]:
         db = self.connection()
         taken: Keys = []  # the advisory lock this open took, dropped if it fails
         try:
             with db.transaction():  # a failed commit drops the lock too
-                return self._take_over(db, session_id, taken)
+                return self._take_over(db, session_id, taken, interrupted)
         except BaseException:
             for key in taken:
                 self._leases.unlock(key)
             raise
 
     def _take_over(
-        self, db: psycopg.Connection[Any], session_id: str, taken: Keys
+        self,
+        db: psycopg.Connection[Any],
+        session_id: str,
+        taken: Keys,
+        interrupted: Interruption,
     ) -> tuple[SessionHeader, Events, int]:
         if not self._claim(db, session_id):
             raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
@@ -386,7 +395,7 @@ class PostgresPersistence:
             (epoch, self.node, os.getpid(), self.lease_ttl, session_id),
         )
         header, events = self._read(db, session_id)
-        closers = repair(events)
+        closers = repair(events, interrupted)
         if closers:
             self._rows.append(db, Append(session_id, epoch, closers, sync=True))
             logger.info("closed interrupted turn of %r in %s", session_id, self.where)
@@ -431,18 +440,9 @@ class PostgresPersistence:
             if not self._claim(db, session_id):
                 return
             db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
+            db.execute("DELETE FROM greenroom_blobs WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_sessions WHERE id = %s", (session_id,))
 
-
-def _next_epoch(db: psycopg.Connection[Any]) -> int:
-    """A fencing token never handed out before, by any node, for any session."""
-    row = db.execute("SELECT nextval('greenroom_epochs')").fetchone()
-    assert row is not None
-    return int(row[0])
-
-            db.execute("DELETE FROM greenroom_blobs WHERE session_id = %s", (session_id,))
-
-def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
     def _put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
         db = self.connection()
         with db.transaction():
@@ -464,6 +464,15 @@ def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
         )
         return {digest: bytes(data) for digest, data in rows}
 
+
+def _next_epoch(db: psycopg.Connection[Any]) -> int:
+    """A fencing token never handed out before, by any node, for any session."""
+    row = db.execute("SELECT nextval('greenroom_epochs')").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def own_parameters(dsn: str) -> tuple[str, dict[str, str]]:
     """`dsn` without the parameters greenroom reads itself (libpq refuses them), and those,
     by name. A URL carries them in its query; a ``key=value`` DSN as more of its pairs."""
     if "://" in dsn:

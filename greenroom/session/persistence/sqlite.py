@@ -35,6 +35,7 @@ from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
+    Interruption,
     NotASessionLog,
     PersistenceError,
     SessionExists,
@@ -45,8 +46,8 @@ from greenroom.session.persistence.base import (
     repair,
 )
 from greenroom.session.persistence.batch import Append, BatchLog, Call, Sync, run_call
-from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.blobs import put_files, read_files, remove_files
+from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.rows import Rows, run_batch
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.session.store import check_session_id
@@ -163,11 +164,13 @@ class SqlitePersistence:
             raise
         return BatchLog(self, header.id, _releaser(lock), epoch=1, next_seq=0)
 
-    async def open(self, session_id: str) -> tuple[SessionHeader, Events, BatchLog]:
+    async def open(
+        self, session_id: str, *, interrupted: Interruption = "close"
+    ) -> tuple[SessionHeader, Events, BatchLog]:
         check_session_id(session_id)
         lock = await self._lock(session_id)
         try:
-            header, events, epoch = await self._run(lambda: self._open(session_id))
+            header, events, epoch = await self._run(lambda: self._open(session_id, interrupted))
         except BaseException:
             lock.release()
             raise
@@ -192,13 +195,10 @@ class SqlitePersistence:
         lock = await self._lock(session_id)
         try:
             await self._run(lambda: self._delete(session_id))
+            await trio.to_thread.run_sync(remove_files, self.blob_dir(session_id))
         finally:
             lock.release()
 
-            await trio.to_thread.run_sync(remove_files, self.blob_dir(session_id))
-    # -- the Trio side ---------------------------------------------------------------
-
-    async def _lock(self, session_id: str) -> SessionLock:
     def blob_dir(self, session_id: str) -> Path:
         """Where the session's blobs are: side files in ``<path>.blobs/<sha256 of the id>``
         (`blobs.put_files`), beside the database, so a read-only reader reads them too."""
@@ -211,6 +211,9 @@ class SqlitePersistence:
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
 
+    # -- the Trio side ---------------------------------------------------------------
+
+    async def _lock(self, session_id: str) -> SessionLock:
         name = hashlib.sha256(session_id.encode()).hexdigest() + ".lock"
 
         def acquire() -> SessionLock:
@@ -293,14 +296,16 @@ class SqlitePersistence:
             self._db.execute("DELETE FROM batches WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
 
-    def _open(self, session_id: str) -> tuple[SessionHeader, Events, int]:
+    def _open(
+        self, session_id: str, interrupted: Interruption
+    ) -> tuple[SessionHeader, Events, int]:
         self._db.execute("PRAGMA synchronous=FULL")
         with self._transaction():
             header, events = self._read(session_id)
             epoch = self._db.execute(
                 "UPDATE sessions SET epoch = epoch + 1 WHERE id = ? RETURNING epoch", (session_id,)
             ).fetchone()[0]
-            closers = repair(events)
+            closers = repair(events, interrupted)
             if closers:
                 self._rows.append(self._db, Append(session_id, epoch, closers, sync=True))
                 logger.info("closed interrupted turn of session %r in %s", session_id, self.path)

@@ -1,0 +1,297 @@
+"""Durable turns: `resume(..., interrupted="continue")` carries a cut turn on from its log.
+
+Each test stores a log as a crash leaves it (a turn with no ``turn/end``), cut
+at one point, then resumes it in this process and checks what is asked of the
+model, which calls run again, and what the log ends with. The SIGKILL of a real
+child process at those points is `tests/test_durable_kill9.py`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from greenroom import open_runtime
+from greenroom.actors.types import ToolInvocation
+from greenroom.protocol.events import (
+    USER,
+    AssistantChunk,
+    AssistantMessage,
+    Completed,
+    Interrupted,
+    SessionEvent,
+    StepEnd,
+    StepStart,
+    SteeringMessage,
+    ToolCall,
+    ToolResult,
+    TurnEnd,
+    TurnResumed,
+    TurnStart,
+    UserMessage,
+    MessageTrigger,
+)
+from greenroom.protocol.model import (
+    Finish,
+    ModelRequest,
+    StreamChunk,
+    TextDelta,
+    ToolCallChunk,
+    ToolTurn,
+)
+from greenroom.session import new_header
+from greenroom.session.persistence import JsonlPersistence, Persistence
+from greenroom.tools import Tool
+from tests.agents_helpers import assert_enclosed
+
+
+class Replies:
+    """Answers ``done`` after a tool result, and calls nothing; keeps every request."""
+
+    def __init__(self) -> None:
+        self.requests: list[ModelRequest] = []
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        self.requests.append(request)
+        await trio.lowlevel.checkpoint()
+        yield TextDelta("done")
+        yield Finish("stop")
+
+
+class NoArgs(msgspec.Struct):
+    pass
+
+
+class Runs:
+    """The tools a cut turn called, each counting its runs."""
+
+    def __init__(self) -> None:
+        self.count: dict[str, int] = {}
+
+    def tool(self, name: str, **flags: object) -> Tool[NoArgs]:
+        async def run(args: NoArgs, call: ToolInvocation) -> str:
+            await trio.lowlevel.checkpoint()
+            self.count[name] = self.count.get(name, 0) + 1
+            return f"{name} ran"
+
+        return Tool(name, f"the {name} tool", NoArgs, run, **flags)  # type: ignore[arg-type]
+
+    def tools(self) -> list[Tool[NoArgs]]:
+        return [
+            self.tool("write", kind="edit"),
+            self.tool("look", kind="read"),
+            self.tool("put", kind="edit", idempotent=True),
+        ]
+
+
+def prompt_turn(*tail: SessionEvent) -> list[SessionEvent]:
+    """Turn 1 of a session, as far as `tail` takes it."""
+    return [
+        TurnStart(turn=1, trigger=MessageTrigger(USER)),
+        UserMessage(content="do it", source=USER, message_id="m-1"),
+        *tail,
+    ]
+
+
+def replied(*calls: str, text: str = "calling") -> AssistantMessage:
+    return AssistantMessage(
+        turn=1,
+        step=1,
+        content=text,
+        tool_calls=[ToolCallChunk(f"c-{name}", name, "{}") for name in calls],
+    )
+
+
+def logged_call(name: str, kind: str = "other") -> ToolCall:
+    return ToolCall(turn=1, step=1, call_id=f"c-{name}", name=name, arguments="{}", kind=kind)  # type: ignore[arg-type]
+
+
+async def store_cut(store: Persistence, events: Sequence[SessionEvent]) -> None:
+    """Store `events` as the log of session ``s``, as a crash would leave it."""
+    log = await store.create(new_header("s"))
+    for seq, event in enumerate(events):
+        msgspec.structs.force_setattr(event, "seq", seq)
+        log.append(event)
+    await log.close()
+
+
+async def resume_cut(
+    tmp_path: Path, events: Sequence[SessionEvent], model: Replies, runs: Runs
+) -> tuple[list[SessionEvent], str, str]:
+    """Resume the cut log with "continue"; the log after, the answer's stop reason and text."""
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, events)
+    async with open_runtime(model=model, persistence=store, tools=runs.tools()) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", interrupted="continue")
+        assert handle.resumed is not None
+        with trio.fail_after(10):
+            answer = await handle.resumed
+        await handle.dispose()
+    _, stored = await store.load("s")
+    assert_enclosed(stored)
+    return stored, answer.stop_reason, answer.text
+
+
+def ends_of(events: Sequence[SessionEvent], turn: int = 1) -> list[TurnEnd]:
+    return [e for e in events if isinstance(e, TurnEnd) and e.turn == turn]
+
+
+def resumed_of(events: Sequence[SessionEvent]) -> TurnResumed:
+    (resumed,) = [e for e in events if isinstance(e, TurnResumed)]
+    return resumed
+
+
+def results(events: Sequence[SessionEvent]) -> dict[str, ToolResult]:
+    return {e.call_id: e for e in events if isinstance(e, ToolResult)}
+
+
+async def test_a_model_step_cut_mid_reply_is_requested_once_and_the_turn_completes(
+    tmp_path: Path,
+) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(
+        StepStart(turn=1, step=1),
+        AssistantChunk(turn=1, step=1, chunk=TextDelta("half a rep")),
+    )
+    events, stop, text = await resume_cut(tmp_path, cut, model, runs)
+    assert len(model.requests) == 1
+    assert (stop, text) == ("completed", "done")
+    (end,) = ends_of(events)
+    assert isinstance(end.reason, Completed)
+    assert resumed_of(events).requested
+    assert resumed_of(events).step == 1
+    # The cut step is closed as it stands; the model answers in the next one.
+    assert [e.step for e in events if isinstance(e, StepStart)] == [1, 2]
+
+
+async def test_a_turn_cut_before_its_first_step_runs_it(tmp_path: Path) -> None:
+    model, runs = Replies(), Runs()
+    events, stop, _ = await resume_cut(tmp_path, prompt_turn(), model, runs)
+    assert len(model.requests) == 1
+    assert stop == "completed"
+    assert len(ends_of(events)) == 1
+    assert not resumed_of(events).requested
+
+
+async def test_a_reply_logged_whole_is_never_requested_again(tmp_path: Path) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(StepStart(turn=1, step=1), replied(text="the answer"))
+    events, stop, text = await resume_cut(tmp_path, cut, model, runs)
+    assert model.requests == []
+    assert (stop, text) == ("completed", "the answer")
+    assert len(ends_of(events)) == 1
+
+
+async def test_steering_logged_after_the_last_reply_asks_for_another_step(
+    tmp_path: Path,
+) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(
+        StepStart(turn=1, step=1),
+        replied(text="first"),
+        StepEnd(turn=1, step=1),
+        SteeringMessage(turn=1, content="and also this", source=USER, message_id="m-2"),
+    )
+    events, _, text = await resume_cut(tmp_path, cut, model, runs)
+    assert text == "done"
+    (request,) = model.requests
+    assert "and also this" in str(request.messages[-1])
+    assert len(ends_of(events)) == 1
+
+
+async def test_a_call_started_without_a_result_is_interrupted_not_run_again(
+    tmp_path: Path,
+) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(StepStart(turn=1, step=1), replied("write"), logged_call("write", "edit"))
+    events, stop, text = await resume_cut(tmp_path, cut, model, runs)
+    assert runs.count == {}
+    result = results(events)["c-write"]
+    assert result.is_error
+    assert result.error is not None
+    assert result.error.code == "interrupted"
+    assert "may or may not" in result.content
+    assert resumed_of(events).interrupted == ["c-write"]
+    # The model is told, and the turn goes on.
+    (request,) = model.requests
+    assert isinstance(request.messages[-1], ToolTurn)
+    assert (stop, text) == ("completed", "done")
+    assert len(ends_of(events)) == 1
+
+
+@pytest.mark.parametrize(("name", "kind"), [("look", "read"), ("put", "edit")])
+async def test_a_call_safe_to_repeat_is_run_again(tmp_path: Path, name: str, kind: str) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(StepStart(turn=1, step=1), replied(name), logged_call(name, kind))
+    events, stop, _ = await resume_cut(tmp_path, cut, model, runs)
+    assert runs.count == {name: 1}
+    assert results(events)[f"c-{name}"].content == f"{name} ran"
+    assert resumed_of(events).rerun == [f"c-{name}"]
+    # Its call was logged once: by the life that was cut.
+    assert [e.call_id for e in events if isinstance(e, ToolCall)] == [f"c-{name}"]
+    assert stop == "completed"
+    assert len(ends_of(events)) == 1
+
+
+async def test_calls_the_log_never_reached_had_not_run_and_run_now(tmp_path: Path) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(StepStart(turn=1, step=1), replied("write", "look"))
+    events, _, _ = await resume_cut(tmp_path, cut, model, runs)
+    assert runs.count == {"write": 1, "look": 1}
+    assert resumed_of(events).rerun == []
+    assert resumed_of(events).interrupted == []
+    assert [e.call_id for e in events if isinstance(e, ToolCall)] == ["c-write", "c-look"]
+
+
+async def test_a_call_with_its_result_logged_is_left_alone(tmp_path: Path) -> None:
+    model, runs = Replies(), Runs()
+    cut = prompt_turn(
+        StepStart(turn=1, step=1),
+        replied("look", "write"),
+        logged_call("look", "read"),
+        ToolResult(turn=1, step=1, call_id="c-look", content="looked before"),
+        logged_call("write", "edit"),
+    )
+    events, _, _ = await resume_cut(tmp_path, cut, model, runs)
+    assert runs.count == {}
+    assert results(events)["c-look"].content == "looked before"
+    assert results(events)["c-write"].error.code == "interrupted"  # type: ignore[union-attr]
+    assert len(ends_of(events)) == 1
+
+
+async def test_close_stays_the_default(tmp_path: Path) -> None:
+    model, runs = Replies(), Runs()
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, prompt_turn(StepStart(turn=1, step=1)))
+    async with open_runtime(model=model, persistence=store, tools=runs.tools()) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s")
+        assert handle.resumed is None
+        await handle.dispose()
+    _, events = await store.load("s")
+    (end,) = ends_of(events)
+    assert isinstance(end.reason, Interrupted)
+    assert model.requests == []
+    assert not [e for e in events if isinstance(e, TurnResumed)]
+
+
+async def test_a_session_with_no_cut_turn_has_nothing_to_carry_on(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, prompt_turn(TurnEnd(turn=1, reason=Interrupted())))
+    async with open_runtime(persistence=store) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", interrupted="continue")
+        assert handle.resumed is None
+        await handle.dispose()
+
+
+async def test_an_unknown_interrupted_is_refused_naming_it(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, prompt_turn())
+    async with open_runtime(persistence=store) as rt:
+        with pytest.raises(ValueError, match="interrupted must be one of close, continue, not 'go'"):
+            await rt.agents.resume(agent_id="a", session_id="s", interrupted="go")  # type: ignore[arg-type]
+    _, events = await store.load("s")  # nothing was opened: the cut turn is as it was
+    assert len(events) == 2 + 1  # the two logged, and load's in-memory closer
