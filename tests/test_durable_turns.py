@@ -23,17 +23,17 @@ from greenroom.protocol.events import (
     AssistantMessage,
     Completed,
     Interrupted,
+    MessageTrigger,
     SessionEvent,
+    SteeringMessage,
     StepEnd,
     StepStart,
-    SteeringMessage,
     ToolCall,
     ToolResult,
     TurnEnd,
     TurnResumed,
     TurnStart,
     UserMessage,
-    MessageTrigger,
 )
 from greenroom.protocol.model import (
     Finish,
@@ -291,7 +291,9 @@ async def test_an_unknown_interrupted_is_refused_naming_it(tmp_path: Path) -> No
     store = JsonlPersistence(tmp_path / "sessions")
     await store_cut(store, prompt_turn())
     async with open_runtime(persistence=store) as rt:
-        with pytest.raises(ValueError, match="interrupted must be one of close, continue, not 'go'"):
+        with pytest.raises(
+            ValueError, match="interrupted must be one of close, continue, not 'go'"
+        ):
             await rt.agents.resume(agent_id="a", session_id="s", interrupted="go")  # type: ignore[arg-type]
     _, events = await store.load("s")  # nothing was opened: the cut turn is as it was
     assert len(events) == 2 + 1  # the two logged, and load's in-memory closer
