@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import os
 import stat
+import subprocess
+import sys
 import threading
 import tracemalloc
 from collections.abc import Iterator
@@ -23,7 +25,7 @@ from greenroom.protocol.events import Completed, ToolResult
 from greenroom.tools import confine
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.agents_helpers import turn_ends
-from tests.test_files import call, refused
+from tests.test_files import FLIPPER, _line, call, refused
 
 NESTED = "[" * 100_000 + "]" * 100_000
 
@@ -210,3 +212,60 @@ async def test_a_private_files_new_text_is_never_readable_by_others_before_the_r
     assert seen  # the watcher did see temporary files
     assert all(mode & 0o077 == 0 for mode in seen), sorted(oct(m) for m in seen)
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+
+
+# -- reads and edits while a directory flips ---------------------------------------------------
+
+
+@pytest.mark.real_clock
+async def test_no_read_or_edit_reaches_outside_while_a_directory_flips_to_a_link(
+    tmp_path: Path,
+) -> None:
+    """The write race of tests/test_files.py, for the two tools that read a file first: the
+    directory ``d`` flips between itself and a link to a directory outside that holds a file
+    of the same name."""
+    work, outside = tmp_path / "work", tmp_path / "outside"
+    (work / "d").mkdir(parents=True)
+    outside.mkdir()
+    (work / "d" / "f.txt").write_text("inside: x")
+    (outside / "f.txt").write_text("outside: x")
+    counts = {"read": 0, "edited": 0, "refused": 0}
+
+    async def reader(first: int) -> None:
+        for _ in range(first, CALLS, 2):
+            read = await call("read_file", work, path="d/f.txt")
+            assert "outside:" not in read.content
+            counts["read"] += not read.is_error
+            for old, new in (("x", "y"), ("y", "x")):
+                edited = await call(
+                    "edit_file", work, path="d/f.txt", old_string=old, new_string=new
+                )
+                counts["edited"] += not edited.is_error
+                counts["refused"] += "outside the session's directories" in edited.content
+
+    command = [sys.executable, "-c", FLIPPER, str(work / "d"), str(work / "d-parked"), str(outside)]
+    with trio.fail_after(180):
+        process = await trio.lowlevel.open_process(
+            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE
+        )
+        assert process.stdin is not None
+        assert process.stdout is not None
+        try:
+            assert await _line(process.stdout) == "ready"
+            async with trio.open_nursery() as nursery:
+                for first in range(2):
+                    nursery.start_soon(reader, first)
+        finally:
+            await process.stdin.aclose()
+            flips = int(await _line(process.stdout))
+            await process.wait()
+    assert flips > 0
+    assert (outside / "f.txt").read_text() == "outside: x"
+    assert sorted(p.name for p in outside.iterdir()) == ["f.txt"]
+    # The race ran: calls met the directory and met the link.
+    assert counts["read"] > 0
+    assert counts["edited"] > 0
+    assert counts["refused"] > 0
+
+
+CALLS = 600  # reads, each followed by two edits: 1,800 calls
