@@ -101,10 +101,14 @@ class Peer:
         return await self.response(await self.request(method, params))
 
     def updates(self, session_id: str) -> list[dict[str, Any]]:
+        """The session's updates, but for its slash commands (``available_commands_update``,
+        sent after every new and load: tests/test_commands.py follows them)."""
         return [
             f["params"]["update"]
             for f in self.frames
-            if f.get("method") == "session/update" and f["params"]["sessionId"] == session_id
+            if f.get("method") == "session/update"
+            and f["params"]["sessionId"] == session_id
+            and f["params"]["update"]["sessionUpdate"] != "available_commands_update"
         ]
 
     def index_of(self, frame: dict[str, Any]) -> int:
