@@ -215,10 +215,11 @@ def shortfalls(row: Row) -> list[str]:
             f"needed >= {row.min_ratio:g}x, measured {ratio:.2f}x ({short:.2f}x short of the goal)"
         )
     if row.max_value is not None and row.median > row.max_value:
-        over = (row.median / row.max_value - 1) * 100
+        # A goal of 0 (nothing left over) has no percentage to be over by.
+        over = f", {(row.median / row.max_value - 1) * 100:.0f}% over" if row.max_value else ""
         out.append(
             f"needed <= {num(row.max_value)} {row.unit}, measured {num(row.median)} {row.unit}"
-            f" ({num(row.median - row.max_value)} {row.unit}, {over:.0f}% over)"
+            f" ({num(row.median - row.max_value)} {row.unit} over{over})"
         )
     return out
 
