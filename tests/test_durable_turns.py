@@ -2,12 +2,16 @@
 
 Each test stores a log as a crash leaves it (a turn with no ``turn/end``), cut
 at one point, then resumes it in this process and checks what is asked of the
-model, which calls run again, and what the log ends with. The SIGKILL of a real
-child process at those points is `tests/test_durable_kill9.py`'s.
+model, which calls run again, and what the log ends with. The last tests SIGKILL
+a real child process (`tests/durable_child.py`) at those points, on each backend,
+and let a second one carry the turn on.
 """
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
@@ -47,6 +51,7 @@ from greenroom.session import new_header
 from greenroom.session.persistence import JsonlPersistence, Persistence
 from greenroom.tools import Tool
 from tests.agents_helpers import assert_enclosed
+from tests.test_kill9 import Lines
 
 
 class Replies:
@@ -297,3 +302,116 @@ async def test_an_unknown_interrupted_is_refused_naming_it(tmp_path: Path) -> No
             await rt.agents.resume(agent_id="a", session_id="s", interrupted="go")  # type: ignore[arg-type]
     _, events = await store.load("s")  # nothing was opened: the cut turn is as it was
     assert len(events) == 2 + 1  # the two logged, and load's in-memory closer
+
+
+# -- a real process SIGKILLed mid-turn, then carried on by the next ---------------------
+
+CHILD = Path(__file__).with_name("durable_child.py")
+BACKENDS = ["jsonl", "sqlite", "postgres"]
+
+
+def _target(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> str:
+    if backend == "postgres":
+        dsn: str = request.getfixturevalue("postgres_dsn")
+        return dsn
+    return str(tmp_path / ("sessions" if backend == "jsonl" else "sessions.sqlite"))
+
+
+async def _life(backend: str, target: str, cut: str, runs: Path, *, kill: bool) -> list[str]:
+    """Run the child once; with `kill`, SIGKILL it at its ``cut`` line. Its lines."""
+    process = await trio.lowlevel.open_process(
+        [sys.executable, str(CHILD), backend, target, cut, str(runs)], stdout=subprocess.PIPE
+    )
+    assert process.stdout is not None
+    lines = Lines(process.stdout)
+    seen: list[str] = []
+    try:
+        while True:
+            try:
+                line = await lines.next()
+            except EOFError:
+                break
+            seen.append(line)
+            if kill and line == "cut":
+                break
+    finally:
+        if kill:
+            process.send_signal(signal.SIGKILL)
+        await process.wait()
+        await process.stdout.aclose()
+    assert process.returncode == (-signal.SIGKILL if kill else 0), seen
+    return seen
+
+
+async def _stored(backend: str, target: str) -> list[SessionEvent]:
+    store = _child_store(backend, target)
+    try:
+        _, events = await store.load("s")
+    finally:
+        close = getattr(store, "close", None)
+        if close is not None:
+            close()
+    return list(events)
+
+
+def _child_store(backend: str, target: str) -> Persistence:
+    from tests.durable_child import store_of
+
+    return store_of(backend, target)
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_process_killed_during_a_model_step_has_the_step_requested_once_more(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target, runs = _target(backend, tmp_path, request), tmp_path / "runs"
+    with trio.fail_after(90):
+        first = await _life(backend, target, "model", runs, kill=True)
+        assert first == ["request UserTurn", "cut"]
+        second = await _life(backend, target, "model", runs, kill=False)
+    assert second == ["request UserTurn", "answer completed done after ''"]
+    events = await _stored(backend, target)
+    assert_enclosed(events)
+    assert len(ends_of(events)) == 1
+    assert resumed_of(events).requested
+    # The write-ahead logged the cut step before the model was asked: it is closed as it
+    # stands (its chunks were never written), and the model answers in the next one.
+    assert [e.step for e in events if isinstance(e, StepStart)] == [1, 2]
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_process_killed_in_a_tool_call_gives_it_an_interrupted_result_not_a_rerun(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target, runs = _target(backend, tmp_path, request), tmp_path / "runs"
+    with trio.fail_after(90):
+        await _life(backend, target, "write", runs, kill=True)
+        second = await _life(backend, target, "write", runs, kill=False)
+    assert runs.read_text() == "write\n"  # it ran once, in the life that was killed
+    assert second[0] == "request ToolTurn"  # no step was asked again: the call's result is next
+    assert second[-1].startswith("answer completed done after 'interrupted: ")
+    events = await _stored(backend, target)
+    assert_enclosed(events)
+    assert len(ends_of(events)) == 1
+    assert results(events)["call-1"].error.code == "interrupted"  # type: ignore[union-attr]
+    assert resumed_of(events).interrupted == ["call-1"]
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("backend", BACKENDS)
+async def test_a_process_killed_in_a_read_tool_call_has_it_run_again(
+    backend: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    target, runs = _target(backend, tmp_path, request), tmp_path / "runs"
+    with trio.fail_after(90):
+        await _life(backend, target, "read", runs, kill=True)
+        second = await _life(backend, target, "read", runs, kill=False)
+    assert runs.read_text() == "look\nlook\n"
+    assert second == ["request ToolTurn", "answer completed done after 'look ran'"]
+    events = await _stored(backend, target)
+    assert_enclosed(events)
+    assert len(ends_of(events)) == 1
+    assert results(events)["call-1"].content == "look ran"
+    assert resumed_of(events).rerun == ["call-1"]
