@@ -51,6 +51,7 @@ from greenroom.actors.types import ToolInvocation
 from greenroom.models import ScriptedModel
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import JsonlPersistence
+from greenroom.tools.bash.local import LocalBashExecutor
 from greenroom.tools.bash.tools import bash_tools
 
 T = TypeVar("T")
@@ -211,14 +212,9 @@ async def _growth_per_task(root: Path, tasks: int) -> tuple[float, int]:
         gc.collect()
         after = tracemalloc.get_traced_memory()[0]
         tracemalloc.stop()
-        spills = _spill_files()
+        assert isinstance(rt.bash, LocalBashExecutor)
+        spills = len(rt.bash.spills.files())  # this executor's own, not other processes'
     return (after - before) / tasks, spills
-
-
-def _spill_files() -> int:
-    """Spill files in the bash executors' spill directories now."""
-    directories = Path(tempfile.gettempdir()).glob("greenroom-bash-*")
-    return sum(1 for directory in directories for _ in directory.iterdir())
 
 
 def _in_tempdir(measure: Callable[[Path], T]) -> T:

@@ -100,6 +100,14 @@ class SpillDir:
             os.close(fd)
         return path
 
+    def files(self) -> list[str]:
+        """The paths of the files in the directory now (none before the first is made)."""
+        with self._lock:
+            path = self._path
+        if path is None:
+            return []
+        return [os.path.join(path, name) for name in os.listdir(path)]
+
     def _refund(self, size: int) -> None:
         with self._lock:
             self._spent -= size

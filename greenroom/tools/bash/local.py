@@ -373,6 +373,11 @@ class LocalBashExecutor:
         self._spills = SpillDir("greenroom-bash-")
         self._closed = False
 
+    @property
+    def spills(self) -> SpillDir:
+        """Where the tasks' whole outputs go once past their tails (a file per stream)."""
+        return self._spills
+
     async def __aenter__(self) -> LocalBashExecutor:
         self._nursery = await self._nursery_manager.__aenter__()
         return self
