@@ -16,13 +16,17 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
 from greenroom import open_runtime
+from greenroom.acp.presenter import Presenter
+from greenroom.actors.types import ToolInvocation
 from greenroom.models import CallTool, Say, ScriptedModel
+from greenroom.protocol.acp import ToolCallProgress
 from greenroom.protocol.events import Completed, ToolResult
-from greenroom.tools import confine
+from greenroom.tools import Tool, confine
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.agents_helpers import turn_ends
 from tests.test_files import FLIPPER, _line, call, refused
@@ -269,3 +273,53 @@ async def test_no_read_or_edit_reaches_outside_while_a_directory_flips_to_a_link
 
 
 CALLS = 600  # reads, each followed by two edits: 1,800 calls
+
+
+# -- a terminal client's replay ----------------------------------------------------------------
+
+
+class _Command(msgspec.Struct):
+    command: str = ""
+
+
+def _named(name: str, content: str) -> Tool[_Command]:
+    async def run(args: _Command, invocation: ToolInvocation) -> str:
+        await trio.lowlevel.checkpoint()
+        return content
+
+    return Tool(name, "a stand-in", _Command, run)
+
+
+async def test_a_terminal_exit_is_the_results_own_calls_when_a_later_call_reuses_its_id(
+    tmp_path: Path,
+) -> None:
+    """Call ids are the model's: some servers number them per reply (``call_0`` each time).
+    The exit was read off the last call of that id in the whole log (a later turn's), so a
+    bash call's end lost its exit, or another tool's end got one; and each result scanned
+    the log from its end, quadratic on a long replay."""
+    model = ScriptedModel(
+        [
+            [CallTool("bash", {"command": "exit 3"}, call_id="call_0")],
+            [Say("ran")],
+            [CallTool("other", call_id="call_0")],
+            [Say("read")],
+        ]
+    )
+    tools = [_named("bash", "out\n[exit code: 3]"), _named("other", "x\n[exit code: 9]")]
+    async with open_runtime(model=model, tools=tools) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", cwd=str(tmp_path))
+        for prompt in ("one", "two"):
+            handle.agent.send(prompt)
+            await handle.agent.when_idle()
+        session = handle.agent.session
+        presenter = Presenter(["scripted"], {})
+        presenter.terminal = True
+        ends = [
+            update
+            for event in session.events
+            for update in presenter.present(session, event, replay=True)
+            if isinstance(update, ToolCallProgress) and update.status == "completed"
+        ]
+    bash, other = ends
+    assert bash.meta == {"terminal_exit": {"terminal_id": "call_0", "exit_code": 3, "signal": None}}
+    assert other.meta is None

@@ -230,12 +230,16 @@ _EXIT: Final = re.compile(r"\[(?:exit code: (-?\d+|None)|killed by signal: (\w+)
 def _terminal_exit(session: Session, result: ToolResult) -> dict[str, object] | None:
     """``_meta.terminal_exit`` of a ``bash`` call's result (its last line says how the
     command ended), None for any other call's."""
-    for event in reversed(session.events):  # its call is in the same step, near the end
+    events = session.events
+    # Its call is in its own step, before it: read back from the result (its seq is its
+    # index), not from the log's end, where a later call may reuse its id.
+    for index in range(result.seq - 1, -1, -1):
+        event = events[index]
         if isinstance(event, ToolCall) and event.call_id == result.call_id:
             if event.name != TERMINAL_TOOL:
                 return None
             break
-        if isinstance(event, StepStart) and event.turn == result.turn and event.step < result.step:
+        if isinstance(event, StepStart):
             return None
     found = _EXIT.search(result.content)
     code = found.group(1) if found else None
