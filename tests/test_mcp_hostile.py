@@ -162,9 +162,10 @@ async def test_a_cancelled_create_does_not_wait_for_the_servers_start_timeout(
             before = time.monotonic()
             with trio.move_on_after(0.5):
                 await rt.agents.create(
-                    agent_id="a", session_id="s", mcp_servers=[silent(record, 4.0)]
+                    agent_id="a", session_id="s", mcp_servers=[silent(record, 20.0)]
                 )
-            assert time.monotonic() - before < 2.0
+            # Far under the start timeout, with room for a loaded machine (2 s was not).
+            assert time.monotonic() - before < 10.0
 
 
 async def test_a_cancelled_create_under_a_nursery_leaves_nothing(tmp_path: Path) -> None:
