@@ -198,8 +198,7 @@ class AnthropicModel(HttpModel):
         return body
 
     async def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
-        # index → [kind, id, name, input JSON or thinking text so far, signature]
-        blocks: dict[int, list[str]] = {}
+        blocks: dict[int, _Block] = {}  # by index
         usage: dict[str, int] = {}  # the latest figure of each count
         finish: Finish | None = None
         stopped = False
@@ -214,13 +213,12 @@ class AnthropicModel(HttpModel):
                 _counts(usage, (payload.get("message") or {}).get("usage"))
             elif kind == "content_block_start":
                 block = payload.get("content_block") or {}
-                blocks[int(payload.get("index", 0))] = [
+                blocks[int(payload.get("index", 0))] = _Block(
                     str(block.get("type", "")),
                     str(block.get("id", "")),
                     str(block.get("name", "")),
                     str(block.get("data", "")),  # a redacted block's, whole at its start
-                    "",
-                ]
+                )
             elif kind == "content_block_delta":
                 delta = payload.get("delta") or {}
                 index = int(payload.get("index", 0))
@@ -229,24 +227,25 @@ class AnthropicModel(HttpModel):
                         yield TextDelta(str(delta.get("text", "")))
                     case "thinking_delta":
                         text = str(delta.get("thinking", ""))
-                        blocks.setdefault(index, ["thinking", "", "", "", ""])[3] += text
+                        blocks.setdefault(index, _Block("thinking")).text.append(text)
                         yield ReasoningDelta(text)
                     case "signature_delta":
                         signature = str(delta.get("signature", ""))
-                        blocks.setdefault(index, ["thinking", "", "", "", ""])[4] += signature
+                        blocks.setdefault(index, _Block("thinking")).signature.append(signature)
                     case "input_json_delta":
                         json = str(delta.get("partial_json", ""))
-                        blocks.setdefault(index, ["tool_use", "", "", "", ""])[3] += json
+                        blocks.setdefault(index, _Block("tool_use")).text.append(json)
             elif kind == "content_block_stop":
-                entry = blocks.pop(int(payload.get("index", 0)), None)
-                if entry is None:
+                ended = blocks.pop(int(payload.get("index", 0)), None)
+                if ended is None:
                     continue
-                if entry[0] == "tool_use":
-                    yield ToolCallChunk(entry[1], entry[2], entry[3] or "{}")
-                elif entry[0] == "thinking":
-                    yield Thought(text=entry[3], signature=entry[4])
-                elif entry[0] == "redacted_thinking":
-                    yield Thought(redacted=entry[3])
+                text = "".join(ended.text)
+                if ended.kind == "tool_use":
+                    yield ToolCallChunk(ended.id, ended.name, text or "{}")
+                elif ended.kind == "thinking":
+                    yield Thought(text=text, signature="".join(ended.signature))
+                elif ended.kind == "redacted_thinking":
+                    yield Thought(redacted=text)
             elif kind == "message_delta":
                 _counts(usage, payload.get("usage"))
                 reason = (payload.get("delta") or {}).get("stop_reason")
@@ -274,6 +273,21 @@ def _thinking_block(thought: Thought) -> dict[str, Any]:
     if thought.redacted:
         return {"type": "redacted_thinking", "data": thought.redacted}
     return {"type": "thinking", "thinking": thought.text, "signature": thought.signature}
+
+
+class _Block:
+    """A content block of the reply while it streams: its type, a ``tool_use``'s id and
+    name, its text so far in parts (a tool call's input JSON, a thinking block's
+    thinking, a redacted block's data) and a thinking block's signature."""
+
+    __slots__ = ("id", "kind", "name", "signature", "text")
+
+    def __init__(self, kind: str, id: str = "", name: str = "", text: str = "") -> None:
+        self.kind = kind
+        self.id = id
+        self.name = name
+        self.text = [text] if text else []
+        self.signature: list[str] = []
 
 
 def _counts(usage: dict[str, int], reported: object) -> None:
