@@ -8,6 +8,7 @@
   ``tools/list`` and then ignores the end of its stdin and SIGTERM (only
   SIGKILL ends it);
 * ``silent``: reads its stdin and never answers anything (not even ``initialize``);
+* ``slow-start SECONDS``: sleeps SECONDS, then serves like ``stdio``;
 * ``hostile``: a bare JSON-RPC server (`Hostile`) that misbehaves on demand:
   garbage lines on its stdout, odd tool names, endless pages, floods of
   ``tools/list_changed``, giant results, exiting in the middle of a call,
@@ -333,6 +334,9 @@ def serve(argv: list[str]) -> None:
             open(marker, "w").close()
             sys.exit(1)
         serve(argv[2:] or ["stdio"])
+    elif mode == "slow-start":
+        time.sleep(float(argv[1]))
+        tools_server().run("stdio")
     elif mode == "prompts":
         prompts_server().run("stdio")
     elif mode == "ignore-eof":

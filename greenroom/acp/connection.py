@@ -124,6 +124,9 @@ INITIALIZED: Final = InitializeResult(
 )
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
+#: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
+#: answer; a server not ready by then goes on starting (the editor is told).
+SERVER_WAIT: Final = 2.0
 
 
 class Started(NamedTuple):
@@ -420,6 +423,7 @@ class AcpConnection:
                 owner=self.owner,
                 client=self._client(session_id),
                 mcp_servers=servers,
+                wait_for_servers=SERVER_WAIT,
             ),
         )
         return self._new_session_result(record)
@@ -538,6 +542,7 @@ class AcpConnection:
                 owner=self.owner,
                 client=self._client(session_id),
                 mcp_servers=servers,
+                wait_for_servers=SERVER_WAIT,
                 additional_directories=additional_directories,
             )
         except SessionNotFound as exc:
@@ -667,7 +672,8 @@ class AcpConnection:
         if record is None:
             return  # another connection's session
         before = status.previous
-        if status.state == before or (status.state == "ready" and before == "starting"):
+        quiet = status.state == before or (status.state == "ready" and before == "starting")
+        if quiet and not status.message:  # a slow start and its end are told
             return
         record.notice(self.outbox, status.describe() + "\n")
 

@@ -9,6 +9,7 @@ the owner, which reports ready with the `AgentHandle`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import cast
@@ -125,6 +126,7 @@ class AgentFactory:
         owner: Owner | None = None,
         client: SessionClient | None = None,
         mcp_servers: Sequence[McpServer] = (),
+        wait_for_servers: float = math.inf,
     ) -> AgentHandle:
         """Start an agent on a new session; returns its handle once it is live.
 
@@ -133,7 +135,10 @@ class AgentFactory:
         apply. ``additional_directories`` widen where its file tools may reach,
         beside ``cwd``. ``mcp_servers`` are started for the session, owned by
         its life, and their tools offered to its model; the handle comes once
-        each is ready or has failed its first start (reported, not raised).
+        each is ready or has failed its first start (reported, not raised), or
+        after ``wait_for_servers`` seconds: a server not ready by then goes on
+        starting (said in its ``mcp/status``), its tools offered from the first
+        model step after it is ready (0: the handle comes at once).
 
         With persistence, the session's header is stored first and the session
         held by this process for the agent's life, so a session that is never
@@ -149,7 +154,7 @@ class AgentFactory:
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
             header = new_header(session_id, cwd=cwd, additional_directories=additional_directories)
             log = None if self._persistence is None else await self._persistence.create(header)
-            plan = _Plan(agent_id, options, owner, client, mcp_servers)
+            plan = _Plan(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
             return await self._start(header, (), log, plan)
 
     async def resume(
@@ -161,6 +166,7 @@ class AgentFactory:
         owner: Owner | None = None,
         client: SessionClient | None = None,
         mcp_servers: Sequence[McpServer] = (),
+        wait_for_servers: float = math.inf,
         additional_directories: Sequence[str] | None = None,
         interrupted: Interruption = "close",
     ) -> AgentHandle:
@@ -176,7 +182,8 @@ class AgentFactory:
         `RuntimeError` without persistence, `SessionLocked` naming the holder
         while the session is live in another process, and a
         `PersistenceError` naming what the store could not read. Its MCP
-        servers are not stored: give them again (as an editor does on load).
+        servers are not stored: give them again (as an editor does on load);
+        ``wait_for_servers`` as for `create`.
         `additional_directories`, if given, are this life's extra roots instead
         of the stored ones (the stored header is not rewritten).
         """
@@ -207,7 +214,15 @@ class AgentFactory:
                     header, additional_directories=list(additional_directories)
                 )
             carry_on = interrupted == "continue"
-            plan = _Plan(agent_id, options, owner, client, mcp_servers, carry_on=carry_on)
+            plan = _Plan(
+                agent_id,
+                options,
+                owner,
+                client,
+                mcp_servers,
+                carry_on=carry_on,
+                wait=wait_for_servers,
+            )
             return await self._start(header, events, log, plan)
 
     async def fork(
@@ -303,7 +318,7 @@ class AgentFactory:
         servers = None
         tools: ToolExecutor = self._tools
         if plan.mcp_servers and self._servers is not None:
-            servers = self._servers.open(header.id, header.cwd, plan.mcp_servers)
+            servers = self._servers.open(header.id, header.cwd, plan.mcp_servers, plan.wait)
             tools = servers.tools
         if plan.tools is not None:
             tools = _OnlyTools(tools, plan.tools)
@@ -417,6 +432,7 @@ class _Plan:
     tools: Sequence[str] | None = None
     parent: AgentLife | None = None
     carry_on: bool = False  # a turn the log has open is the agent's to carry on
+    wait: float = math.inf  # seconds its start waits for its MCP servers
 
 
 class _OnlyTools:

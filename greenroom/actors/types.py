@@ -5,6 +5,7 @@ Nothing here depends on the loop: the loop is one implementation of `Agent`.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypedDict, TypeVar, Unpack, overload
@@ -300,7 +301,8 @@ class SessionServers(Protocol):
     Its `AgentLife` calls `start` before the agent goes live and `stop` after
     the agent's loop has stopped and the session's processes were released,
     on every path. `start` returns once each server is ready or has failed
-    its first start (a failure is reported, never raised). `stop` stops every
+    its first start (a failure is reported, never raised), or once the wait
+    it was opened with is over (the rest go on starting). `stop` stops every
     server within its grace, even when its caller is cancelled.
     """
 
@@ -316,5 +318,11 @@ class ServerHub(Protocol):
     """Makes the `SessionServers` of a session from the specs it was given."""
 
     def open(
-        self, session_id: str, cwd: str | None, servers: Sequence[McpServer]
-    ) -> SessionServers: ...
+        self,
+        session_id: str,
+        cwd: str | None,
+        servers: Sequence[McpServer],
+        wait: float = math.inf,
+    ) -> SessionServers:
+        """The session's servers; their `start` waits at most `wait` seconds for them."""
+        ...

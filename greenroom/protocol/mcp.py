@@ -69,6 +69,8 @@ class McpStatus(msgspec.Struct, frozen=True, gc=False):
         """One line for a person: what happened to the server, and what it means for the session."""
         name = self.server
         if self.state == "starting":
+            if self.message:  # a session went live without it
+                return f"MCP server {name!r} is {self.message}; its tools join once it is ready"
             return f"MCP server {name!r} is starting"
         if self.state == "ready":
             back = f" ({self.message})" if self.message else ""

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
@@ -99,8 +100,14 @@ class McpHub:
         self._registry = registry
         self._hooks = hooks
 
-    def open(self, session_id: str, cwd: str | None, servers: Sequence[McpServer]) -> SessionMcp:
-        return SessionMcp(self._registry, self._hooks, session_id, cwd, servers)
+    def open(
+        self,
+        session_id: str,
+        cwd: str | None,
+        servers: Sequence[McpServer],
+        wait: float = math.inf,
+    ) -> SessionMcp:
+        return SessionMcp(self._registry, self._hooks, session_id, cwd, servers, wait)
 
 
 class SessionMcp:
@@ -119,6 +126,7 @@ class SessionMcp:
         "_registry",
         "_schemas",
         "_schemas_of",
+        "_wait",
         "session_id",
         "slots",
     )
@@ -130,9 +138,11 @@ class SessionMcp:
         session_id: str,
         cwd: str | None,
         servers: Sequence[McpServer],
+        wait: float = math.inf,
     ) -> None:
         self._registry = registry
         self._hooks = hooks
+        self._wait = wait
         self.session_id = session_id
         self.slots = [ServerSlot(self, spec, cwd) for spec in servers]
         self._entries: Mapping[str, ToolEntry] = NO_TOOLS
@@ -148,12 +158,18 @@ class SessionMcp:
         return self
 
     async def start(self, agent: Agent) -> None:
-        """Start every server at once; return when each is ready or failed its first start."""
+        """Start every server at once; return when each is ready or failed its first start,
+        or once the wait is over: a server still starting then is said to be slow and goes
+        on starting, its tools offered once it is ready."""
         self._nursery = await self._nursery_manager.__aenter__()
         for slot in self.slots:
             self._nursery.start_soon(slot.keep, agent, name=f"mcp:{slot.spec.name}")
+        with trio.move_on_after(self._wait):
+            for slot in self.slots:
+                await slot.settled.wait()
         for slot in self.slots:
-            await slot.settled.wait()
+            if not slot.settled.is_set():
+                slot.slow(self._wait)
 
     async def stop(self) -> None:
         """Stop every server (at once, each within its grace). Shields itself; idempotent.
@@ -218,6 +234,7 @@ class ServerSlot:
         "_failures",
         "_owner",
         "_prompts",
+        "_slow",
         "entries",
         "settled",
         "spec",
@@ -235,6 +252,7 @@ class ServerSlot:
         self._agent: Agent | None = None
         self._failures = 0
         self._prompts: list[McpPrompt] = []
+        self._slow = False  # said to be slow: its readiness is said too
 
     async def keep(self, agent: Agent) -> None:
         """The server under its own supervisor until cancelled, or until it gives up."""
@@ -285,8 +303,16 @@ class ServerSlot:
         self._offer_prompts([_prompt(p) for p in connection.prompts])
         if changed:
             again = self._failures > 0 and self.state != "ready"
-            self._set("ready", "back after a restart" if again else "", len(entries))
+            late = self._slow and self.state != "ready"
+            self._slow = False
+            why = "back after a restart" if again else "after a slow start" if late else ""
+            self._set("ready", why, len(entries))
         self.settled.set()
+
+    def slow(self, waited: float) -> None:
+        """Its session went live without it: say so (it goes on starting)."""
+        self._slow = True
+        self._set("starting", f"not ready after {waited:g} s; it goes on starting")
 
     def _offer_prompts(self, prompts: list[McpPrompt]) -> None:
         """Tell the session's front end of the server's prompts, when they changed."""
