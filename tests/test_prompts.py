@@ -373,6 +373,8 @@ def fates(events: list[SessionEvent]) -> tuple[dict[str, int], dict[int, TurnEnd
 @hypothesis.given(ops=OPS)
 # A reader that starts while its turn's tool runs (its tool/start the log's last event).
 @hypothesis.example(ops=[("send", "gamma"), ("sleep", 0.03), ("read", 0), ("sleep", 0.1)])
+# Steering into a turn that asked for an output (the steer has none of its own).
+@hypothesis.example(ops=[("send", _Echo), ("sleep", 0.03), ("steer", "alpha beta"), ("sleep", 0.1)])
 async def test_random_interleavings_settle_every_prompt_once_with_its_fate(
     ops: list[tuple[str, object]], autojump_clock: trio.testing.MockClock
 ) -> None:
@@ -425,9 +427,12 @@ async def test_random_interleavings_settle_every_prompt_once_with_its_fate(
         events = list(agent.session.events)
     assert_enclosed(events)
     turn_of, ends = fates(events)
+    # Steering asks for no output of its own: it joins whatever turn runs (its answer is
+    # that turn's), so only queued prompts are held apart by their outputs.
+    steered = {e.message_id for e in events if isinstance(e, SteeringMessage)}
     outputs: dict[int, set[type | None]] = {}
     for prompt in prompts:
-        if prompt.id in turn_of:
+        if prompt.id in turn_of and prompt.id not in steered:
             outputs.setdefault(turn_of[prompt.id], set()).add(prompt.output)
     assert all(len(kinds) == 1 for kinds in outputs.values()), "outputs shared a turn"
     for prompt in prompts:
