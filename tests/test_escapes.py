@@ -15,12 +15,14 @@ import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
 import trio
 
 from greenroom import open_runtime
+from greenroom.acp.frames import MAX_FRAME
 from greenroom.acp.presenter import Presenter
 from greenroom.actors.types import ToolInvocation
 from greenroom.models import CallTool, Say, ScriptedModel
@@ -30,6 +32,7 @@ from greenroom.tools import Tool, confine
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.agents_helpers import turn_ends
 from tests.test_files import FLIPPER, _line, call, refused
+from tests.test_output_caps import tapped
 
 NESTED = "[" * 100_000 + "]" * 100_000
 
@@ -323,3 +326,53 @@ async def test_a_terminal_exit_is_the_results_own_calls_when_a_later_call_reuses
     bash, other = ends
     assert bash.meta == {"terminal_exit": {"terminal_id": "call_0", "exit_code": 3, "signal": None}}
     assert other.meta is None
+
+
+# -- the editor's files --------------------------------------------------------------------------
+
+
+async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
+    tmp_path: Path,
+) -> None:
+    """An editor holding a 9 MB file answered fs/read_text_file in one frame over the 8 MiB
+    reader limit: the reply was dropped, and the read waited for it for ever."""
+    big = tmp_path / "big.log"
+    lines = [f"line {i:07d} " + "x" * 80 for i in range(1, 100_001)]
+    big.write_text("\n".join(lines) + "\n")
+    asked: list[dict[str, Any]] = []
+
+    async def editor(request: dict[str, Any]) -> dict[str, Any]:
+        asked.append(request["params"])
+        assert request["method"] == "fs/read_text_file"
+        text = big.read_text()
+        line, limit = request["params"].get("line"), request["params"].get("limit")
+        if line is not None or limit is not None:  # ACP: 1-based first line, how many
+            start = (line or 1) - 1
+            kept = text.splitlines(keepends=True)[start : None if limit is None else start + limit]
+            text = "".join(kept)
+        return {"content": text}
+
+    model = ScriptedModel(
+        [
+            [CallTool("read_file", {"path": "big.log"})],
+            [CallTool("read_file", {"path": "big.log", "offset": 99_999})],
+            [Say("read")],
+        ]
+    )
+    fs = {"fs": {"readTextFile": True, "writeTextFile": True}}
+    async with tapped(tmp_path, model, file_tools(), fs) as (rt, peer, tap):
+        peer.answer = editor
+        session = await peer.new_session(str(tmp_path))
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        with trio.fail_after(60):
+            answer = await peer.call("session/prompt", prompt)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        first, last = [e for e in rt.sessions.get(session).events if isinstance(e, ToolResult)]  # type: ignore[union-attr]
+    assert not first.is_error
+    assert first.content.startswith(lines[0] + "\n")
+    assert first.content.endswith(
+        "[lines 1-2000 of big.log; more follows: read on with offset=2001]"
+    )
+    assert not last.is_error
+    assert last.content == "\n".join(lines[-2:]) + "\n[lines 99999-100000 of big.log]"
+    assert tap.longest <= MAX_FRAME

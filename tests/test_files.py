@@ -56,7 +56,8 @@ class _Agent:
 
 
 class Editor:
-    """An editor's files: a buffer per path; every path it was asked for is kept."""
+    """An editor's files: a buffer per path; every path it was asked for is kept. A read
+    gives ``limit`` lines from ``line`` (1-based), as ACP's fs/read_text_file does."""
 
     def __init__(self, buffers: dict[str, str]) -> None:
         self.buffers = buffers
@@ -64,7 +65,9 @@ class Editor:
 
     async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
         self.asked.append(path)
-        return self.buffers[path]
+        lines = self.buffers[path].splitlines(keepends=True)
+        start = (line or 1) - 1
+        return "".join(lines[start : None if limit is None else start + limit])
 
     async def write_text(self, path: str, content: str) -> None:
         self.asked.append(path)

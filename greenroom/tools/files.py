@@ -292,8 +292,10 @@ class FileTools:
                 )
             else:
                 path = await _in_thread(call, lambda roots: resolve(roots, args.path))
-                text = await files.read_text(path, None, None)
-                window = _read_text(text, args.offset, limit, cap)
+                # Only the lines shown, and one to tell whether more follow: the whole of a
+                # large file would come back in one frame, past what the reader takes.
+                text = await files.read_text(path, args.offset, limit + 1)
+                window = msgspec.structs.replace(_read_text(text, 1, limit, cap), first=args.offset)
         except PathRefused as exc:
             return ToolOutcome.failed(f"read_file: {exc}", "path-refused", "FileError")
         except OSError as exc:
