@@ -20,6 +20,7 @@ from greenroom.protocol.events import UserMessage
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
     DEADLINE,
+    INTERRUPTIONS,
     LEASE_TTL,
     SYNC_POLICIES,
     JsonlPersistence,
@@ -285,6 +286,13 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: seconds a paused node keeps its sessions before another may take"
         f" them over (default {LEASE_TTL:g})",
     )
+    acp.add_argument(
+        "--interrupted",
+        choices=INTERRUPTIONS,
+        default="close",
+        help="what loading a session does with a turn a crash cut: close it interrupted"
+        " (the default) or continue it where its log stops",
+    )
     _add_state_dir(acp)
     _add_store(acp, "jsonl:STATE-DIR/sessions")
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
@@ -327,7 +335,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
-            return run_stdio(models, store)
+            return run_stdio(models, store, args.interrupted)
         if args.store:
             return _sessions(args.verb, args, store_from_url(args.store, read_only=True), None)
         state = usable_state_dir(args.state_dir or default_state_dir(), create=False)

@@ -9,17 +9,23 @@ and let a second one carry the turn on.
 
 from __future__ import annotations
 
+import asyncio
 import signal
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
+from typing import Any
 
+import acp
 import msgspec
 import pytest
 import trio
+import trio.testing
+from acp import schema
 
 from greenroom import open_runtime
+from greenroom.acp import serve_connection
 from greenroom.actors.types import ToolInvocation
 from greenroom.protocol.events import (
     USER,
@@ -50,20 +56,22 @@ from greenroom.protocol.model import (
 from greenroom.session import new_header
 from greenroom.session.persistence import JsonlPersistence, Persistence
 from greenroom.tools import Tool
+from tests.acp_peer import Peer
 from tests.agents_helpers import assert_enclosed
 from tests.test_kill9 import Lines
 
 
 class Replies:
-    """Answers ``done`` after a tool result, and calls nothing; keeps every request."""
+    """Answers ``done`` and calls nothing; keeps every request. Its first chunk comes
+    without a checkpoint: a continued turn has it logged before its resume returns."""
 
     def __init__(self) -> None:
         self.requests: list[ModelRequest] = []
 
     async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         self.requests.append(request)
-        await trio.lowlevel.checkpoint()
         yield TextDelta("done")
+        await trio.lowlevel.checkpoint()
         yield Finish("stop")
 
 
@@ -115,9 +123,14 @@ def logged_call(name: str, kind: str = "other") -> ToolCall:
     return ToolCall(turn=1, step=1, call_id=f"c-{name}", name=name, arguments="{}", kind=kind)  # type: ignore[arg-type]
 
 
-async def store_cut(store: Persistence, events: Sequence[SessionEvent]) -> None:
-    """Store `events` as the log of session ``s``, as a crash would leave it."""
-    log = await store.create(new_header("s"))
+async def store_cut(
+    store: Persistence,
+    events: Sequence[SessionEvent],
+    session_id: str = "s",
+    cwd: str | None = None,
+) -> None:
+    """Store `events` as the log of `session_id`, as a crash would leave it."""
+    log = await store.create(new_header(session_id, cwd=cwd))
     for seq, event in enumerate(events):
         msgspec.structs.force_setattr(event, "seq", seq)
         log.append(event)
@@ -415,3 +428,127 @@ async def test_a_process_killed_in_a_read_tool_call_has_it_run_again(
     assert len(ends_of(events)) == 1
     assert results(events)["call-1"].content == "look ran"
     assert resumed_of(events).rerun == ["call-1"]
+
+
+# -- over ACP, with the official SDK client ---------------------------------------------
+
+
+class Updates:
+    """The client side of the SDK connection: every session/update, in order."""
+
+    def __init__(self) -> None:
+        self.updates: list[Any] = []
+        self.changed = asyncio.Event()
+
+    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
+        self.updates.append(update)
+        self.changed.set()
+
+    async def request_permission(self, **kwargs: Any) -> Any:
+        raise AssertionError("nothing here asks permission")
+
+    def on_connect(self, conn: Any) -> None:
+        pass
+
+    def text(self) -> str:
+        return "".join(
+            u.content.text for u in self.updates if isinstance(u, schema.AgentMessageChunk)
+        )
+
+    async def wait_for_text(self, text: str) -> None:
+        while text not in self.text():
+            self.changed.clear()
+            await self.changed.wait()
+
+
+async def test_over_acp_a_load_answers_before_the_carried_on_turn_is_shown(
+    tmp_path: Path,
+) -> None:
+    store = JsonlPersistence(tmp_path / "sessions")
+    cut = prompt_turn(StepStart(turn=1, step=1))
+    await store_cut(store, cut, "cut-1", str(tmp_path))
+    async with open_runtime(model=Replies(), persistence=store) as runtime:
+        client, server = trio.testing.memory_stream_pair()
+        peer = Peer(client)
+        served = trio.Event()
+
+        async def serve() -> None:
+            await serve_connection(runtime, server, interrupted="continue")
+            served.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(serve)
+            nursery.start_soon(peer.read_loop)
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            load = {"sessionId": "cut-1", "cwd": str(tmp_path), "mcpServers": []}
+            answered = await peer.call("session/load", load)
+            with trio.fail_after(10):
+                said = await peer.wait_for(
+                    lambda f: (
+                        f.get("method") == "session/update"
+                        and f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                    )
+                )
+            replayed = await peer.wait_for(
+                lambda f: (
+                    f.get("method") == "session/update"
+                    and f["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+                )
+            )
+            # The cut turn as it was stored, the answer, then the turn carried on.
+            assert peer.index_of(replayed) < peer.index_of(answered) < peer.index_of(said)
+            assert said["params"]["update"]["content"]["text"] == "done"
+            await peer.close()
+            await served.wait()
+            nursery.cancel_scope.cancel()
+    _, events = await store.load("cut-1")
+    assert len(ends_of(events)) == 1
+
+
+def test_acp_load_replays_the_cut_turn_then_carries_it_on(tmp_path: Path) -> None:
+    """``greenroom acp --interrupted continue``: the load replays the cut turn as it is
+    logged and answers; the turn then goes on, its updates sent after that answer; a
+    prompt sent next is answered as usual."""
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    store = JsonlPersistence(home / "sessions")
+    cut = [
+        TurnStart(turn=1, trigger=MessageTrigger(USER)),
+        UserMessage(content="carry this on", source=USER, message_id="m-1"),
+        StepStart(turn=1, step=1),
+    ]
+    trio.run(store_cut, store, cut, "cut-1", str(work))
+    updates = Updates()
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+
+    async def scenario() -> None:
+        async with acp.spawn_agent_process(
+            updates,
+            *command,
+            "--interrupted",
+            "continue",
+            env={"GREENROOM_HOME": str(home)},
+            cwd=work,
+        ) as (conn, process):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(session_id="cut-1", cwd=str(work), mcp_servers=[])
+            replayed = len(updates.updates)
+            users = [
+                u for u in updates.updates[:replayed] if isinstance(u, schema.UserMessageChunk)
+            ]
+            assert [u.content.text for u in users] == ["carry this on"]
+            await updates.wait_for_text("carry this on")  # the echo model, asked again
+            answer = await conn.prompt(session_id="cut-1", prompt=[acp.text_block("and then")])
+            assert answer.stop_reason == "end_turn"
+            # Each update once: none of the continued turn's both replayed and sent live.
+            assert updates.text() == "carry this onand then"
+        assert await asyncio.wait_for(process.wait(), 10) == 0
+
+    asyncio.run(asyncio.wait_for(scenario(), 60))
+    _, events = trio.run(store.load, "cut-1")
+    assert_enclosed(events)
+    assert [(e.turn, type(e.reason)) for e in events if isinstance(e, TurnEnd)] == [
+        (1, Completed),
+        (2, Completed),
+    ]
+    assert resumed_of(events).requested

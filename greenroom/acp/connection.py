@@ -97,12 +97,18 @@ from greenroom.protocol.events import (
     ToolProgress,
     ToolResult,
     TurnEnd,
+    TurnResumed,
     TurnStart,
 )
 from greenroom.protocol.mcp import McpServer, McpStatus
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
+from greenroom.session.persistence import (
+    Interruption,
+    PersistenceError,
+    SessionLocked,
+    SessionNotFound,
+)
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
 from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts, McpServerError
@@ -145,8 +151,11 @@ class AcpConnection:
         owner: Supervisor,
         nursery: trio.Nursery,
         outgoing: trio.MemorySendChannel[bytes],
+        interrupted: Interruption = "close",
     ) -> None:
         self.runtime = runtime
+        #: What a load or resume does with a turn a crash cut (`AgentFactory.resume`).
+        self.interrupted: Interruption = interrupted
         self.owner = owner
         self.nursery = nursery
         self.outbox = Outbox(outgoing)
@@ -241,6 +250,7 @@ class AcpConnection:
                         # told here, always follow that answer.
                         outbox.respond(request_id, result.answer)
                         result.record.announce(outbox)
+                        result.record.answered(outbox)  # a carried-on turn's updates so far
                         self._offer_commands(result.record.session_id)
                     else:
                         outbox.respond(request_id, result)
@@ -457,8 +467,20 @@ class AcpConnection:
         record = await self._go_live(session_id, start)
         assert record.handle is not None
         session = record.handle.agent.session
-        if replay:
-            for event in session.events:
+        events = session.events
+        stored = len(events)
+        if record.handle.resumed is not None:  # a cut turn goes on: shown after the answer
+            stored = next(
+                (i for i in range(len(events) - 1, -1, -1) if type(events[i]) is TurnResumed),
+                stored,
+            )
+            record.held = [
+                update
+                for event in events[stored:]
+                for update in self.presenter.present(session, event, replay=False)
+            ]
+        if replay:  # the log as it was stored: the cut turn as it stands
+            for event in events[:stored]:
                 for update in self.presenter.present(session, event, replay=True):
                     self.outbox.update(session_id, update)
         answer = LoadSessionResult(
@@ -544,6 +566,7 @@ class AcpConnection:
                 mcp_servers=servers,
                 wait_for_servers=SERVER_WAIT,
                 additional_directories=additional_directories,
+                interrupted=self.interrupted,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
@@ -768,8 +791,13 @@ NOTIFICATIONS: Final[dict[str, Acting]] = {
 TEARDOWN_GRACE: Final = 5.0
 
 
-async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
+async def serve_connection(
+    runtime: Runtime, stream: trio.abc.Stream, *, interrupted: Interruption = "close"
+) -> None:
     """Serve ACP on `stream` until the peer closes it (or the caller cancels), then tear down.
+
+    ``interrupted="continue"``: a session loaded or resumed whose last turn a crash
+    cut has that turn carried on (docs/semantics.md, "Durable turns").
 
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
@@ -788,7 +816,7 @@ async def serve_connection(runtime: Runtime, stream: trio.abc.Stream) -> None:
                 try:
                     # Sessions are independent: stopped together, in one grace.
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
-                        connection = AcpConnection(runtime, owner, handlers, frames_in)
+                        connection = AcpConnection(runtime, owner, handlers, frames_in, interrupted)
                         try:
                             await frames.read_lines(
                                 stream, connection.handle_line, connection.oversized

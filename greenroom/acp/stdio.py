@@ -23,7 +23,7 @@ import trio
 from greenroom.acp.connection import serve_connection
 from greenroom.models.base import ModelAdapter
 from greenroom.runtime import open_runtime
-from greenroom.session.persistence import Persistence
+from greenroom.session.persistence import Interruption, Persistence
 from greenroom.tools.ask import ask_plugin
 from greenroom.tools.bash.tools import bash_plugin
 from greenroom.tools.files import files_plugin
@@ -31,18 +31,26 @@ from greenroom.tools.subagents import task_plugin
 from greenroom.tools.todo import todo_plugin
 
 
-def run_stdio(models: Mapping[str, ModelAdapter], persistence: Persistence) -> int:
-    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default)."""
+def run_stdio(
+    models: Mapping[str, ModelAdapter],
+    persistence: Persistence,
+    interrupted: Interruption = "close",
+) -> int:
+    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
+    `interrupted` says what a load does with a turn a crash cut (`serve_connection`)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, frames_fd)
+    trio.run(_serve, models, persistence, frames_fd, interrupted)
     return 0
 
 
 async def _serve(
-    models: Mapping[str, ModelAdapter], persistence: Persistence, frames_fd: int
+    models: Mapping[str, ModelAdapter],
+    persistence: Persistence,
+    frames_fd: int,
+    interrupted: Interruption,
 ) -> None:
     stream = trio.StapledStream(
         trio.lowlevel.FdStream(frames_fd), trio.lowlevel.FdStream(os.dup(0))
@@ -62,5 +70,5 @@ async def _serve(
                         return
 
                 nursery.start_soon(stop_on_signal)
-                await serve_connection(runtime, stream)
+                await serve_connection(runtime, stream, interrupted=interrupted)
                 nursery.cancel_scope.cancel(reason="end of input")
