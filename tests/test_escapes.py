@@ -11,6 +11,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 import tracemalloc
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -32,6 +33,7 @@ from greenroom.tools import Tool, confine
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.agents_helpers import turn_ends
 from tests.test_files import FLIPPER, _line, call, refused
+from tests.test_files import fifo_passes as fifo_passes  # the fixture, used by name
 from tests.test_output_caps import tapped
 
 NESTED = "[" * 100_000 + "]" * 100_000
@@ -376,3 +378,47 @@ async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
     assert not last.is_error
     assert last.content == "\n".join(lines[-2:]) + "\n[lines 99999-100000 of big.log]"
     assert tap.longest <= MAX_FRAME
+
+
+# -- an abandoned read stops ------------------------------------------------------------------
+
+
+@pytest.mark.real_clock
+@pytest.mark.usefixtures("fifo_passes")
+async def test_a_cancelled_read_that_never_reaches_its_offset_stops_reading(
+    tmp_path: Path,
+) -> None:
+    """A file whose size says 0 and that never ends (a /proc file; a FIFO here, let past the
+    type check) read from a far offset: the cancel answered, but the abandoned thread read
+    on for ever, holding its thread and a token of Trio's limiter."""
+    pipe = tmp_path / "endless"
+    os.mkfifo(pipe)
+    keeper = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # a reader that never reads
+    writer = os.open(pipe, os.O_WRONLY | os.O_NONBLOCK)
+    stop = threading.Event()
+    written = [0]
+
+    def write() -> None:
+        while not stop.is_set():
+            try:
+                written[0] += os.write(writer, b"z" * 4096)  # no newline: line 2 never comes
+            except BlockingIOError:  # the pipe is full: nobody reads
+                time.sleep(0.001)
+
+    feeding = threading.Thread(target=write, daemon=True)
+    feeding.start()
+    try:
+        with trio.fail_after(30):
+            with trio.move_on_after(0.5) as waited:
+                await call("read_file", tmp_path, path="endless", offset=2)
+            assert waited.cancelled_caught
+            assert written[0] > 1024 * 1024  # it was reading
+            await trio.sleep(0.5)
+            before = written[0]
+            await trio.sleep(0.5)
+            assert written[0] == before  # the pipe is full: nothing reads it any more
+    finally:
+        stop.set()
+        feeding.join(5)
+        os.close(writer)  # an abandoned reader that still reads sees its end
+        os.close(keeper)

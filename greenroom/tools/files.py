@@ -22,7 +22,9 @@ thread limiter) until the system call it is stuck in returns.
 
 from __future__ import annotations
 
+import errno
 import os
+import threading
 from collections.abc import Callable
 from typing import Annotated, Any, TypeVar
 
@@ -107,14 +109,23 @@ def _directories(invocation: ToolInvocation) -> tuple[str, list[str]]:
     return header.cwd, header.additional_directories
 
 
-async def _in_thread(call: ToolInvocation, work: Callable[[Roots], T]) -> T:
-    """``work(the session's roots)`` in a worker thread, abandoned by a cancel.
+async def _in_thread(call: ToolInvocation, work: Callable[[Roots, threading.Event], T]) -> T:
+    """``work(the session's roots, abandoned)`` in a worker thread, abandoned by a cancel.
 
     The roots are made there too: resolving them is file system work, and a
-    hung mount must not hang the Trio thread either.
+    hung mount must not hang the Trio thread either. ``abandoned`` is set once
+    a cancel has let the thread go, so work that goes on (a read of a file that
+    never ends) stops at its next step rather than run for the thread's life.
     """
     cwd, others = _directories(call)
-    return await trio.to_thread.run_sync(lambda: work(Roots(cwd, others)), abandon_on_cancel=True)
+    abandoned = threading.Event()
+    try:
+        return await trio.to_thread.run_sync(
+            lambda: work(Roots(cwd, others), abandoned), abandon_on_cancel=True
+        )
+    except trio.Cancelled:
+        abandoned.set()
+        raise
 
 
 def _editor(invocation: ToolInvocation) -> EditorFiles | None:
@@ -200,15 +211,20 @@ def read_window(read: Callable[[int], bytes], offset: int, limit: int, cap: int)
     return Window(data, offset, newlines + (not data.endswith(b"\n") and bool(data)), False, False)
 
 
-def _read_local(roots: Roots, path: str, offset: int, limit: int, cap: int) -> Window:
+def _read_local(
+    roots: Roots, path: str, offset: int, limit: int, cap: int, abandoned: threading.Event
+) -> Window:
     """The window of the file as far as its size when opened: one that grows while it is
     read (a command appending to it) is not chased. A size of 0 is no bound (the files
-    of /proc say 0 and hold text)."""
+    of /proc say 0 and hold text), so a read abandoned by a cancel stops at its next
+    chunk."""
     fd, info, _ = open_regular(roots, path)
     left = info.st_size or -1
 
     def read(n: int) -> bytes:
         nonlocal left
+        if abandoned.is_set():
+            raise OSError(errno.ECANCELED, "the read was abandoned by a cancel")
         if left == 0:
             return b""
         chunk = os.read(fd, n if left < 0 else min(n, left))
@@ -288,10 +304,13 @@ class FileTools:
             files = _editor(call)
             if files is None:
                 window = await _in_thread(
-                    call, lambda roots: _read_local(roots, args.path, args.offset, limit, cap)
+                    call,
+                    lambda roots, abandoned: _read_local(
+                        roots, args.path, args.offset, limit, cap, abandoned
+                    ),
                 )
             else:
-                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots, _: resolve(roots, args.path))
                 # Only the lines shown, and one to tell whether more follow: the whole of a
                 # large file would come back in one frame, past what the reader takes.
                 text = await files.read_text(path, args.offset, limit + 1)
@@ -310,11 +329,11 @@ class FileTools:
             if files is None:
                 most = self.caps.edit_bytes
                 read, _, path = await _in_thread(
-                    call, lambda roots: replace(roots, args.path, _content(args), most)
+                    call, lambda roots, _: replace(roots, args.path, _content(args), most)
                 )
                 old = _shown(read, most)
             else:
-                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots, _: resolve(roots, args.path))
                 try:
                     old = await files.read_text(path, None, None)
                 except Exception:  # a new file: nothing to read (the editor says so its own way)
@@ -344,11 +363,11 @@ class FileTools:
             files = _editor(call)
             if files is None:
                 read, new, path = await _in_thread(
-                    call, lambda roots: replace(roots, args.path, edit, self.caps.edit_bytes)
+                    call, lambda roots, _: replace(roots, args.path, edit, self.caps.edit_bytes)
                 )
                 old = read.text if read is not None else None
             else:
-                path = await _in_thread(call, lambda roots: resolve(roots, args.path))
+                path = await _in_thread(call, lambda roots, _: resolve(roots, args.path))
                 old = await files.read_text(path, None, None)
                 new = _edited(old, args.old_string, args.new_string)
                 await files.write_text(path, new)
