@@ -470,7 +470,7 @@ async def test_resume_restores_without_replay_and_close_frees_the_session(tmp_pa
         ),
         (
             b'{"jsonrpc":"2.0","id":7,"method":"session/prompt",'
-            b'"params":{"sessionId":"s","prompt":[{"type":"image","data":""}]}}',
+            b'"params":{"sessionId":"s","prompt":[{"type":"audio","data":""}]}}',
             -32602,
             "$.prompt[0].type",
         ),

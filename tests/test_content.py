@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 import trio
 
 from greenroom import open_runtime
+from greenroom.acp.prompts import LINK_BYTES
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.models.parts import takes_images
@@ -27,6 +29,7 @@ from greenroom.protocol.events import Errored, TurnEnd, UserMessage
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, UserTurn
 from greenroom.session.persistence import JsonlPersistence, SqlitePersistence
 from greenroom.session.transcript import transcript
+from tests.acp_peer import Bridge, bridge
 from tests.sse_server import Reply, client_tls
 from tests.sse_server import sse_server as tls_server
 from tests.test_model_adapters import KEY, LIMIT, STREAMS
@@ -291,3 +294,191 @@ async def test_a_blob_store_failure_fails_the_turn_and_keeps_the_prompt(tmp_path
     assert any(isinstance(e, UserMessage) and e.parts for e in events)
     end = [e for e in events if isinstance(e, TurnEnd)][-1]
     assert isinstance(end.reason, Errored)
+
+
+# -- over ACP ---------------------------------------------------------------------------------
+
+
+def image_block(data: bytes = PNG, mime: str = "image/png") -> dict[str, object]:
+    return {"type": "image", "data": base64.b64encode(data).decode(), "mimeType": mime}
+
+
+async def acp_prompt(b: Bridge, session: str, prompt: list[dict[str, object]]) -> dict[str, object]:
+    return await b.peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+
+
+async def test_acp_says_it_takes_images_and_embedded_context(tmp_path: Path) -> None:
+    async with bridge(tmp_path, Recorder()) as b:
+        answer = await b.peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+    capabilities = answer["result"]["agentCapabilities"]["promptCapabilities"]
+    assert capabilities == {"image": True, "audio": False, "embeddedContext": True}
+
+
+async def test_acp_image_and_resource_blocks_reach_the_model(tmp_path: Path) -> None:
+    model = Recorder()
+    pdf = b"%PDF-1.4"
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        prompt = [
+            {"type": "text", "text": "look"},
+            image_block(),
+            {"type": "resource", "resource": {"uri": "file:///w/a.md", "text": "# a"}},
+            {
+                "type": "resource",
+                "resource": {
+                    "uri": "file:///w/a.pdf",
+                    "mimeType": "application/pdf",
+                    "blob": base64.b64encode(pdf).decode(),
+                },
+            },
+        ]
+        answer = await acp_prompt(b, session, prompt)
+    assert answer["result"]["stopReason"] == "end_turn"
+    (request,) = model.requests
+    assert user_parts(request) == [
+        Text("look"),
+        ImageRef("image/png", DIGEST, len(PNG)),
+        Resource("file:///w/a.md", text="# a"),
+        ResourceRef("file:///w/a.pdf", "application/pdf", hashlib.sha256(pdf).hexdigest(), 8),
+    ]
+    assert request.blobs[DIGEST] == PNG
+
+
+@pytest.mark.parametrize(
+    ("block", "words"),
+    [
+        (
+            image_block(b"x" * (MAX_IMAGE_BYTES + 3)),
+            f"prompt[1]: the image is {MAX_IMAGE_BYTES + 3:,} bytes, over the limit of"
+            f" {MAX_IMAGE_BYTES:,} bytes",
+        ),
+        (
+            image_block(b"x" * (MAX_IMAGE_BYTES + 1)),
+            f"prompt[1]: the image is {MAX_IMAGE_BYTES + 1:,} bytes, over the limit of"
+            f" {MAX_IMAGE_BYTES:,} bytes",
+        ),
+        (
+            {"type": "image", "data": "not base64!", "mimeType": "image/png"},
+            "prompt[1]: the image is not base64",
+        ),
+        (image_block(mime="image/tiff"), "prompt[1]: image type 'image/tiff' is not one of"),
+        (
+            {"type": "resource", "resource": {"uri": "file:///x"}},
+            "prompt[1]: resource 'file:///x' needs exactly one of text and blob",
+        ),
+        ({"type": "audio", "data": "", "mimeType": "audio/wav"}, "invalid params"),
+    ],
+)
+async def test_acp_refuses_a_bad_block_naming_it_and_the_limit(
+    tmp_path: Path, block: dict[str, object], words: str
+) -> None:
+    model = Recorder()
+    async with bridge(tmp_path, model) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        answer = await acp_prompt(b, session, [{"type": "text", "text": "see"}, block])
+        # The connection goes on: the next prompt is answered.
+        after = await acp_prompt(b, session, [{"type": "text", "text": "and now"}])
+    assert answer["error"]["code"] == -32602
+    assert words in answer["error"]["message"]
+    assert after["result"]["stopReason"] == "end_turn"
+    assert len(model.requests) == 1
+
+
+async def test_acp_inlines_a_resource_link_inside_the_roots_only(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "notes.md").write_text("the notes")
+    (work / "big.txt").write_text("x" * (LINK_BYTES + 1))
+    (tmp_path / "secret.txt").write_text("outside")
+    model = Recorder()
+    async with bridge(tmp_path / "store", model) as b:
+        session = await b.peer.new_session(str(work))
+
+        def link(path: Path) -> dict[str, object]:
+            return {"type": "resource_link", "uri": path.as_uri(), "name": path.name}
+
+        await acp_prompt(b, session, [{"type": "text", "text": "read"}, link(work / "notes.md")])
+        await acp_prompt(
+            b, session, [{"type": "text", "text": "and"}, link(tmp_path / "secret.txt")]
+        )
+        await acp_prompt(b, session, [{"type": "text", "text": "big"}, link(work / "big.txt")])
+    inside, outside, big = model.requests
+    assert user_parts(inside) == [
+        Text("read"),
+        Resource((work / "notes.md").as_uri(), text="the notes"),
+    ]
+    # Outside the roots (and past the cap): the link as text, the file never read.
+    last = outside.messages[-1]
+    assert isinstance(last, UserTurn)
+    assert last == UserTurn(f"and\n[secret.txt]({(tmp_path / 'secret.txt').as_uri()})")
+    assert "outside" not in repr(outside)
+    assert big.messages[-1] == UserTurn(f"big\n[big.txt]({(work / 'big.txt').as_uri()})")
+
+
+async def test_steering_refuses_an_image_naming_it(tmp_path: Path) -> None:
+    async with bridge(tmp_path, Recorder()) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        answer = await b.peer.call(
+            "_session/steering",
+            {"sessionId": session, "prompt": [{"type": "text", "text": "x"}, image_block()]},
+        )
+    assert answer["error"]["code"] == -32602
+    assert "prompt[1]: steering takes text" in answer["error"]["message"]
+
+
+# -- ACP replay with the official SDK client, across two processes ---------------------------
+
+
+def test_acp_load_replays_the_image_as_an_image_block(tmp_path: Path) -> None:
+    import asyncio
+
+    import acp
+    from acp import schema
+
+    from tests.test_acp_e2e import Recorder as Client
+
+    home, work = tmp_path / "home", tmp_path / "work"
+    work.mkdir()
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    prompt = [
+        acp.text_block("what is this?"),
+        schema.ImageContentBlock(type="image", data=PNG_B64, mime_type="image/png"),
+    ]
+
+    async def first() -> str:
+        async with acp.spawn_agent_process(
+            Client(), *command, env={"GREENROOM_HOME": str(home)}, cwd=work
+        ) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+            answer = await conn.prompt(session_id=session, prompt=prompt)
+            assert answer.stop_reason == "end_turn"
+            return session
+
+    async def second(session: str, client: Client) -> None:
+        async with acp.spawn_agent_process(
+            client, *command, env={"GREENROOM_HOME": str(home)}, cwd=work
+        ) as (conn, _):
+            await conn.initialize(protocol_version=1)
+            await conn.load_session(session_id=session, cwd=str(work), mcp_servers=[])
+
+    async def scenario() -> tuple[Client, Client]:
+        session = await asyncio.wait_for(first(), 30)
+        loaded = Client()
+        await asyncio.wait_for(second(session, loaded), 30)
+        blobs = next((home / "sessions").rglob("*.blobs"))
+        (blobs / DIGEST).unlink()
+        missing = Client()
+        await asyncio.wait_for(second(session, missing), 30)
+        return loaded, missing
+
+    loaded, missing = asyncio.run(scenario())
+    users = [u.content for _, u in loaded.updates if isinstance(u, schema.UserMessageChunk)]
+    assert users[0] == schema.TextContentBlock(type="text", text="what is this?")
+    assert isinstance(users[1], schema.ImageContentBlock)
+    assert users[1].data == PNG_B64
+    assert users[1].mime_type == "image/png"
+    # The side file gone: a marker, and the load still answered.
+    users = [u.content for _, u in missing.updates if isinstance(u, schema.UserMessageChunk)]
+    assert isinstance(users[1], schema.TextContentBlock)
+    assert "is missing from the session's store" in users[1].text

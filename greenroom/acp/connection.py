@@ -28,6 +28,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import uuid
@@ -55,6 +56,7 @@ from greenroom.acp.params import (
 )
 from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.acp.progress import SubagentProgress
+from greenroom.acp.prompts import prompt_content, session_roots
 from greenroom.acp.sessions import InFlight, SessionRecord
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentHandle
@@ -290,12 +292,14 @@ class AcpConnection:
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self._live(params.session_id)
         agent = record.handle.agent  # type: ignore[union-attr]
-        text = prompt_text(params.prompt)
-        command = self._commands(record.session_id).parse(text.strip())
+        content = prompt_content(params.prompt, session_roots(agent.session.header))
+        command = None
+        if isinstance(content, str):
+            command = self._commands(record.session_id).parse(content.strip())
         if command is not None:
             self._run(request_id, record, agent, command)
             return
-        entry = record.prompts[request_id] = InFlight(request_id, agent.send(text))
+        entry = record.prompts[request_id] = InFlight(request_id, agent.send(content))
         self.nursery.start_soon(self._answer, record, entry)
 
     def _run(
@@ -479,6 +483,9 @@ class AcpConnection:
                 for event in events[stored:]
                 for update in self.presenter.present(session, event, replay=False)
             ]
+        if replay and session.blobs_wanted:  # its prompts' images, to send back
+            with contextlib.suppress(PersistenceError):  # then each is a marker
+                await session.hold_blobs({})
         if replay:  # the log as it was stored: the cut turn as it stands
             for event in events[:stored]:
                 for update in self.presenter.present(session, event, replay=True):

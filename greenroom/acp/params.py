@@ -21,6 +21,9 @@ from greenroom.protocol.acp import (
     HttpServerEntry,
     PromptResult,
     PromptUsage,
+    ResourceBlock,
+    ResourceContents,
+    ResourceLinkBlock,
     StdioServerEntry,
     StopReason,
     TextBlock,
@@ -98,11 +101,24 @@ def offset(cursor: str | None) -> int:
 
 
 def prompt_text(prompt: list[ContentBlock]) -> str:
-    """A prompt's blocks as one text (a resource link as a Markdown link); blank is refused."""
-    parts = [
-        block.text if isinstance(block, TextBlock) else f"[{block.name}]({block.uri})"
-        for block in prompt
-    ]
+    """A steering prompt's blocks as one text (a resource link as a Markdown link, an
+    embedded text resource as a text naming its uri); blank is refused, and so is an image
+    or a blob (-32602 naming the block: it can go as a prompt of its own)."""
+    parts: list[str] = []
+    for index, block in enumerate(prompt):
+        match block:
+            case TextBlock(text=text):
+                parts.append(text)
+            case ResourceLinkBlock(name=name, uri=uri):
+                parts.append(f"[{name}]({uri})")
+            case ResourceBlock(resource=ResourceContents(uri=uri, text=str() as text)):
+                parts.append(f'<resource uri="{uri}">\n{text}\n</resource>')
+            case _:
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"invalid params: prompt[{index}]: steering takes text; send an image or"
+                    " a blob as a prompt",
+                )
     text = "\n".join(part for part in parts if part)
     if not text.strip():
         raise RpcError(INVALID_PARAMS, "invalid params: prompt has no text")

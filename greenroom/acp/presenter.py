@@ -21,6 +21,7 @@ takes (`greenroom.acp.frames.MAX_FRAME`), live and on replay.
 
 from __future__ import annotations
 
+import base64
 import datetime
 import os
 import re
@@ -29,6 +30,7 @@ from typing import Final
 
 import msgspec
 
+from greenroom.acp import frames
 from greenroom.actors.types import DEFAULT_MODE, MODES
 from greenroom.protocol.acp import (
     AgentMessageChunk,
@@ -38,7 +40,10 @@ from greenroom.protocol.acp import (
     ConfigOptionUpdate,
     CurrentModeUpdate,
     DiffContent,
+    ImageBlock,
     PlanUpdate,
+    ResourceBlock,
+    ResourceContents,
     SessionInfoUpdate,
     SessionMode,
     SessionModeState,
@@ -55,6 +60,15 @@ from greenroom.protocol.acp import (
     UserMessageChunk,
 )
 from greenroom.protocol.arguments import arguments_value
+from greenroom.protocol.content import (
+    ImageRef,
+    Part,
+    Resource,
+    ResourceRef,
+    Text,
+    described,
+    missing,
+)
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
@@ -141,8 +155,11 @@ class Presenter:
                 yield AgentMessageChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
             case AssistantChunk(turn=turn, step=step, chunk=ReasoningDelta(text=text)) if text:
                 yield AgentThoughtChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
-            case UserMessage(content=content, message_id=message_id):
-                if replay:
+            case UserMessage(content=content, message_id=message_id, parts=parts):
+                if replay and parts:
+                    for block in _replayed(parts, session.blobs):
+                        yield UserMessageChunk(block, message_id)
+                elif replay:
                     yield UserMessageChunk(TextBlock(_bounded(content)), message_id)
                 if event.seq == session.title_seq and session.title is not None:
                     yield SessionInfoUpdate(session.title, iso_time(event.time))
@@ -290,6 +307,35 @@ class _Budget:
             return False
         self.left -= ITEM_CHARS
         return True
+
+
+#: The base64 characters of an image or blob a replayed prompt sends back at most (what a
+#: frame holds beside its envelope); a larger one is sent as a text saying so.
+BLOB_CHARS: Final = frames.MAX_FRAME - 64 * 1024
+
+
+def _replayed(
+    parts: Sequence[Part], blobs: Mapping[str, bytes]
+) -> Iterator[TextBlock | ImageBlock | ResourceBlock]:
+    """A prompt's parts as ACP blocks, as they came: an image or blob its store lacks, or
+    one past `BLOB_CHARS`, as a text naming it."""
+    for part in parts:
+        match part:
+            case Text(text=text):
+                yield TextBlock(_bounded(text))
+            case Resource(uri=uri, text=text):
+                yield ResourceBlock(ResourceContents(uri, text=_bounded(text or "")))
+            case ImageRef() | ResourceRef():
+                data = blobs.get(part.sha256)
+                if data is None:
+                    yield TextBlock(missing(part))
+                elif len(data) // 3 * 4 + 4 > BLOB_CHARS:
+                    yield TextBlock(f"{described(part)} (too large to send back)")
+                elif isinstance(part, ImageRef):
+                    yield ImageBlock(base64.b64encode(data).decode(), part.mime_type)
+                else:
+                    encoded = base64.b64encode(data).decode()
+                    yield ResourceBlock(ResourceContents(part.uri, part.mime_type, blob=encoded))
 
 
 def _bounded(text: str) -> str:

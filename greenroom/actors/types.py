@@ -15,6 +15,7 @@ import trio
 
 from greenroom.actors.compaction import CompactionPolicy
 from greenroom.actors.prompt import Answer, Prompt
+from greenroom.protocol.content import Content
 from greenroom.protocol.events import (
     FileDiff,
     Location,
@@ -111,29 +112,39 @@ class Agent(Protocol):
         ...
 
     @overload
-    def send(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
+    def send(self, content: Content, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
     @overload
     def send(
-        self, content: str, *, source: MessageSource | None = None, output: type[T]
+        self, content: Content, *, source: MessageSource | None = None, output: type[T]
     ) -> Prompt[T]: ...
 
     def send(
-        self, content: str, *, source: MessageSource | None = None, output: type[Any] | None = None
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        output: type[Any] | None = None,
     ) -> Prompt[Any]: ...
 
     def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
     @overload
-    async def run(self, content: str, *, source: MessageSource | None = None) -> Answer[None]: ...
+    async def run(
+        self, content: Content, *, source: MessageSource | None = None
+    ) -> Answer[None]: ...
 
     @overload
     async def run(
-        self, content: str, *, source: MessageSource | None = None, output: type[T]
+        self, content: Content, *, source: MessageSource | None = None, output: type[T]
     ) -> Answer[T]: ...
 
     async def run(
-        self, content: str, *, source: MessageSource | None = None, output: type[Any] | None = None
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        output: type[Any] | None = None,
     ) -> Answer[Any]: ...
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str: ...

@@ -76,7 +76,34 @@ class ResourceLinkBlock(
     description: str | None = None
 
 
-ContentBlock: TypeAlias = TextBlock | ResourceLinkBlock
+class ImageBlock(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="type",
+    tag="image",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    data: str  # base64
+    mime_type: str
+    uri: str | None = None
+
+
+class ResourceContents(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+    """An embedded resource's contents: its `text`, or its `blob` (base64); one of them."""
+
+    uri: str
+    mime_type: str | None = None
+    text: str | None = None
+    blob: str | None = None
+
+
+class ResourceBlock(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource"):
+    resource: ResourceContents
+
+
+ContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 # -- requests --------------------------------------------------------------------------
 
@@ -204,9 +231,9 @@ class Empty(msgspec.Struct, frozen=True, gc=False):
 
 
 class PromptCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
-    image: bool = False
+    image: bool = True
     audio: bool = False
-    embedded_context: bool = False
+    embedded_context: bool = True
 
 
 class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
@@ -353,7 +380,9 @@ class _ContentChunk(
 
 
 class UserMessageChunk(_ContentChunk, frozen=True, gc=False, tag="user_message_chunk"):
-    pass
+    """A prompt's block, replayed (an image or embedded resource as it came)."""
+
+    content: TextBlock | ImageBlock | ResourceBlock  # type: ignore[assignment]
 
 
 class AgentMessageChunk(_ContentChunk, frozen=True, gc=False, tag="agent_message_chunk"):

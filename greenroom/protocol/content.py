@@ -87,18 +87,24 @@ def checked(blocks: object) -> tuple[ContentBlock, ...]:
         raise ValueError("content must have at least one block")
     total = 0
     for index, block in enumerate(blocks):
-        total += _size(index, block)
-        if total > MAX_PROMPT_BYTES:
-            raise ValueError(
-                f"content block {index}: the prompt's blocks pass the limit of"
-                f" {MAX_PROMPT_BYTES:,} bytes in all"
-            )
+        where = f"content block {index}"
+        total += block_size(where, block)
+        check_total(where, total)
     return tuple(blocks)
 
 
-def _size(index: int, block: object) -> int:
-    """The bytes `block` adds to a prompt, once it is known to be a good block."""
-    where = f"content block {index}"
+def check_total(where: str, total: int) -> None:
+    """`ValueError` naming `where` (the block that passed it) when a prompt's `total` bytes
+    are over `MAX_PROMPT_BYTES`."""
+    if total > MAX_PROMPT_BYTES:
+        raise ValueError(
+            f"{where}: the prompt's blocks pass the limit of {MAX_PROMPT_BYTES:,} bytes in all"
+        )
+
+
+def block_size(where: str, block: object) -> int:
+    """The bytes `block` adds to a prompt; `ValueError`/`TypeError` naming `where` (the
+    block, as the caller names it) for a block `checked` refuses."""
     match block:
         case Text(text=text):
             if not text.strip():
