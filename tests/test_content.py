@@ -14,6 +14,7 @@ import trio
 
 from greenroom import open_runtime
 from greenroom.acp.prompts import LINK_BYTES
+from greenroom.cli import main
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.models.parts import takes_images
@@ -482,3 +483,79 @@ def test_acp_load_replays_the_image_as_an_image_block(tmp_path: Path) -> None:
     users = [u.content for _, u in missing.updates if isinstance(u, schema.UserMessageChunk)]
     assert isinstance(users[1], schema.TextContentBlock)
     assert "is missing from the session's store" in users[1].text
+
+
+# -- every store, the command, a fork ---------------------------------------------------------
+
+
+def test_sessions_show_reads_the_side_files_and_marks_a_missing_one(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def one() -> None:
+        async with open_runtime(model=Recorder(), persistence=JsonlPersistence(tmp_path)) as rt:
+            agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+            await agent.run(PROMPT)
+
+    trio.run(one)
+    assert main(["sessions", "--store", f"jsonl:{tmp_path}", "show", "s"]) == 0
+    shown = capsys.readouterr().out
+    assert f"    [image image/png, {len(PNG)} bytes, sha256 {DIGEST[:12]}]" in shown
+    (tmp_path / "s.blobs" / DIGEST).unlink()
+    assert main(["sessions", "--store", f"jsonl:{tmp_path}", "show", "s"]) == 0
+    shown = capsys.readouterr().out
+    assert "    what is in this picture?" in shown
+    assert f"sha256 {DIGEST[:12]}) is missing from the session's store]" in shown
+
+
+async def test_a_fork_carries_the_prompts_blobs(tmp_path: Path) -> None:
+    async with open_runtime(model=Recorder(), persistence=JsonlPersistence(tmp_path)) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        await agent.run(PROMPT)
+        await rt.agents.fork("s", "copy")
+    assert (tmp_path / "copy.blobs" / DIGEST).read_bytes() == PNG
+    await JsonlPersistence(tmp_path).delete("s")
+    assert not (tmp_path / "s.blobs").exists()
+    model = Recorder()
+    async with open_runtime(model=model, persistence=JsonlPersistence(tmp_path)) as rt:
+        forked = (await rt.agents.resume(agent_id="a", session_id="copy")).agent
+        await forked.run("and?")
+    assert model.requests[0].blobs == {DIGEST: PNG}
+
+
+def test_postgres_keeps_blobs_in_a_table(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import psycopg
+
+    from greenroom.session.persistence.postgres import PostgresPersistence
+
+    model = Recorder()
+
+    async def scenario() -> None:
+        store = PostgresPersistence(postgres_dsn)
+        try:
+            async with open_runtime(model=Recorder(), persistence=store) as rt:
+                agent = (await rt.agents.create(agent_id="a", session_id="pg")).agent
+                await agent.run(PROMPT)
+            assert await store.read_blobs("pg", [DIGEST, "0" * 64]) == {DIGEST: PNG}
+            async with open_runtime(model=model, persistence=store) as rt:
+                resumed = (await rt.agents.resume(agent_id="a", session_id="pg")).agent
+                await resumed.run("again")
+        finally:
+            store.close()
+
+    trio.run(scenario)
+    assert model.requests[0].blobs == {DIGEST: PNG}
+    assert main(["sessions", "--store", postgres_dsn, "show", "pg"]) == 0
+    assert f"[image image/png, {len(PNG)} bytes, sha256 {DIGEST[:12]}]" in capsys.readouterr().out
+
+    async def delete() -> None:
+        store = PostgresPersistence(postgres_dsn)
+        try:
+            await store.delete("pg")
+        finally:
+            store.close()
+
+    trio.run(delete)
+    with psycopg.connect(postgres_dsn) as db:
+        assert db.execute("SELECT count(*) FROM greenroom_blobs").fetchone() == (0,)

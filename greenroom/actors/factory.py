@@ -36,11 +36,13 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
+from greenroom.protocol.content import referenced
 from greenroom.protocol.events import (
     SessionEvent,
     SessionHeader,
     TurnEnd,
     TurnStart,
+    UserMessage,
 )
 from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.protocol.model import ToolSchema
@@ -266,6 +268,11 @@ class AgentFactory:
             log = await self._persistence.create(fork)
             try:
                 try:
+                    digests = [
+                        d for e in kept if type(e) is UserMessage for d in referenced(e.parts)
+                    ]
+                    if digests:  # the prompts' images go with the copy, ahead of its log
+                        await log.put_blobs(await self._persistence.read_blobs(session_id, digests))
                     for event in kept:
                         log.append(event)
                     await log.flush()
