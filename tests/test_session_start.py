@@ -67,8 +67,13 @@ async def _acp(tmp_path: Path, editor: Editor, body: Any) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
     command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    # A server that ignores the end of its stdin costs greenroom's teardown its grace.
     async with acp.spawn_agent_process(
-        editor, *command, env={"GREENROOM_HOME": str(home)}, cwd=work
+        editor,
+        *command,
+        env={"GREENROOM_HOME": str(home)},
+        cwd=work,
+        transport_kwargs={"shutdown_timeout": 15.0},
     ) as (conn, process):
         await conn.initialize(protocol_version=1, client_capabilities=schema.ClientCapabilities())
         await body(conn, str(work))
@@ -82,7 +87,7 @@ def test_a_server_that_never_answers_does_not_hold_session_new(tmp_path: Path) -
         began = time.monotonic()
         answer = await conn.new_session(cwd=work, mcp_servers=[served("mute", "silent")])
         took = time.monotonic() - began
-        assert SERVER_WAIT <= took < SERVER_WAIT + 2.0
+        assert SERVER_WAIT <= took < SERVER_WAIT + 5.0  # not the server's 30 s start_timeout
         await asyncio.wait_for(editor.told("'mute' is not ready after 2 s"), 5)
         # The session works meanwhile.
         reply = await conn.prompt(session_id=answer.session_id, prompt=[acp.text_block("hi")])
@@ -97,10 +102,10 @@ def test_a_slow_server_joins_when_ready_and_the_editor_is_told(tmp_path: Path) -
 
     async def body(conn: Any, work: str) -> None:
         began = time.monotonic()
-        answer = await conn.new_session(cwd=work, mcp_servers=[served("slow", "slow-start", "4")])
-        assert time.monotonic() - began < SERVER_WAIT + 2.0
+        answer = await conn.new_session(cwd=work, mcp_servers=[served("slow", "slow-start", "8")])
+        assert time.monotonic() - began < SERVER_WAIT + 5.0  # before the server could be up
         session = answer.session_id
-        await asyncio.wait_for(editor.told("'slow' is ready"), 20)
+        await asyncio.wait_for(editor.told("'slow' is ready"), 30)
         asked = "tool: mcp__slow__echo " + json.dumps({"text": "late"})
         reply = await conn.prompt(session_id=session, prompt=[acp.text_block(asked)])
         assert reply.stop_reason == "end_turn"
@@ -121,7 +126,7 @@ def test_a_slow_server_joins_when_ready_and_the_editor_is_told(tmp_path: Path) -
 @pytest.mark.real_clock
 async def test_create_can_go_live_without_waiting_its_tools_join_later() -> None:
     slow = McpStdioServer(
-        name="slow", command=sys.executable, args=[str(SERVERS), "slow-start", "2"]
+        name="slow", command=sys.executable, args=[str(SERVERS), "slow-start", "3"]
     )
     model = ScriptedModel(
         [[Say("first")], [CallTool("mcp__slow__echo", {"text": "x"}, call_id="e")], [Say("ok")]],
@@ -131,11 +136,10 @@ async def test_create_can_go_live_without_waiting_its_tools_join_later() -> None
         async with open_runtime(model=model) as rt:
             states: list[McpStatus] = []
             rt.hooks.on(MCP_STATUS, lambda _agent, status: states.append(status))
-            began = trio.current_time()
             handle = await rt.agents.create(
                 agent_id="a", session_id="s", mcp_servers=[slow], wait_for_servers=0
             )
-            assert trio.current_time() - began < 1.0
+            assert [s.state for s in states] == ["starting"]  # live before its server is up
             agent = handle.agent
             await agent.run("before")
             first = {t.name for t in model.requests[0].tools}

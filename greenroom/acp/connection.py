@@ -703,7 +703,8 @@ class AcpConnection:
             return  # another connection's session
         before = status.previous
         quiet = status.state == before or (status.state == "ready" and before == "starting")
-        if quiet and not status.message:  # a slow start and its end are told
+        slow = bool(status.message) and "starting" in (status.state, before)
+        if quiet and not slow:  # a slow start and its end are told
             return
         record.notice(self.outbox, status.describe() + "\n")
 

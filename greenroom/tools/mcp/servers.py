@@ -169,7 +169,7 @@ class SessionMcp:
                 await slot.settled.wait()
         for slot in self.slots:
             if not slot.settled.is_set():
-                slot.slow(self._wait)
+                slot.slow(agent, self._wait)
 
     async def stop(self) -> None:
         """Stop every server (at once, each within its grace). Shields itself; idempotent.
@@ -309,8 +309,10 @@ class ServerSlot:
             self._set("ready", why, len(entries))
         self.settled.set()
 
-    def slow(self, waited: float) -> None:
-        """Its session went live without it: say so (it goes on starting)."""
+    def slow(self, agent: Agent, waited: float) -> None:
+        """Its session went live without it: say so (it goes on starting). Its keeper may
+        not have run yet (a wait of 0)."""
+        self._agent = agent
         self._slow = True
         self._set("starting", f"not ready after {waited:g} s; it goes on starting")
 
