@@ -96,7 +96,8 @@ class _Counter:
             and update.content.text == _PROMPT
         ):
             self.chunks[session_id] = self.chunks.get(session_id, 0) + 1
-        elif not isinstance(update, schema.SessionInfoUpdate):  # a title: greenroom names sessions
+        elif not isinstance(update, schema.SessionInfoUpdate | schema.AvailableCommandsUpdate):
+            # Not a title (greenroom names sessions) nor its slash commands (sent after new).
             self.other.append((session_id, update))
         self.changed.set()
 
