@@ -23,20 +23,22 @@ class Inbox:
     """Two FIFOs and one parked reader.
 
     The agent's own task is the only reader: it parks in `wait` until a
-    prompt is queued or a flush is requested. The steering FIFO drains whole;
+    prompt is queued, a flush is requested or the inbox is closed (the
+    agent is stopping). The steering FIFO drains whole;
     the queued FIFO drains its leading run of prompts that ask for the same
     output (a synchronous burst becomes one turn; prompts asking for
     different outputs never share one). Writers never block and never
     checkpoint.
     """
 
-    __slots__ = ("_parked", "_queued", "_steering", "flush_requested")
+    __slots__ = ("_parked", "_queued", "_steering", "closed", "flush_requested")
 
     def __init__(self) -> None:
         self._queued: list[Prompt[Any]] = []
         self._steering: list[Prompt[Any]] = []
         self._parked: trio.lowlevel.Task | None = None
         self.flush_requested = False
+        self.closed = False
 
     @property
     def queued(self) -> int:
@@ -55,6 +57,11 @@ class Inbox:
 
     def request_flush(self) -> None:
         self.flush_requested = True
+        self._wake()
+
+    def close(self) -> None:
+        """Wake the reader for good: every `wait` from now on returns at once. Idempotent."""
+        self.closed = True
         self._wake()
 
     def withdraw(self, message_id: str) -> Prompt[Any] | None:
@@ -95,8 +102,9 @@ class Inbox:
         return cleared
 
     async def wait(self) -> None:
-        """Return once something is queued or a flush requested. Always checkpoints."""
-        if self._queued or self.flush_requested:
+        """Return once something is queued, a flush requested or the inbox closed.
+        Always checkpoints."""
+        if self._queued or self.flush_requested or self.closed:
             await trio.lowlevel.checkpoint()
             return
         self._parked = trio.lowlevel.current_task()

@@ -9,12 +9,15 @@ says it with nesting::
           the session's MCP servers            (stopped fourth, within their grace)
             the session's owned processes      (released third: killed, reaped)
               the agent's children             (disposed second, at the latest)
-                the life scope: the agent's loop (stopped first; its closing turn/end
+                the agent's loop               (stopped first; its closing turn/end
                                                 is appended and flushed, unstoppable)
 
-`AgentHandle.dispose` cancels the life scope and waits for the life's task to
-return; an owner closing cancels the same task from outside. Python unwinds
-the same nesting either way.
+`AgentHandle.dispose` stops the loop (`LiveAgent.stop`: the inbox wakes the
+parked loop to return, and a turn in flight has its turn scope cancelled
+with reason ``"disposed"``) and waits for the life's task to return; an
+owner closing cancels the same task from outside. Python unwinds the same
+nesting either way. The life has no cancel scope of its own: an idle agent
+pays for none (a `trio.CancelScope` and its status are ~550 B).
 
 Children (`AgentHandle.spawn`, the ``task`` tool) are lives of their own,
 started under their parent's owner beside it, so that an idle agent pays
@@ -61,7 +64,12 @@ class LiveAgent(Agent, Protocol):
     """An agent as its life runs it."""
 
     async def drive(self) -> None:
-        """Run turns until cancelled (the life scope, or the owner); never returns otherwise."""
+        """Run turns until `stop` (then it returns) or the owner's cancel (re-raised)."""
+        ...
+
+    def stop(self) -> None:
+        """Make `drive` return: a turn in flight ends ``disposed``, a parked loop wakes.
+        Never checkpoints; idempotent."""
         ...
 
 
@@ -112,7 +120,7 @@ class AgentHandle:
 
 
 class AgentLife:
-    """One agent's life: the life scope, the exit, and the nesting its task unwinds.
+    """One agent's life: its stop, the exit, and the nesting its task unwinds.
 
     The life builds its agent (``build(life)``), so the agent can read
     `disposing` (true from the first `stop`) to refuse new work, and await
@@ -128,7 +136,6 @@ class AgentLife:
         "_parent",
         "_registry",
         "_release_owned",
-        "_scope",
         "_servers",
         "_sessions",
         "_spawner",
@@ -161,7 +168,6 @@ class AgentLife:
         self._sessions = sessions
         self._registry = registry
         self._release_owned = release_owned
-        self._scope = trio.CancelScope()
         self._exited: trio.Event | bool = False  # an Event once someone waits (it is 216 B)
         self.disposing = False
         #: For the factory's spawner: where this life runs, whom its session asks.
@@ -243,9 +249,9 @@ class AgentLife:
             self._children.remove(child)
 
     def stop(self) -> None:
-        """Begin the teardown: cancel the life scope with reason ``"disposed"``. Idempotent."""
+        """Begin the teardown: stop the agent's loop (reason ``"disposed"``). Idempotent."""
         self.disposing = True
-        self._scope.cancel(reason="disposed")
+        self.agent.stop()
 
     async def _close_log(self, session_id: str) -> None:
         """The last sync, then let the session go; a failure is logged, never raised here."""
@@ -283,11 +289,10 @@ class AgentLife:
                                 await servers.start(agent)
                             try:
                                 try:
-                                    with self._scope:
-                                        task_status.started(self.handle)
-                                        # Trio's status holds its start's nursery (~800 B).
-                                        del task_status
-                                        await agent.drive()
+                                    task_status.started(self.handle)
+                                    # Trio's status holds its start's nursery (~800 B).
+                                    del task_status
+                                    await agent.drive()
                                 finally:
                                     await self.end_children()
                             finally:

@@ -15,9 +15,12 @@ Everything that stops work goes through two objects:
   `cancel` cancels with the caller's reason so an in-flight model call or
   tool call stops at its next checkpoint.
 
-Disposal is the life scope being cancelled (by `AgentHandle.dispose` or by
-the owner closing): the turn in flight ends ``disposed``, its closing events
-are appended and the flush runs shielded, and `drive` unwinds.
+Disposal is `stop` (from `AgentHandle.dispose`: the inbox is closed, which
+wakes a parked loop, and the turn scope of a turn in flight is cancelled with
+reason ``"disposed"``) or the owner's cancel reaching the task: either way the
+turn in flight ends ``disposed``, its closing events are appended and the
+flush runs shielded, and `drive` returns (on `stop`) or unwinds (re-raising
+the owner's cancel).
 """
 
 from __future__ import annotations
@@ -127,6 +130,8 @@ logger = logging.getLogger("greenroom.agent")
 CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
+#: The reason of the turn scope's cancel when the agent is disposed (`LoopAgent.stop`).
+DISPOSED_REASON: Final = "disposed"
 
 #: Who tells the model its final answer did not validate (a ``context/message``).
 OUTPUT_SOURCE: Final = PluginSource("output")
@@ -372,6 +377,14 @@ class LoopAgent:
         if self._turn_scope is not None:
             self._turn_scope.cancel(reason=reason)
 
+    def stop(self) -> None:
+        """The life's stop (`AgentLife.stop` has set ``disposing``): close the inbox, so
+        that `drive` returns at its next wake-up, and cancel the turn in flight (it ends
+        ``disposed``). Never checkpoints; idempotent."""
+        self._inbox.close()
+        if self._turn_scope is not None:
+            self._turn_scope.cancel(reason=DISPOSED_REASON)
+
     def configure(self, key: str, value: str) -> None:
         """Change a setting of the session: ``mode`` (one of `MODES`), ``model`` (an id
         of the runtime's models) or ``thought_level`` (one of `THOUGHT_LEVELS`: how hard
@@ -428,7 +441,7 @@ class LoopAgent:
     # -- the task --------------------------------------------------------------
 
     async def drive(self) -> None:
-        """Run turns until the life scope or the owner cancels; re-raises that cancel.
+        """Run turns until `stop` (then it returns) or the owner's cancel (re-raised).
 
         A turn a crash cut (``resumed``) is carried on first, before any prompt.
 
@@ -446,6 +459,8 @@ class LoopAgent:
                     self._set_status("idle")
             while True:
                 await inbox.wait()
+                if inbox.closed:  # stopped: the life goes on with its teardown
+                    return
                 if inbox.flush_requested:
                     inbox.flush_requested = False
                     await self._flush(0)
@@ -552,18 +567,28 @@ class LoopAgent:
             with scope:
                 reason = await body()
             if scope.cancelled_caught:
-                reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
+                reason = await self._caught()
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
         except BaseException as exc:
-            if cancelled_in(exc) is not None:  # the life scope or the owner: disposal
+            if cancelled_in(exc) is not None:  # the owner's cancel: disposal
                 reason = DISPOSED
                 await self._life.end_children()  # their closing turn/ends come first
             raise
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason, prompts, start, output)
+
+    async def _caught(self) -> TurnEndReason:
+        """Why the turn scope stopped the turn: ``aborted`` by a `cancel` (whose marker it
+        takes), else ``disposed`` by `stop`, after the agent's children have ended (their
+        closing ``turn/end``s come first)."""
+        cancelled = self._take_cancel()
+        if cancelled is not None or not self._life.disposing:
+            return Aborted(cancelled or DEFAULT_CANCEL_REASON)
+        await self._life.end_children()
+        return DISPOSED
 
     async def _mend_cut_step(self, turn: int, start: int) -> int | None:
         """Log `TurnResumed` and mend the step the crash cut; returns the step after which
@@ -651,7 +676,7 @@ class LoopAgent:
                 self._session.append(StepStart(turn=turn, step=1))
                 await self._compactor.fit(self._request(self._tools), *self._model_now(), turn, 1)
             if scope.cancelled_caught:
-                reason = Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
+                reason = await self._caught()
         except Exception as exc:
             reason = Errored(step=1, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, 1, exc)
