@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
+from collections.abc import Awaitable
 from typing import Any
 
 import trio
@@ -101,14 +102,17 @@ class Inbox:
         self._steering.clear()
         return cleared
 
-    async def wait(self) -> None:
-        """Return once something is queued, a flush requested or the inbox closed.
-        Always checkpoints."""
+    def wait(self) -> Awaitable[None]:
+        """Awaited, returns once something is queued, a flush requested or the inbox
+        closed. Always checkpoints. Only the agent's own task may await it, at once.
+
+        It hands back Trio's own awaitable instead of being a coroutine, so that a
+        parked agent holds one frame less (~200 B each).
+        """
         if self._queued or self.flush_requested or self.closed:
-            await trio.lowlevel.checkpoint()
-            return
+            return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (the caller awaits it)
         self._parked = trio.lowlevel.current_task()
-        await trio.lowlevel.wait_task_rescheduled(self._abort)
+        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105 (as above)
 
     def _abort(self, raise_cancel: object) -> trio.lowlevel.Abort:
         self._parked = None

@@ -410,10 +410,14 @@ class Supervisor:
         status = _ChildStatus(task_status, child, self._nursery)
         del task_status  # only `status` may keep it, and only until started()
         try:
+            # The child's frames alone hold its status: they can drop it once started
+            # (an agent's life does), so a long-lived child does not keep it (~120 B).
+            starting = child.spec.start(task_status=status)
+            del status
             # The scope strips its own Cancelled, also out of a group, before the
             # except sees what is left (an error a nursery in the child wrapped).
             with child.scope:
-                await child.spec.start(task_status=status)
+                await starting
         except Exception as exc:
             error = exc
         if child.state == "starting":
