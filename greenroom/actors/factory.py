@@ -9,15 +9,18 @@ the owner, which reports ready with the `AgentHandle`.
 
 from __future__ import annotations
 
+import logging
 import math
 from collections.abc import Mapping, Sequence
+from contextlib import aclosing
 from dataclasses import dataclass
-from typing import cast
+from typing import Final, Literal, TypeAlias, cast
 
 import msgspec
 import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
+from greenroom.actors.events import AGENT_DISPOSED
 from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned, Spawner
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent, continued_prompt
 from greenroom.actors.registry import AgentRegistry
@@ -49,13 +52,22 @@ from greenroom.protocol.model import ToolSchema
 from greenroom.session import SessionStore, new_header
 from greenroom.session.persistence import (
     INTERRUPTIONS,
+    HandOff,
     Interruption,
     Persistence,
+    ReleaseAsked,
     SessionLog,
     repair,
 )
 from greenroom.session.store import check_directory, check_session_id
 from greenroom.supervisor import ChildSpec, Supervisor
+
+logger = logging.getLogger("greenroom.agent")
+
+#: What `resume` does with a session live elsewhere: refuse it (`SessionLocked`), or ask its
+#: holder to let it go (a `HandOff` persistence).
+TakeOver: TypeAlias = Literal["refuse", "ask"]
+TAKE_OVERS: Final = ("refuse", "ask")
 
 
 class AgentFactory:
@@ -66,8 +78,10 @@ class AgentFactory:
     """
 
     __slots__ = (
+        "_answering",
         "_compaction",
         "_default_owner",
+        "_handles",
         "_hooks",
         "_limits",
         "_models",
@@ -107,6 +121,10 @@ class AgentFactory:
         self._limits = limits or SpawnLimits()
         self._compaction = compaction  # an agent's own options may say otherwise
         self._spawner: Spawner = self._spawn  # one bound method, shared by every life
+        #: The handle of each live session's agent, for release requests (`HandOff`).
+        self._handles: dict[str, AgentHandle] = {}
+        self._answering = False  # the hand-off service runs
+        hooks.on(AGENT_DISPOSED, self._forget_handle)
 
     def get(self, agent_id: str) -> Agent | None:
         return self._registry.get(agent_id)
@@ -171,6 +189,8 @@ class AgentFactory:
         wait_for_servers: float = math.inf,
         additional_directories: Sequence[str] | None = None,
         interrupted: Interruption = "close",
+        take_over: TakeOver = "refuse",
+        wait: float = 0.0,
     ) -> AgentHandle:
         """Take a stored session live (repairing a crashed turn) and start an agent on it.
 
@@ -180,9 +200,14 @@ class AgentFactory:
         else (docs/semantics.md, "Durable turns"), logging ``turn/resumed``,
         and ``handle.resumed`` is its `Prompt` (None when no prompt's turn was
         cut: a cut injection, setting or compaction turn is closed as before).
-        Raises `ValueError` for another ``interrupted``,
-        `RuntimeError` without persistence, `SessionLocked` naming the holder
-        while the session is live in another process, and a
+        With ``take_over="ask"`` (a `HandOff` persistence: PostgreSQL) a
+        session live on another node is asked for: its holder lets it go (at
+        once when idle, after its turn when busy, or refuses) and this waits up
+        to ``wait`` seconds for the lease. Raises `ValueError` for another
+        ``interrupted`` or ``take_over``, or ``"ask"`` of a persistence that
+        cannot hand off, `RuntimeError` without persistence, `SessionLocked`
+        naming the holder while the session is live in another process (after
+        a refusal, or past ``wait``), and a
         `PersistenceError` naming what the store could not read. Its MCP
         servers are not stored: give them again (as an editor does on load);
         ``wait_for_servers`` as for `create`.
@@ -200,13 +225,30 @@ class AgentFactory:
                 f"cannot resume session {session_id!r}: interrupted must be one of"
                 f" {', '.join(INTERRUPTIONS)}, not {interrupted!r}"
             )
+        persistence = self._persistence
+        if take_over not in TAKE_OVERS:
+            raise ValueError(
+                f"cannot resume session {session_id!r}: take_over must be one of"
+                f" {', '.join(TAKE_OVERS)}, not {take_over!r}"
+            )
+        if take_over == "ask" and not isinstance(persistence, HandOff):
+            raise ValueError(
+                f"cannot resume session {session_id!r} with take_over='ask': its persistence"
+                f" ({type(persistence).__name__}) cannot ask a holder to let go (PostgreSQL can)"
+            )
+        if not isinstance(wait, int | float) or not wait >= 0:
+            raise ValueError(f"wait must be seconds >= 0, not {wait!r}")
         if additional_directories is not None:
             if isinstance(additional_directories, str):
                 raise TypeError("additional_directories must be a sequence of paths, not a str")
             for path in additional_directories:
                 check_directory(session_id, "additional directory", path)
         with self._registry.reserved(agent_id), self._sessions.reserved(session_id):
-            if interrupted == "continue":
+            if isinstance(persistence, HandOff) and take_over == "ask":
+                opened = await persistence.open_handed_off(
+                    session_id, interrupted=interrupted, wait=wait
+                )
+            elif interrupted == "continue":
                 opened = await self._persistence.open(session_id, interrupted="continue")
             else:  # as every persistence takes it, one written before the option too
                 opened = await self._persistence.open(session_id)
@@ -302,6 +344,8 @@ class AgentFactory:
     ) -> AgentHandle:
         """Start the life that owns `log` from here on; if it never runs, close `log`."""
         try:
+            if not self._answering and isinstance(self._persistence, HandOff):
+                await self._answer_releases_from_now()
             return await self._start_life(header, seed, log, plan)
         except BaseException:
             if log is not None:
@@ -362,7 +406,54 @@ class AgentFactory:
         else:
             handle = await owner.start(life)
         handle.resumed = resumed
+        self._handles[header.id] = handle
         return handle
+
+    async def _answer_releases_from_now(self) -> None:
+        """Start answering other nodes' release requests (once, at the first session this
+        factory takes live), under the default owner: it ends with the runtime."""
+        self._answering = True
+        owner = self._default_owner
+        if isinstance(owner, Supervisor):
+            spec = ChildSpec("hand-off", self._answer_releases, restart="temporary")
+            await owner.start_child(spec)
+        else:
+            await owner.start(self._answer_releases)
+
+    async def _answer_releases(
+        self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        persistence = self._persistence
+        assert isinstance(persistence, HandOff)
+        async with trio.open_nursery() as nursery, aclosing(persistence.release_requests()) as asks:
+            task_status.started()
+            async for request in asks:
+                nursery.start_soon(self._let_go, request, persistence.keep_busy)
+
+    async def _let_go(self, request: ReleaseAsked, keep_busy: bool) -> None:
+        """Another node asked for a session: dispose its agent here (its lease freed by the
+        close) at once when idle, after its turn when busy, or, with `keep_busy`, refuse.
+        A session not live here is left alone: its asker sees the lease as it is."""
+        handle = self._handles.get(request.session_id)
+        if handle is None:
+            return
+        agent = handle.agent
+        try:
+            if agent.status == "running":
+                if keep_busy:
+                    await request.refuse(
+                        f"its agent {agent.id!r} is mid-turn, and this node keeps busy sessions"
+                    )
+                    return
+                await agent.when_idle()
+            await handle.dispose()
+        except Exception as exc:  # one answer's failure never stops the others
+            logger.warning("release of session %r failed: %s", request.session_id, exc)
+
+    def _forget_handle(self, agent: Agent) -> None:
+        handle = self._handles.get(agent.session.id)
+        if handle is not None and handle.agent is agent:
+            del self._handles[agent.session.id]
 
     async def _spawn(self, parent: AgentLife, child: SpawnArgs) -> AgentHandle:
         """A child of `parent`: a new session naming the parent's, under the parent's owner."""

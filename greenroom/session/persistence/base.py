@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
-from typing import Final, Literal, Protocol, TypeAlias
+from collections.abc import AsyncIterator, Mapping, Sequence
+from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
 from msgspec.structs import force_setattr
@@ -195,6 +195,35 @@ class Persistence(Protocol):
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None: ...
 
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
+
+
+class ReleaseAsked(Protocol):
+    """Another node asked this one to let `session_id` go (`HandOff.release_requests`)."""
+
+    session_id: str
+
+    async def refuse(self, reason: str) -> None: ...
+
+
+@runtime_checkable
+class HandOff(Protocol):
+    """A persistence whose holders let a session go when another node asks (PostgreSQL's).
+
+    * `open_handed_off` is `open`, asking the live holder, if any, to let the session
+      go, and waiting up to `wait` seconds for it: past that, or at a refusal,
+      `SessionLocked` naming the holder.
+    * `release_requests` yields the requests other nodes make of this one, as they
+      come. The runtime answers each (`AgentFactory`): an idle session is disposed at
+      once (its lease freed), a busy one after its turn, or, with `keep_busy`, refused.
+    """
+
+    keep_busy: bool
+
+    def release_requests(self) -> AsyncIterator[ReleaseAsked]: ...
+
+    async def open_handed_off(
+        self, session_id: str, *, interrupted: Interruption = "close", wait: float
+    ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]: ...
 
 
 def repair(

@@ -45,11 +45,12 @@ import os
 import re
 import socket
 import urllib.parse
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
 import psycopg
+import trio
 
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
@@ -71,6 +72,12 @@ from greenroom.session.persistence.batch import (
     BatchLog,
     Call,
     run_call,
+)
+from greenroom.session.persistence.handoff import (
+    RELEASED,
+    ReleaseRequest,
+    Releases,
+    channel_of,
 )
 from greenroom.session.persistence.leases import Leases, lock_key
 from greenroom.session.persistence.rows import Rows, run_batch
@@ -159,12 +166,16 @@ class PostgresPersistence:
         sync: SyncPolicy = "turn",
         node: str | None = None,
         lease_ttl: float = LEASE_TTL,
+        keep_busy: bool = False,
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
         self.sync: SyncPolicy = sync
         self.node = node or socket.gethostname()
         self.lease_ttl = lease_ttl
+        #: A release request for a session that is mid-turn is refused (else it is let go
+        #: after the turn): `open_handed_off`.
+        self.keep_busy = keep_busy
         self.dsn, timeouts = own_parameters(dsn)
         self.where = _describe(self.dsn)
         self.statement_timeout = _duration(timeouts, "statement_timeout", STATEMENT_TIMEOUT)
@@ -180,6 +191,7 @@ class PostgresPersistence:
         try:
             self._migrate()
             self._leases = Leases(self.connect, self.connection, self.where, lease_ttl)
+            self.releases = Releases(self.connect, channel_of(self.node, os.getpid()))
         except psycopg.Error as exc:
             self._db.close()
             raise PersistenceError(f"{self.where}: cannot set up the tables: {exc}") from None
@@ -190,6 +202,7 @@ class PostgresPersistence:
     def close(self) -> None:
         """Stop the heartbeat and close the connections; a connection a stuck thread still
         waits on is left to the process's end (closing it under that thread is unsafe)."""
+        self.releases.close()
         self._leases.stop()
         if self.writer.stuck:
             logger.warning("%s: closed with a statement still waiting on it", self.where)
@@ -207,6 +220,7 @@ class PostgresPersistence:
 
     async def create(self, header: SessionHeader) -> BatchLog:
         self.check_session_id(header.id)
+        await self.releases.start()  # a holder hears release requests from its first lease
         epoch = await self._run(lambda: self._create(header))
         return self._live(header.id, epoch, 0)
 
@@ -214,6 +228,7 @@ class PostgresPersistence:
         self, session_id: str, *, interrupted: Interruption = "close"
     ) -> tuple[SessionHeader, Events, BatchLog]:
         self.check_session_id(session_id)
+        await self.releases.start()
         header, events, epoch = await self._run(lambda: self._open(session_id, interrupted))
         return header, events, self._live(session_id, epoch, len(events))
 
@@ -245,13 +260,60 @@ class PostgresPersistence:
         async def release() -> None:
             # No more renewals first: a release past its deadline leaves the lease to expire.
             self._leases.forget(session_id, epoch)
-            await self._run(lambda: self._leases.release(session_id, epoch))
+            await self._run(lambda: self._let_go(session_id, epoch))
 
         log = BatchLog(self, session_id, release, epoch=epoch, next_seq=next_seq)
         self._leases.watch(session_id, epoch, log)
         return log
 
+    async def open_handed_off(
+        self, session_id: str, *, interrupted: Interruption = "close", wait: float
+    ) -> tuple[SessionHeader, Events, BatchLog]:
+        """`open`, asking a live holder to let the session go (`handoff`): returns once
+        this node holds it, within `wait` seconds.
+
+        Raises `SessionLocked` naming the holder when it refused (a busy session on a
+        node that keeps its busy sessions) or had not let go by then; the rest as
+        `open`. A holder that died is taken over as `open` takes it (no asking).
+        """
+        await self.releases.start()
+        deadline = trio.current_time() + wait
+        asked: Holder | None = None
+        with self.releases.watch(session_id) as watch:
+            while True:
+                try:
+                    return await self.open(session_id, interrupted=interrupted)
+                except SessionLocked as locked:
+                    holder = locked.holder
+                    if watch.refused is not None or trio.current_time() >= deadline:
+                        why = watch.refused or f"it did not let go within {wait:g}s"
+                        raise SessionLocked(session_id, holder, f"{self.where}; {why}") from None
+                    if holder is not None and holder != asked:
+                        channel, ask = channel_of(holder.host, holder.pid), self.releases.ask
+                        await self.notify(channel, ask(session_id))
+                        asked = holder
+                # A notice can be lost: look again now and then all the same.
+                with trio.move_on_at(min(deadline, trio.current_time() + self.lease_ttl / 10)):
+                    await watch.changed()
+
+    async def release_requests(self) -> AsyncIterator[ReleaseRequest]:
+        """The requests of other nodes to let a session of this one go, as they come."""
+        await self.releases.start()
+        async for ask in self.releases.requests:
+            yield ReleaseRequest(ask, self.notify)
+
+    async def notify(self, channel: str, payload: str) -> None:
+        await self._run(lambda: self._notify(channel, payload))
+
     # -- in the writer's thread ----------------------------------------------------
+
+    def _let_go(self, session_id: str, epoch: int) -> None:
+        """Give the lease back, then tell the askers (`handoff.RELEASED`)."""
+        self._leases.release(session_id, epoch)
+        self._notify(RELEASED, session_id)
+
+    def _notify(self, channel: str, payload: str) -> None:
+        self.connection().execute("SELECT pg_notify(%s, %s)", (channel, payload))
 
     def connect(self) -> psycopg.Connection[Any]:
         """A new connection to the server (blocking); `PersistenceError` naming the server

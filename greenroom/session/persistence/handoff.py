@@ -1,0 +1,210 @@
+"""Hand-off on request (PostgreSQL): one node asks a session's holder to let it go.
+
+Every node listens (``LISTEN``, psycopg 3: a connection of its own in autocommit,
+read by ``notifies()`` in a thread) on a channel of its own, named from its node
+name and pid as a lease row names its holder (`channel_of`), and on `RELEASED`.
+
+* An asker sends `Ask` (the session, and its own channel to answer on) to the
+  holder's channel, then waits for the lease.
+* The holder's runtime answers (`greenroom.actors.factory`): an idle session is
+  disposed at once, a busy one after its turn; a holder that keeps its busy
+  sessions answers `Refused`. A disposed session's lease is freed by its close,
+  which says so on `RELEASED` (the session id), waking every asker of it.
+
+A notification is not a promise: one lost (a listener that reconnects, a node that
+dies) costs the asker a retry, never a wrong holder. The lease row and its
+advisory lock decide who holds a session; the notices only say when to look again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, Final, TypeAlias
+
+import msgspec
+import psycopg
+import trio
+
+logger = logging.getLogger("greenroom.persistence")
+
+#: Where a holder says it let a session go (the payload is the session's id).
+RELEASED: Final = "greenroom_released"
+#: Seconds the listening thread waits for a notification before it looks at its stop flag.
+POLL: Final = 0.2
+#: Release requests a node keeps waiting for its runtime; past it one is dropped (its asker
+#: times out, or asks again).
+QUEUED: Final = 256
+
+
+def channel_of(node: str, pid: int) -> str:
+    """The channel a holder (`node`, `pid`, as its lease row names it) listens on."""
+    digest = hashlib.sha256(f"{node}\x00{pid}".encode()).hexdigest()
+    return f"greenroom_node_{digest[:24]}"
+
+
+class Ask(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="ask"):
+    """Let `session` go; answer a refusal on `reply_to`."""
+
+    session: str
+    reply_to: str
+
+
+class Refused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="refused"):
+    """The holder keeps `session`, for `reason`."""
+
+    session: str
+    reason: str
+
+
+Notice: TypeAlias = Ask | Refused
+_encode = msgspec.json.Encoder().encode
+_decode = msgspec.json.Decoder(Notice).decode
+
+Notify: TypeAlias = Callable[[str, str], Awaitable[None]]
+
+
+class ReleaseRequest:
+    """One node asked this one to let `session_id` go; `refuse` tells it no."""
+
+    __slots__ = ("_notify", "_reply_to", "session_id")
+
+    def __init__(self, ask: Ask, notify: Notify) -> None:
+        self.session_id = ask.session
+        self._reply_to = ask.reply_to
+        self._notify = notify
+
+    async def refuse(self, reason: str) -> None:
+        await self._notify(self._reply_to, _encode(Refused(self.session_id, reason)).decode())
+
+
+class Watch:
+    """What an asker of one session hears: `changed` wakes at a release or a refusal."""
+
+    __slots__ = ("_event", "refused")
+
+    def __init__(self) -> None:
+        self._event = trio.Event()
+        self.refused: str | None = None
+
+    def _wake(self) -> None:
+        self._event.set()
+        self._event = trio.Event()
+
+    async def changed(self) -> None:
+        await self._event.wait()
+
+
+class Releases:
+    """One node's end of hand-off: its listening thread, the requests it got, the
+    askers' watches (see the module docstring).
+
+    `start` returns once the node listens (idempotent); `close` stops the thread
+    within `POLL`. Requests go out on `requests`; a notice that does not decode is
+    logged and dropped.
+    """
+
+    def __init__(self, connect: Callable[[], psycopg.Connection[Any]], channel: str) -> None:
+        self._connect = connect
+        self.channel = channel
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+        self._send, self.requests = trio.open_memory_channel[Ask](QUEUED)
+        self._watches: dict[str, list[Watch]] = {}
+
+    async def start(self) -> None:
+        """Listen from now on; raises what connecting raised (a `PersistenceError`)."""
+        if self._thread is not None:
+            await trio.lowlevel.checkpoint()
+            return
+        db = await trio.to_thread.run_sync(self._listening)
+        token = trio.lowlevel.current_trio_token()
+        self._thread = threading.Thread(
+            target=self._run, args=(db, token), name="greenroom hand-off listener", daemon=True
+        )
+        self._thread.start()
+
+    def close(self) -> None:
+        self._stopped.set()
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(POLL * 5)
+
+    @contextmanager
+    def watch(self, session_id: str) -> Iterator[Watch]:
+        """Hear releases and refusals of `session_id` while in the block."""
+        watch = Watch()
+        self._watches.setdefault(session_id, []).append(watch)
+        try:
+            yield watch
+        finally:
+            watches = self._watches[session_id]
+            watches.remove(watch)
+            if not watches:
+                del self._watches[session_id]
+
+    def ask(self, session_id: str) -> str:
+        """The payload asking a holder to let `session_id` go (answers come here)."""
+        return _encode(Ask(session_id, self.channel)).decode()
+
+    # -- the thread ------------------------------------------------------------------
+
+    def _listening(self) -> psycopg.Connection[Any]:
+        db = self._connect()
+        try:
+            db.execute(f'LISTEN "{self.channel}"')
+            db.execute(f'LISTEN "{RELEASED}"')
+        except BaseException:
+            db.close()
+            raise
+        return db
+
+    def _run(self, db: psycopg.Connection[Any], token: trio.lowlevel.TrioToken) -> None:
+        try:
+            while not self._stopped.is_set():
+                try:
+                    for notice in db.notifies(timeout=POLL):
+                        trio.from_thread.run_sync(
+                            self._deliver, notice.channel, notice.payload, trio_token=token
+                        )
+                except psycopg.OperationalError as exc:  # the server went: listen again
+                    logger.warning("hand-off listener lost its connection: %s", exc)
+                    db.close()
+                    self._stopped.wait(POLL)
+                    db = self._listening()
+        except trio.RunFinishedError:
+            pass
+        except Exception:
+            logger.exception("the hand-off listener stopped")
+        finally:
+            db.close()
+
+    # -- on the Trio thread ----------------------------------------------------------
+
+    def _deliver(self, channel: str, payload: str) -> None:
+        if channel == RELEASED:
+            self._wake(payload, None)
+            return
+        try:
+            notice = _decode(payload)
+        except msgspec.DecodeError:
+            logger.warning("hand-off: a notice that is not ours on %s: %.200r", channel, payload)
+            return
+        if isinstance(notice, Refused):
+            self._wake(notice.session, notice.reason)
+            return
+        try:
+            self._send.send_nowait(notice)
+        except trio.WouldBlock:
+            logger.warning("hand-off: %d requests waiting; %r dropped", QUEUED, notice.session)
+
+    def _wake(self, session_id: str, refused: str | None) -> None:
+        for watch in self._watches.get(session_id, ()):
+            if refused is not None:
+                watch.refused = refused
+            watch._wake()
+
+
+__all__ = ["RELEASED", "Ask", "ReleaseRequest", "Releases", "Watch", "channel_of"]
