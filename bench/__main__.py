@@ -39,6 +39,7 @@ SCENARIOS = (
     "files",
     "compaction",
     "models",
+    "content",
 )
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 _VERSIONS = (

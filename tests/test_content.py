@@ -248,11 +248,11 @@ async def test_a_missing_side_file_is_a_marker_not_a_crash(tmp_path: Path) -> No
     assert DIGEST not in model.requests[0].blobs
     # The adapters send a marker for it (tests/test_content.py's wire tests show the format).
     (ref,) = [p for p in user_parts(model.requests[0]) if isinstance(p, ImageRef)]
-    from greenroom.models.parts import wire_parts
+    from greenroom.models.parts import Encoded, wire_parts
 
     first = model.requests[0].messages[0]
     assert isinstance(first, UserTurn)
-    wire = list(wire_parts(first, model.requests[0].blobs, True, "m", False))
+    wire = list(wire_parts(first, model.requests[0].blobs, Encoded(), True, "m", False))
     assert wire[1] == (
         f"[image (image/png, {len(PNG)} bytes, sha256 {DIGEST[:12]}) is missing from the"
         " session's store]"
@@ -559,3 +559,12 @@ def test_postgres_keeps_blobs_in_a_table(
     trio.run(delete)
     with psycopg.connect(postgres_dsn) as db:
         assert db.execute("SELECT count(*) FROM greenroom_blobs").fetchone() == (0,)
+
+
+def test_an_adapter_encodes_an_image_once_for_every_step() -> None:
+    from greenroom.models.parts import Encoded
+
+    encoded = Encoded()
+    first = encoded.of(DIGEST, PNG)
+    assert first == PNG_B64
+    assert encoded.of(DIGEST, PNG) is first  # the next step's request reuses it

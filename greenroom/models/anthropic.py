@@ -22,7 +22,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
-from greenroom.models.parts import WirePart, answering, takes_images, wire_parts
+from greenroom.models.parts import Encoded, WirePart, answering, takes_images, wire_parts
 from greenroom.protocol.arguments import arguments_value
 from greenroom.protocol.model import (
     AssistantTurn,
@@ -104,6 +104,7 @@ class AnthropicModel(HttpModel):
         #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
         self.model_name = model
         self.images = takes_images(model) if images is None else images
+        self._encoded = Encoded()
         self._max_tokens = max_tokens
 
     def overflowed(self, kind: str | None, message: str) -> bool:
@@ -144,7 +145,9 @@ class AnthropicModel(HttpModel):
             match message:
                 case UserTurn(parts=parts) if parts:
                     model = request.model or self._model
-                    wire = wire_parts(message, request.blobs, self.images, model, index >= current)
+                    wire = wire_parts(
+                        message, request.blobs, self._encoded, self.images, model, index >= current
+                    )
                     for part in wire:
                         add("user", _part(part))
                 case UserTurn(content=content):

@@ -14,6 +14,7 @@ on (and one that switched models too).
 from __future__ import annotations
 
 import base64
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Final, TypeAlias
@@ -67,9 +68,37 @@ class WireImage:
 
     __slots__ = ("data", "mime_type")
 
-    def __init__(self, mime_type: str, data: bytes) -> None:
+    def __init__(self, mime_type: str, data: str) -> None:
         self.mime_type = mime_type
-        self.data = base64.b64encode(data).decode("ascii")
+        self.data = data
+
+
+#: Base64 characters an adapter keeps of the images it sent lately (`Encoded`).
+ENCODED_CHARS: Final = 64 * 1024 * 1024
+
+
+class Encoded:
+    """The base64 of the images an adapter sent lately, by SHA-256, the least recently sent
+    dropped past `ENCODED_CHARS`: every step of a session sends its images again, and
+    encoding a 5 MiB image costs milliseconds each time. One per adapter (no lock: Trio)."""
+
+    __slots__ = ("_chars", "_texts")
+
+    def __init__(self) -> None:
+        self._texts: OrderedDict[str, str] = OrderedDict()
+        self._chars = 0
+
+    def of(self, digest: str, data: bytes) -> str:
+        text = self._texts.get(digest)
+        if text is not None:
+            self._texts.move_to_end(digest)
+            return text
+        text = base64.b64encode(data).decode("ascii")
+        self._texts[digest] = text
+        self._chars += len(text)
+        while self._chars > ENCODED_CHARS and len(self._texts) > 1:
+            self._chars -= len(self._texts.popitem(last=False)[1])
+        return text
 
 
 #: A part on the wire: a text, or an image.
@@ -77,7 +106,12 @@ WirePart: TypeAlias = str | WireImage
 
 
 def wire_parts(
-    message: UserTurn, blobs: Mapping[str, bytes], images: bool, model: str, current: bool
+    message: UserTurn,
+    blobs: Mapping[str, bytes],
+    encoded: Encoded,
+    images: bool,
+    model: str,
+    current: bool,
 ) -> Iterator[WirePart]:
     """`message`'s parts as texts and images. `current`: it is a message of the prompt
     being answered, so an image it has that `model` cannot take (`images` false) is a
@@ -100,7 +134,10 @@ def wire_parts(
                     yield f"[an image ({part.mime_type}) was left out: {model} takes text only]"
                     continue
                 data = blobs.get(part.sha256)
-                yield missing(part) if data is None else WireImage(part.mime_type, data)
+                if data is None:
+                    yield missing(part)
+                else:
+                    yield WireImage(part.mime_type, encoded.of(part.sha256, data))
             case ResourceRef(uri=uri, mime_type=mime_type, size=size):
                 yield f"[resource {uri} ({mime_type}, {size:,} bytes): binary, not shown]"
 
