@@ -422,3 +422,39 @@ async def test_a_cancelled_read_that_never_reaches_its_offset_stops_reading(
         feeding.join(5)
         os.close(writer)  # an abandoned reader that still reads sees its end
         os.close(keeper)
+
+
+# -- a special file is refused without being opened ---------------------------------------------
+
+
+@pytest.mark.real_clock
+@pytest.mark.parametrize("tool", ["read_file", "write_file", "edit_file"])
+async def test_a_fifo_is_refused_without_being_opened(tool: str, tmp_path: Path) -> None:
+    """The last name was opened (O_NONBLOCK) and only then found to be a FIFO: the open
+    itself is what a FIFO's writer waits for (and a device's driver runs on), so a
+    refused read woke a writer waiting on the pipe, whose first write then broke."""
+    pipe = tmp_path / "pipe"
+    os.mkfifo(pipe)
+    opened = threading.Event()
+
+    def writer() -> None:
+        fd = os.open(pipe, os.O_WRONLY)  # waits until a reader opens the pipe
+        opened.set()
+        os.close(fd)
+
+    waiting = threading.Thread(target=writer, daemon=True)
+    waiting.start()
+    arguments = {"read_file": {}, "write_file": {"content": "x"}}.get(
+        tool, {"old_string": "a", "new_string": "b"}
+    )
+    try:
+        with trio.fail_after(30):
+            await trio.sleep(0.2)  # the writer is in its open
+            outcome = await call(tool, tmp_path, path="pipe", **arguments)
+            assert refused(outcome, "is a FIFO (named pipe), not a regular file")
+            await trio.sleep(0.3)
+            assert not opened.is_set()
+    finally:
+        reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer go
+        waiting.join(5)
+        os.close(reader)

@@ -49,6 +49,9 @@ _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
 _READ = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+# O_PATH (Linux): a place, not an open file; with O_NOFOLLOW a link is that place itself.
+_PLACE: int | None = getattr(os, "O_PATH", None)
+_REOPEN = os.O_RDONLY | os.O_CLOEXEC
 _TEMPORARY = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
 
 _KINDS = (
@@ -198,6 +201,33 @@ class _Link(Exception):
 
 
 def _open_read(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_result, str]:
+    """The regular file `name` opened for reading, and its fstat.
+
+    The name is first opened ``O_PATH``, which opens nothing (no device's
+    driver runs, no FIFO's writer is woken, a socket is reachable too), and
+    only a regular file with one link is then opened for reading, through
+    that descriptor (``/proc/self/fd``), so the file read is the one
+    checked. Where that cannot be done, the name itself is opened
+    ``O_NONBLOCK`` and checked after.
+    """
+    if _PLACE is None:
+        return _open_checked_after(dir_fd, name, shown)
+    place = os.open(name, _PLACE | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        info = os.fstat(place)
+        if stat.S_ISLNK(info.st_mode):
+            raise _Link
+        _check_regular(info, shown)
+        try:
+            fd = os.open(f"/proc/self/fd/{place}", _REOPEN)
+        except FileNotFoundError:  # no /proc
+            return _open_checked_after(dir_fd, name, shown)
+    finally:
+        os.close(place)
+    return fd, info, shown
+
+
+def _open_checked_after(dir_fd: int, name: str, shown: str) -> tuple[int, os.stat_result, str]:
     try:
         fd = os.open(name, _READ, dir_fd=dir_fd)
     except OSError as exc:
