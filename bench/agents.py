@@ -19,7 +19,13 @@
 * cancel: ``agent.cancel(); await agent.when_idle()`` with the model hung
   mid-turn against ``scope.cancel()`` of a parked task and waiting for it;
 * spawn: ``parent.spawn(...)``, one turn of the child, its dispose, against
-  ``rt.agents.create(...)``, one turn and dispose of a top-level agent.
+  ``rt.agents.create(...)``, one turn and dispose of a top-level agent;
+* cost profile: the one-step turn and the round trip counted, not timed
+  (Python calls under ``sys.setprofile``, task steps by a Trio instrument,
+  traced bytes kept), per op as the difference of runs of 2M and M ops: the
+  turn's row says why its ratio moves from machine to machine (the baseline
+  is scheduler-heavy, the turn call-heavy), and the calls row is the
+  machine-independent ratio.
 
 Every variant runs in a fresh ``trio.run``; the variants alternate inside
 each repeat, with a ``gc.collect()`` before each.
@@ -29,6 +35,7 @@ from __future__ import annotations
 
 import gc
 import statistics
+import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
@@ -341,6 +348,68 @@ async def _our_cancel(k: int) -> float:
     return statistics.median(samples) * 1e6
 
 
+# -- (f) cost profile of the turn and of its baseline ---------------------------------------
+
+
+class _Steps(trio.abc.Instrument):
+    """Counts task steps: each is one pass of a task through Trio's scheduler."""
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        self.steps += 1
+
+
+class _Profile(msgspec.Struct, frozen=True):
+    """What one op costs, counted rather than timed: the same on every machine."""
+
+    calls: float  # Python function calls and coroutine resumptions
+    steps: float  # task steps (scheduler passes)
+    kept: float  # traced bytes it leaves alive (the session log's events)
+
+
+def _counted(variant: Callable[[int], Awaitable[float]], m: int) -> tuple[int, int, int]:
+    """Calls, task steps and traced peak bytes of one run of `variant` over `m` ops."""
+    calls = 0
+
+    def count(_frame: object, event: str, _arg: object) -> None:
+        nonlocal calls
+        if event == "call":
+            calls += 1
+
+    steps = _Steps()
+    gc.collect()
+    tracemalloc.start()
+    sys.setprofile(count)
+    try:
+        trio.run(variant, m, instruments=[steps])
+    finally:
+        sys.setprofile(None)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    return calls, steps.steps, peak
+
+
+def _profile(variant: Callable[[int], Awaitable[float]], m: int) -> _Profile:
+    """Per op: the difference between runs of 2m and m ops, over m (the setup cancels out)."""
+    small, large = _counted(variant, m), _counted(variant, 2 * m)
+    calls, steps, kept = ((b - a) / m for a, b in zip(small, large, strict=True))
+    return _Profile(calls=calls, steps=steps, kept=kept)
+
+
+def _profile_note(turn: _Profile, trip: _Profile) -> str:
+    return (
+        f"counted per op: the turn {turn.calls:.0f} Python calls, {turn.steps:.1f} task"
+        f" steps, {turn.kept:.0f} B kept (its log); the round trip {trip.calls:.0f} calls,"
+        f" {trip.steps:.1f} steps, {trip.kept:.0f} B kept. The baseline is scheduler-heavy"
+        " (Trio's run loop: task steps, epoll), the turn call- and allocation-heavy (fewer"
+        " steps, more calls, msgspec events kept): the time ratio follows the interpreter's"
+        " and allocator's speed relative to the scheduler's (a CPython built without"
+        " PGO/LTO, or with --enable-shared, raises it); the calls row does not move"
+    )
+
+
 # -- the scenario ---------------------------------------------------------------------------
 
 
@@ -373,6 +442,8 @@ def run(repeats: int, quick: bool) -> list[Row]:
     held = _alternate((_held_settled, _held_awaited), m, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
     spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
+    counted = min(m, 300)  # the counts do not vary; the profiler slows each op ~3x
+    turn, trip = _profile(_our_turns, counted), _profile(_raw_turns, counted)
     return [
         compare(
             SCENARIO,
@@ -382,6 +453,15 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="memory-channel round trip",
             raw=turns["_raw_turns"],
             max_ratio=2.5,
+            note=_profile_note(turn, trip),
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-step text turn, counted (M={counted})",
+            "calls",
+            [turn.calls],
+            baseline="per memory-channel round trip",
+            raw=[trip.calls],
         ),
         compare(
             SCENARIO,

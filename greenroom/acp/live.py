@@ -51,8 +51,10 @@ class LiveOutput:
         self._wake.set()
 
     def drop(self, session_id: str, call_id: str) -> None:
-        """The call's result is about to go: nothing of it waits any more."""
+        """The call's result is about to go: nothing of it waits any more, or is kept."""
         self._pending.pop((session_id, call_id), None)
+        if self.terminal is not None:
+            self.terminal.end(session_id, call_id)
 
     async def run(self) -> None:
         """Send what waits, one frame at a time, each when the writer has nothing queued."""
@@ -65,12 +67,12 @@ class LiveOutput:
                     continue
                 key = next(iter(self._pending))
                 progress = self._pending.pop(key)
-                self._outbox.update(key[0], self.update(progress))
+                self._outbox.update(key[0], self.update(key[0], progress))
                 await trio.lowlevel.checkpoint()
 
-    def update(self, progress: ToolProgress) -> ToolCallProgress:
+    def update(self, session_id: str, progress: ToolProgress) -> ToolCallProgress:
         if self.terminal is not None:
-            return self.terminal.progress(progress)
+            return self.terminal.progress(session_id, progress)
         return ToolCallProgress(
             progress.call_id, "in_progress", [ToolCallContent(TextBlock(progress.output))]
         )
@@ -78,16 +80,18 @@ class LiveOutput:
 
 class TerminalOutput:
     """What a terminal-rendering client has been sent of each running call: the bytes so
-    far, so each update carries only what is new (``_meta.terminal_output``)."""
+    far, so each update carries only what is new (``_meta.terminal_output``); by session
+    and call (two sessions' model may use the same call ids)."""
 
     __slots__ = ("_sent",)
 
     def __init__(self) -> None:
-        self._sent: dict[str, int] = {}
+        self._sent: dict[tuple[str, str], int] = {}
 
-    def progress(self, progress: ToolProgress) -> ToolCallProgress:
-        sent = self._sent.get(progress.call_id, 0)
-        self._sent[progress.call_id] = progress.total
+    def progress(self, session_id: str, progress: ToolProgress) -> ToolCallProgress:
+        key = (session_id, progress.call_id)
+        sent = self._sent.get(key, 0)
+        self._sent[key] = progress.total
         tail = progress.output.encode()
         new = progress.total - sent
         if new <= len(tail):
@@ -97,5 +101,5 @@ class TerminalOutput:
         meta = {"terminal_output": {"terminal_id": progress.call_id, "data": data}}
         return ToolCallProgress(progress.call_id, "in_progress", meta=meta)
 
-    def end(self, call_id: str) -> None:
-        self._sent.pop(call_id, None)
+    def end(self, session_id: str, call_id: str) -> None:
+        self._sent.pop((session_id, call_id), None)

@@ -19,7 +19,7 @@ import contextlib
 import logging
 import os
 import secrets
-import time
+import threading
 from collections.abc import Mapping, Sequence
 from functools import partial
 from pathlib import Path
@@ -64,7 +64,7 @@ SUFFIX: Final = ".jsonl"
 LOCK_SUFFIX: Final = ".lock"
 BLOBS_SUFFIX: Final = ".blobs"
 #: Under ``sync="turn"``, how long the writer lets turn ends gather before an fsync: fsyncs
-#: back to back would slow every write to the file they sync.
+#: back to back would slow every write to the file they sync. A close cuts it short.
 TURN_SYNC_DELAY: Final = 0.002
 
 Events: TypeAlias = list[SessionEvent]
@@ -128,8 +128,12 @@ class JsonlPersistence:
         self.sync: SyncPolicy = sync
         self.fsync_timeout = fsync_timeout
         delay = TURN_SYNC_DELAY if sync == "turn" else 0.0
+        # Set by a close waiting on an fsync: the writer stops letting turn ends gather.
+        self.hurry = threading.Event()
         # Its errors name no store: the log that waited names the file.
-        self._writer: Writer[_Fsync] = Writer(partial(_fsync_batch, delay), deadline=fsync_timeout)
+        self._writer: Writer[_Fsync] = Writer(
+            partial(_fsync_batch, delay, self.hurry), deadline=fsync_timeout
+        )
 
     def check_session_id(self, session_id: str) -> None:
         encode_session_id(session_id)
@@ -262,11 +266,13 @@ class _Fsync(Job):
         self.covers = 0
 
 
-def _fsync_batch(delay: float, jobs: Sequence[_Fsync]) -> None:
-    """The writer's work: after `delay`, one fsync per file, covering every write it saw
-    before it began (a request made meanwhile rides on a job not yet started)."""
+def _fsync_batch(delay: float, hurry: threading.Event, jobs: Sequence[_Fsync]) -> None:
+    """The writer's work: after `delay` (cut short once `hurry` is set, which it clears),
+    one fsync per file, covering every write it saw before it began (a request made
+    meanwhile rides on a job not yet started)."""
     if delay:
-        time.sleep(delay)
+        hurry.wait(delay)
+        hurry.clear()
     done: dict[int, tuple[int, BaseException | None]] = {}
     for job in jobs:
         job.started = True
@@ -353,7 +359,7 @@ class JsonlLog:
             try:
                 self._write()
                 if self._persistence.sync != "os":
-                    await self._synced_to(self.written)
+                    await self._synced_to(self.written, hurry=True)
             finally:
                 if self._sync is not None and not self._sync.settled:
                     # Not under a running fsync, unless it passed its deadline: then the
@@ -404,9 +410,12 @@ class JsonlLog:
                 "session %r: fsync of %s failed: %s", self.session_id, self.path, job.error
             )
 
-    async def _synced_to(self, seq: int) -> None:
+    async def _synced_to(self, seq: int, *, hurry: bool = False) -> None:
+        """Wait until an fsync covers `seq`; `hurry` (a close) cuts the turn delay short."""
         while self._synced < seq:
             job = self._fsync()
+            if hurry:
+                self._persistence.hurry.set()
             with trio.CancelScope(shield=True):  # the fsync runs to its end either way
                 await job.wait()
             if job.error is not None:
@@ -525,9 +534,11 @@ def _check_tail(path: Path, number: int, rest: list[bytes]) -> None:
 
 
 def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view) :]
+    written = os.write(fd, data)
+    if written < len(data):  # rare (a signal, a full disk): the rest, piece by piece
+        view = memoryview(data)[written:]
+        while view:
+            view = view[os.write(fd, view) :]
 
 
 def _fsync_directory(directory: Path) -> None:
