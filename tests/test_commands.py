@@ -46,6 +46,16 @@ class Editor:
             if isinstance(u, schema.AvailableCommandsUpdate)
         ]
 
+    async def offers(self, name: str) -> None:
+        """Until the latest command set has `name` (a server may still be starting: the
+        session answers without waiting more than 2 s for it)."""
+        for _ in range(400):
+            sets = self.command_sets()
+            if sets and name in sets[-1]:
+                return
+            await asyncio.sleep(0.05)
+        raise AssertionError(f"{name!r} never offered: {self.command_sets()}")
+
     def said(self) -> str:
         return "".join(
             u.content.text for u in self.updates if isinstance(u, schema.AgentMessageChunk)
@@ -111,6 +121,7 @@ def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path
         nonlocal session
         servers = [prompts_server()]
         session = (await conn.new_session(cwd=work, mcp_servers=servers)).session_id
+        await editor.offers("p:review")
         prompt = say("/p:review path=a.py focus='the names'")
         answer = await conn.prompt(session_id=session, prompt=prompt)
         assert answer.stop_reason == "end_turn"
@@ -119,15 +130,14 @@ def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path
         # The server adds a prompt and says so: the set is sent again with it.
         added = "tool: mcp__p__add_prompt " + json.dumps({"name": "hello"})
         await conn.prompt(session_id=session, prompt=say(added))
-        for _ in range(100):
-            if "p:hello" in editor.command_sets()[-1]:
-                break
-            await asyncio.sleep(0.05)
+        await editor.offers("p:hello")
         answer = await conn.prompt(session_id=session, prompt=say("/p:hello"))
         assert answer.stop_reason == "end_turn"
 
     run(tmp_path, editor, body)
-    first, *_, last = editor.command_sets()
+    sets = editor.command_sets()
+    first = next(s for s in sets if "p:review" in s)
+    last = sets[-1]
     assert first["p:review"] == "path=... [focus=...]"
     assert "p:hello" not in first
     assert last["p:hello"] is None  # no arguments, no hint
@@ -140,9 +150,9 @@ def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path
 
     async def load(conn: Any, work: str) -> None:
         await conn.load_session(cwd=work, session_id=session, mcp_servers=[prompts_server()])
+        await loaded.offers("p:review")
 
     run(tmp_path, loaded, load)
-    assert "p:review" in loaded.command_sets()[-1]
 
 
 def test_a_commands_arguments_are_read_by_name_or_whole() -> None:

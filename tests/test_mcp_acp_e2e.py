@@ -35,6 +35,15 @@ def _served(name: str, record: Path) -> schema.McpServerStdio:
     )
 
 
+async def _ready(conn: Any, recorder: Recorder, session: str, name: str) -> None:
+    """Until the session's server `name` is ready: session/new waits 2 s for its servers,
+    and a server not ready by then is told slow right after the answer, then ready."""
+    await conn.list_sessions()  # answered after the notices that follow new's answer
+    if f"{name!r} is not ready" in recorder.text(session):
+        while f"{name!r} is ready" not in recorder.text(session):
+            await asyncio.sleep(0.02)
+
+
 async def _gone(pid: int) -> None:
     while alive(pid):
         await asyncio.sleep(0.02)
@@ -58,6 +67,7 @@ def test_an_editors_mcp_server_is_called_and_rendered(tmp_path: Path) -> None:
             session = (
                 await conn.new_session(cwd=str(tmp_path), mcp_servers=[time_server])
             ).session_id
+            await _ready(conn, recorder, session, "time")
             asked = "tool: mcp__time__get_current_time " + json.dumps({"timezone": "UTC"})
             answer = await conn.prompt(session_id=session, prompt=text(asked))
             assert answer.stop_reason == "end_turn"
@@ -142,5 +152,10 @@ def test_no_server_outlives_its_session_by_close_eof_or_sigterm(tmp_path: Path) 
 
 
 async def _new(conn: Any, cwd: Path, name: str, record: Path) -> str:
+    """A session with the server `name`, once that server has started (recorded its pid:
+    session/new does not wait more than 2 s for it)."""
+    started = len(pids(record))
     answer = await conn.new_session(cwd=str(cwd), mcp_servers=[_served(name, record)])
+    while len(pids(record)) == started:
+        await asyncio.sleep(0.02)
     return str(answer.session_id)

@@ -60,7 +60,7 @@ from greenroom.acp.prompts import prompt_content, session_roots
 from greenroom.acp.sessions import InFlight, SessionRecord
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentHandle
-from greenroom.actors.types import Agent, SessionClient
+from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -332,10 +332,18 @@ class AcpConnection:
             self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: {exc}")
             return
         text = "\n\n".join(t for t in texts if t.strip())
-        if not text or record.handle is None or self.sessions.get(record.session_id) is not record:
-            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: nothing to send")
+        if not text:
+            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: the prompt is empty")
             return
-        entry = record.prompts[request_id] = InFlight(request_id, agent.send(text))
+        if self.sessions.get(record.session_id) is not record:  # closed meanwhile
+            self.outbox.respond(request_id, PromptResult("cancelled"))
+            return
+        try:
+            sent = agent.send(text)
+        except AgentDisposed:
+            self.outbox.respond(request_id, PromptResult("cancelled"))
+            return
+        entry = record.prompts[request_id] = InFlight(request_id, sent)
         await self._answer(record, entry)
 
     async def _answer(self, record: SessionRecord, entry: InFlight) -> None:
