@@ -9,7 +9,13 @@
 * resume: ``open`` of a session of N events against a raw ``SELECT lines ... ORDER BY``
   and one ``decode_lines``, in milliseconds;
 * take-over: seconds from the SIGKILL of a process holding a session to another
-  persistence's successful ``open`` of it.
+  persistence's successful ``open`` of it;
+* hand-off: milliseconds from ``resume(..., take_over="ask")`` of an idle session held by
+  another node (a runtime of its own, in this process) to the new holder's first append,
+  against a ``resume`` of the same session held by nobody;
+* resume and continue: ``resume(..., interrupted="continue")`` of a log cut in a model
+  step (as a SIGKILL leaves it: written so here) until its turn's answer, against a plain
+  ``resume`` of the same log plus one turn of one step.
 """
 
 from __future__ import annotations
@@ -30,7 +36,17 @@ import trio
 
 from bench.report import Row, compare, skipped
 from bench.sessions import append_at_once
-from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom import open_runtime
+from greenroom.models import ScriptedModel
+from greenroom.protocol.events import (
+    USER,
+    MessageTrigger,
+    SessionEvent,
+    SessionHeader,
+    StepStart,
+    TurnStart,
+    UserMessage,
+)
 from greenroom.session.persistence import SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
 
@@ -158,6 +174,69 @@ def _takeover(dsn: str) -> float:
         child.wait()
 
 
+async def _hand_off(dsn: str, tag: str) -> tuple[float, float]:
+    """Milliseconds: the hand-off of an idle session from node a to node b, to b's first
+    append; and a resume by b of a session nobody holds, to its first append."""
+    a = PostgresPersistence(dsn, node=f"a-{tag}")
+    b = PostgresPersistence(dsn, node=f"b-{tag}")
+    model = ScriptedModel(delay=0)
+    try:
+        async with (
+            open_runtime(model=model, persistence=a) as rt_a,
+            open_runtime(model=model, persistence=b) as rt_b,
+        ):
+            for session in (f"held-{tag}", f"free-{tag}"):
+                handle = await rt_a.agents.create(agent_id=session, session_id=session)
+                await handle.agent.run("a turn on node a")
+            await handle.dispose()  # the free one: nobody holds it
+            await b.releases.start()  # as any node does at its first session: not timed
+            t0 = time.perf_counter()
+            free = await rt_b.agents.resume(agent_id="free", session_id=f"free-{tag}")
+            free.agent.inject("b was here")
+            t1 = time.perf_counter()
+            held = await rt_b.agents.resume(
+                agent_id="held", session_id=f"held-{tag}", take_over="ask", wait=10
+            )
+            held.agent.inject("b was here")
+            t2 = time.perf_counter()
+    finally:
+        a.close()
+        b.close()
+    return (t2 - t1) * 1e3, (t1 - t0) * 1e3
+
+
+async def _continue(dsn: str, tag: str) -> tuple[float, float]:
+    """Milliseconds: resume-and-continue of a turn cut in its model step, to its answer;
+    and a plain resume of the same log plus a one-step turn."""
+    store = PostgresPersistence(dsn)
+    cut: list[SessionEvent] = [
+        TurnStart(turn=1, trigger=MessageTrigger(USER)),
+        UserMessage(content="carry this on", source=USER, message_id="m-1"),
+        StepStart(turn=1, step=1),
+    ]
+    try:
+        for session in (f"go-{tag}", f"plain-{tag}"):
+            log = await store.create(SessionHeader(id=session, created_at=1))
+            for seq, event in enumerate(cut):
+                log.append(msgspec.structs.replace(event, seq=seq))
+            await log.close()
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+            t0 = time.perf_counter()
+            handle = await rt.agents.resume(
+                agent_id="go", session_id=f"go-{tag}", interrupted="continue"
+            )
+            assert handle.resumed is not None
+            if (await handle.resumed).stop_reason != "completed":
+                raise RuntimeError("the continued turn did not complete")
+            t1 = time.perf_counter()
+            plain = await rt.agents.resume(agent_id="plain", session_id=f"plain-{tag}")
+            await plain.agent.run("carry this on")
+            t2 = time.perf_counter()
+    finally:
+        store.close()
+    return (t1 - t0) * 1e3, (t2 - t1) * 1e3
+
+
 def run(repeats: int, turns: list[Turn], n: int) -> list[Row]:
     """The PostgreSQL rows; `turns` are appended per session, `n` events are resumed."""
     sys.path.insert(0, str(_HOLD_CHILD.parent.parent))
@@ -192,6 +271,13 @@ def run(repeats: int, turns: list[Turn], n: int) -> list[Row]:
             ):
                 gc.collect()
                 results.setdefault(name, []).append(measure())
+            for names, pair in (
+                (("hand-off", "free resume"), partial(trio.run, _hand_off, dsn, f"r{r}")),
+                (("continue", "plain resume"), partial(trio.run, _continue, dsn, f"r{r}")),
+            ):
+                gc.collect()
+                for name, value in zip(names, pair(), strict=True):
+                    results.setdefault(name, []).append(value)
     finally:
         server.remove()
     t = len(turns)
@@ -227,5 +313,23 @@ def run(repeats: int, turns: list[Turn], n: int) -> list[Row]:
             "lease take-over after SIGKILL of the holder (PostgreSQL)",
             "s",
             results["takeover"],
+        ),
+        compare(
+            SCENARIO,
+            "hand-off of an idle session between two nodes, request to first append",
+            "ms",
+            results["hand-off"],
+            baseline="resume of a session nobody holds, to its first append",
+            raw=results["free resume"],
+            max_value=50.0,
+        ),
+        compare(
+            SCENARIO,
+            "resume and continue a turn cut in its model step (PostgreSQL), to its answer",
+            "ms",
+            results["continue"],
+            baseline="plain resume of the same log + a one-step turn",
+            raw=results["plain resume"],
+            max_ratio=2.0,
         ),
     ]
