@@ -80,8 +80,8 @@ def checked(blocks: object) -> tuple[ContentBlock, ...]:
     or blob over `MAX_IMAGE_BYTES`, all of them over `MAX_PROMPT_BYTES`, no block at all."""
     if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
         raise TypeError(
-            f"content must be text (str) or a sequence of content blocks,"
-            f" got {type(blocks).__name__}"
+            f"content must be text (str), got {type(blocks).__name__}; or a sequence of"
+            " content blocks (greenroom.protocol.content)"
         )
     if not blocks:
         raise ValueError("content must have at least one block")
