@@ -458,3 +458,23 @@ async def test_a_fifo_is_refused_without_being_opened(tool: str, tmp_path: Path)
         reader = os.open(pipe, os.O_RDONLY | os.O_NONBLOCK)  # lets the writer go
         waiting.join(5)
         os.close(reader)
+
+
+# -- a path longer than any the kernel takes -----------------------------------------------
+
+
+async def test_a_path_longer_than_path_max_is_refused_at_once_naming_its_length(
+    tmp_path: Path,
+) -> None:
+    """A path outside the roots is named with where it resolves, and working that out took
+    time quadratic in its length: 160 KB took 1.9 s of a worker thread holding the GIL, 2 MB
+    of arguments would take minutes."""
+    (tmp_path / "d").mkdir()
+    for path in ("/nowhere/" + "a/" * 3000 + "f", "d/../" * 1000 + "f"):
+        for tool in ("read_file", "write_file", "edit_file"):
+            arguments = {"read_file": {}, "write_file": {"content": "x"}}.get(
+                tool, {"old_string": "a", "new_string": "b"}
+            )
+            outcome = await call(tool, tmp_path, path=path, **arguments)
+            assert refused(outcome, f"is {len(path):,} characters long", "4,096")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]

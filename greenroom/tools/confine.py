@@ -45,6 +45,10 @@ T = TypeVar("T")
 #: The most symbolic links one path may go through, as Linux's own limit.
 MAX_LINKS = 40
 
+#: The longest path taken, in characters: Linux's PATH_MAX (in bytes). Longer, the walk and
+#: the message of a refusal (where the path resolves) would cost time quadratic in it.
+MAX_PATH = 4096
+
 _ROOT = os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC
 _DIRECTORY = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # O_NONBLOCK: opening a FIFO must not wait for a writer before fstat can refuse it.
@@ -293,6 +297,11 @@ def _walk(roots: Roots, path: str, last: Callable[[int, str, str], T]) -> T:
     """
     if "\x00" in path or not path.strip():
         raise PathRefused(f"path {path!r:.80} is not a usable path")
+    if len(path) > MAX_PATH:
+        raise PathRefused(
+            f"path {path!r:.80}... is {len(path):,} characters long, longer than the"
+            f" {MAX_PATH:,} a path may have"
+        )
     if path.endswith("/"):
         raise PathRefused(f"path {path!r:.200} names a directory, not a file")
     walk = _Walker(roots, path)
