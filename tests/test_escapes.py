@@ -32,7 +32,7 @@ from greenroom.protocol.events import Completed, ToolResult
 from greenroom.tools import Tool, confine
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.agents_helpers import turn_ends
-from tests.test_files import FLIPPER, _line, call, refused
+from tests.test_files import ARGUMENTS, FLIPPER, _line, call, refused
 from tests.test_files import fifo_passes as fifo_passes  # the fixture, used by name
 from tests.test_output_caps import tapped
 
@@ -444,13 +444,10 @@ async def test_a_fifo_is_refused_without_being_opened(tool: str, tmp_path: Path)
 
     waiting = threading.Thread(target=writer, daemon=True)
     waiting.start()
-    arguments = {"read_file": {}, "write_file": {"content": "x"}}.get(
-        tool, {"old_string": "a", "new_string": "b"}
-    )
     try:
         with trio.fail_after(30):
             await trio.sleep(0.2)  # the writer is in its open
-            outcome = await call(tool, tmp_path, path="pipe", **arguments)
+            outcome = await call(tool, tmp_path, path="pipe", **ARGUMENTS[tool])
             assert refused(outcome, "is a FIFO (named pipe), not a regular file")
             await trio.sleep(0.3)
             assert not opened.is_set()
@@ -472,9 +469,6 @@ async def test_a_path_longer_than_path_max_is_refused_at_once_naming_its_length(
     (tmp_path / "d").mkdir()
     for path in ("/nowhere/" + "a/" * 3000 + "f", "d/../" * 1000 + "f"):
         for tool in ("read_file", "write_file", "edit_file"):
-            arguments = {"read_file": {}, "write_file": {"content": "x"}}.get(
-                tool, {"old_string": "a", "new_string": "b"}
-            )
-            outcome = await call(tool, tmp_path, path=path, **arguments)
+            outcome = await call(tool, tmp_path, path=path, **ARGUMENTS[tool])
             assert refused(outcome, f"is {len(path):,} characters long", "4,096")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
