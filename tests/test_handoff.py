@@ -7,6 +7,7 @@ real leases, on the real clock (each bounded by ``trio.fail_after``).
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 
@@ -16,8 +17,9 @@ import trio
 from greenroom import open_runtime
 from greenroom.protocol.events import Completed, SessionEvent, TurnEnd, UserMessage
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta
-from greenroom.session.persistence import SessionLocked
+from greenroom.session.persistence import Holder, SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
+from greenroom.session.transcript import describe_stored
 from tests.agents_helpers import assert_enclosed
 
 pytestmark = pytest.mark.real_clock
@@ -73,9 +75,15 @@ async def test_an_idle_holder_lets_go_at_once_and_the_asker_goes_on(postgres_dsn
             assert rt_a.agents.by_session("s") is None
             answer = await taken.agent.run("on b")
             assert answer.stop_reason == "completed"
+            (listed,) = await a.list()  # the lease row, as `greenroom sessions list` shows it
+            assert listed.holder == Holder(os.getpid(), "b")
+            assert describe_stored(listed).endswith(f"held by pid {os.getpid()} on b")
     events = await stored(postgres_dsn)
     assert_enclosed(events)
     assert user_texts(events) == ["on a", "on b"]
+    with node(postgres_dsn, "reader") as reader:
+        (listed,) = await reader.list()
+    assert listed.holder is None  # released at the runtime's end
 
 
 async def test_a_busy_holder_lets_go_after_its_turn(postgres_dsn: str) -> None:

@@ -51,9 +51,13 @@ _REST: Final = "the rest is in the session's log"
 
 
 def describe_stored(stored: StoredSession) -> str:
-    """One line of ``greenroom sessions list``: the header, then the title if it has one."""
+    """One line of ``greenroom sessions list``: the header, the title if it has one, and
+    who holds it live if the store says (a PostgreSQL lease)."""
     line = describe_header(stored.header)
-    return f"{line}  {stored.title!r}" if stored.title else line
+    if stored.title:
+        line = f"{line}  {stored.title!r}"
+    holder = stored.holder
+    return f"{line}  held by pid {holder.pid} on {holder.host}" if holder else line
 
 
 def session_tree(stored: Sequence[StoredSession]) -> Iterator[str]:

@@ -111,12 +111,14 @@ class StoredSession(msgspec.Struct, frozen=True, gc=False):
     """A stored session as a list shows it: its header, its title, when it last changed.
 
     ``title`` comes from the first prompt (None before one); ``updated_at`` is
-    wall-clock seconds.
+    wall-clock seconds; ``holder`` is who holds it live now, where the store keeps
+    that (PostgreSQL's lease: taken, handed off and released), else None.
     """
 
     header: SessionHeader
     title: str | None
     updated_at: float
+    holder: Holder | None = None
 
 
 class SessionLog(Protocol):

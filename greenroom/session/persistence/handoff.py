@@ -31,13 +31,21 @@ import trio
 
 logger = logging.getLogger("greenroom.persistence")
 
-#: Where a holder says it let a session go (the payload is the session's id).
+#: Where a holder says it let a session go (the payload is `released_key` of its id).
 RELEASED: Final = "greenroom_released"
+#: The longest payload PostgreSQL's NOTIFY takes is 8000 bytes; an `Ask` past this is not
+#: sent (its asker waits for the lease as it is).
+MAX_PAYLOAD: Final = 7900
 #: Seconds the listening thread waits for a notification before it looks at its stop flag.
 POLL: Final = 0.2
 #: Release requests a node keeps waiting for its runtime; past it one is dropped (its asker
 #: times out, or asks again).
 QUEUED: Final = 256
+
+
+def released_key(session_id: str) -> str:
+    """What `RELEASED` says of a session: its id's digest (any id fits a payload)."""
+    return hashlib.sha256(session_id.encode()).hexdigest()
 
 
 def channel_of(node: str, pid: int) -> str:
@@ -78,7 +86,10 @@ class ReleaseRequest:
         self._notify = notify
 
     async def refuse(self, reason: str) -> None:
-        await self._notify(self._reply_to, _encode(Refused(self.session_id, reason)).decode())
+        """Tell the asker no; its session id came in an `Ask`, so it fits (`reason` is cut
+        to make it)."""
+        refusal = Refused(self.session_id, reason[:200])
+        await self._notify(self._reply_to, _encode(refusal).decode())
 
 
 class Watch:
@@ -145,9 +156,11 @@ class Releases:
             if not watches:
                 del self._watches[session_id]
 
-    def ask(self, session_id: str) -> str:
-        """The payload asking a holder to let `session_id` go (answers come here)."""
-        return _encode(Ask(session_id, self.channel)).decode()
+    def ask(self, session_id: str) -> str | None:
+        """The payload asking a holder to let `session_id` go (answers come here); None
+        for an id too long for one."""
+        payload = _encode(Ask(session_id, self.channel))
+        return payload.decode() if len(payload) <= MAX_PAYLOAD else None
 
     # -- the thread ------------------------------------------------------------------
 
@@ -185,7 +198,7 @@ class Releases:
 
     def _deliver(self, channel: str, payload: str) -> None:
         if channel == RELEASED:
-            self._wake(payload, None)
+            self._wake_released(payload)
             return
         try:
             notice = _decode(payload)
@@ -206,5 +219,18 @@ class Releases:
                 watch.refused = refused
             watch._wake()
 
+    def _wake_released(self, key: str) -> None:
+        for session_id in [s for s in self._watches if released_key(s) == key]:
+            self._wake(session_id, None)
 
-__all__ = ["RELEASED", "Ask", "ReleaseRequest", "Releases", "Watch", "channel_of"]
+
+__all__ = [
+    "MAX_PAYLOAD",
+    "RELEASED",
+    "Ask",
+    "ReleaseRequest",
+    "Releases",
+    "Watch",
+    "channel_of",
+    "released_key",
+]

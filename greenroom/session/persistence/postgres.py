@@ -78,6 +78,7 @@ from greenroom.session.persistence.handoff import (
     ReleaseRequest,
     Releases,
     channel_of,
+    released_key,
 )
 from greenroom.session.persistence.leases import Leases, lock_key
 from greenroom.session.persistence.rows import Rows, run_batch
@@ -288,9 +289,9 @@ class PostgresPersistence:
                     if watch.refused is not None or trio.current_time() >= deadline:
                         why = watch.refused or f"it did not let go within {wait:g}s"
                         raise SessionLocked(session_id, holder, f"{self.where}; {why}") from None
-                    if holder is not None and holder != asked:
-                        channel, ask = channel_of(holder.host, holder.pid), self.releases.ask
-                        await self.notify(channel, ask(session_id))
+                    ask = self.releases.ask(session_id)
+                    if holder is not None and holder != asked and ask is not None:
+                        await self.notify(channel_of(holder.host, holder.pid), ask)
                         asked = holder
                 # A notice can be lost: look again now and then all the same.
                 with trio.move_on_at(min(deadline, trio.current_time() + self.lease_ttl / 10)):
@@ -310,7 +311,7 @@ class PostgresPersistence:
     def _let_go(self, session_id: str, epoch: int) -> None:
         """Give the lease back, then tell the askers (`handoff.RELEASED`)."""
         self._leases.release(session_id, epoch)
-        self._notify(RELEASED, session_id)
+        self._notify(RELEASED, released_key(session_id))
 
     def _notify(self, channel: str, payload: str) -> None:
         self.connection().execute("SELECT pg_notify(%s, %s)", (channel, payload))
@@ -489,12 +490,15 @@ class PostgresPersistence:
         rows = (
             self.connection()
             .execute(
-                "SELECT header, title, updated_at FROM greenroom_sessions"
-                " ORDER BY updated_at DESC, id"
+                "SELECT header, title, updated_at, holder_node, holder_pid,"
+                " lease_until > now() FROM greenroom_sessions ORDER BY updated_at DESC, id"
             )
             .fetchall()
         )
-        return [StoredSession(_header_decoder.decode(h), t, u) for h, t, u in rows]
+        return [
+            StoredSession(_header_decoder.decode(h), t, u, Holder(pid, node) if live else None)
+            for h, t, u, node, pid, live in rows
+        ]
 
     def _delete(self, session_id: str) -> None:
         db = self.connection()
