@@ -5,6 +5,7 @@ from greenroom.actors.life import AgentHandle
 from greenroom.actors.prompt import Answer, Prompt, PromptEvent, StopReason, ToolCallRecord
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
+from greenroom.protocol.content import Image, Resource, Text
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.tools.typed import tool
 
@@ -18,12 +19,15 @@ __all__ = [
     "AgentOptions",
     "AgentRegistry",
     "Answer",
+    "Image",
     "Prompt",
     "PromptEvent",
+    "Resource",
     "Runtime",
     "SpawnLimits",
     "SpawnRefused",
     "StopReason",
+    "Text",
     "ToolCallRecord",
     "open_runtime",
     "tool",

@@ -12,20 +12,13 @@ from pathlib import Path
 import pytest
 import trio
 
-from greenroom import open_runtime
+from greenroom import Image, Resource, Text, open_runtime
 from greenroom.acp.prompts import LINK_BYTES
 from greenroom.cli import main
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.models.parts import takes_images
-from greenroom.protocol.content import (
-    MAX_IMAGE_BYTES,
-    Image,
-    ImageRef,
-    Resource,
-    ResourceRef,
-    Text,
-)
+from greenroom.protocol.content import MAX_IMAGE_BYTES, ImageRef, ResourceRef
 from greenroom.protocol.events import Errored, TurnEnd, UserMessage
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, UserTurn
 from greenroom.session.persistence import JsonlPersistence, SqlitePersistence
