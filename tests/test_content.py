@@ -9,6 +9,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import msgspec
 import pytest
 import trio
 
@@ -561,3 +562,35 @@ def test_an_adapter_encodes_an_image_once_for_every_step() -> None:
     first = encoded.of(DIGEST, PNG)
     assert first == PNG_B64
     assert encoded.of(DIGEST, PNG) is first  # the next step's request reuses it
+
+
+async def test_a_turn_a_crash_cut_is_carried_on_with_its_image(tmp_path: Path) -> None:
+    from greenroom.protocol.events import USER, MessageTrigger, TurnStart
+    from greenroom.session import new_header
+
+    store = JsonlPersistence(tmp_path)
+    log = await store.create(new_header("s"))
+    parts = [Text(TEXT_OF_PROMPT), ImageRef("image/png", DIGEST, len(PNG))]
+    await log.put_blobs({DIGEST: PNG})
+    for seq, event in enumerate(
+        [
+            TurnStart(turn=1, trigger=MessageTrigger(USER)),
+            UserMessage(content=TEXT_OF_PROMPT, source=USER, message_id="m-1", parts=parts),
+        ]
+    ):
+        msgspec.structs.force_setattr(event, "seq", seq)
+        log.append(event)
+    await log.close()  # no turn/end: as a crash leaves it
+    model = Recorder()
+    async with open_runtime(model=model, persistence=store) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", interrupted="continue")
+        assert handle.resumed is not None
+        with trio.fail_after(10):
+            answer = await handle.resumed
+    assert answer.stop_reason == "completed"
+    (request,) = model.requests
+    assert user_parts(request) == parts
+    assert request.blobs == {DIGEST: PNG}
+
+
+TEXT_OF_PROMPT = "what is in this picture?"
