@@ -436,7 +436,8 @@ async def test_sigkill_during_compaction_loads_compacted_or_not(
     persistence = JsonlPersistence(tmp_path)
     header, events = await persistence.load("s")
     session = Session(header, events)
-    assert len(compactions(events)) <= 1
+    # How many compactions landed before the kill depends on the machine's speed; each one
+    # is one event, whole or absent, and the history starts at the latest.
     asked = [e.content for e in events if isinstance(e, UserMessage)]
     assert asked == [f"question {n}" for n in range(len(asked))]
     history = list(session.messages())
