@@ -333,6 +333,9 @@ async def test_a_terminal_exit_is_the_results_own_calls_when_a_later_call_reuses
 # -- the editor's files --------------------------------------------------------------------------
 
 
+UINT32 = 2**32 - 1
+
+
 async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
     tmp_path: Path,
 ) -> None:
@@ -348,6 +351,8 @@ async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
         assert request["method"] == "fs/read_text_file"
         text = big.read_text()
         line, limit = request["params"].get("line"), request["params"].get("limit")
+        if not all(0 <= n <= UINT32 for n in (line or 0, limit or 0)):  # ACP: uint32
+            return {"error": "line and limit are uint32"}
         if line is not None or limit is not None:  # ACP: 1-based first line, how many
             start = (line or 1) - 1
             kept = text.splitlines(keepends=True)[start : None if limit is None else start + limit]
@@ -358,6 +363,7 @@ async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
         [
             [CallTool("read_file", {"path": "big.log"})],
             [CallTool("read_file", {"path": "big.log", "offset": 99_999})],
+            [CallTool("read_file", {"path": "big.log", "offset": 10**12, "limit": 10**12})],
             [Say("read")],
         ]
     )
@@ -369,7 +375,7 @@ async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
         with trio.fail_after(60):
             answer = await peer.call("session/prompt", prompt)
         assert answer["result"] == {"stopReason": "end_turn"}
-        first, last = [e for e in rt.sessions.get(session).events if isinstance(e, ToolResult)]  # type: ignore[union-attr]
+        first, last, far = [e for e in rt.sessions.get(session).events if isinstance(e, ToolResult)]  # type: ignore[union-attr]
     assert not first.is_error
     assert first.content.startswith(lines[0] + "\n")
     assert first.content.endswith(
@@ -377,6 +383,7 @@ async def test_a_read_through_the_editor_of_a_file_over_the_frame_limit_answers(
     )
     assert not last.is_error
     assert last.content == "\n".join(lines[-2:]) + "\n[lines 99999-100000 of big.log]"
+    assert far.content == "(nothing from line 1000000000000: big.log has fewer lines)"
     assert tap.longest <= MAX_FRAME
 
 

@@ -50,6 +50,9 @@ __all__ = [
 
 T = TypeVar("T")
 
+#: The largest line number and line count an editor is asked for (ACP's are uint32).
+_UINT32 = 2**32 - 1
+
 #: How much a local read asks of the file system at a time.
 _CHUNK = 64 * 1024
 _NEWLINE = "\n"
@@ -311,9 +314,11 @@ class FileTools:
                 )
             else:
                 path = await _in_thread(call, lambda roots, _: resolve(roots, args.path))
-                # Only the lines shown, and one to tell whether more follow: the whole of a
-                # large file would come back in one frame, past what the reader takes.
-                text = await files.read_text(path, args.offset, limit + 1)
+                # Only the lines that can be shown (each takes a byte at least), and one to
+                # tell whether more follow: the whole of a large file would come back in one
+                # frame, past what the reader takes. ACP's line and limit are uint32.
+                asked = min(args.offset, _UINT32), min(limit, cap, _UINT32 - 1) + 1
+                text = await files.read_text(path, *asked)
                 window = msgspec.structs.replace(_read_text(text, 1, limit, cap), first=args.offset)
         except PathRefused as exc:
             return ToolOutcome.failed(f"read_file: {exc}", "path-refused", "FileError")
