@@ -10,16 +10,20 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from greenroom import open_runtime
+from greenroom.acp import serve_connection
 from greenroom.protocol.events import Completed, SessionEvent, TurnEnd, UserMessage
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta
 from greenroom.session.persistence import Holder, SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
 from greenroom.session.transcript import describe_stored
+from tests.acp_peer import Peer
 from tests.agents_helpers import assert_enclosed
 
 pytestmark = pytest.mark.real_clock
@@ -166,3 +170,39 @@ async def test_ask_needs_a_persistence_that_hands_off(tmp_path: object) -> None:
             await rt.agents.resume(agent_id="y", session_id="s", take_over="ask", wait=1)
         with pytest.raises(ValueError, match="take_over must be one of refuse, ask"):
             await rt.agents.resume(agent_id="y", session_id="s", take_over="grab")  # type: ignore[arg-type]
+
+
+async def test_an_acp_client_is_told_when_its_idle_session_is_handed_off(
+    postgres_dsn: str, tmp_path: Path
+) -> None:
+    """``greenroom acp --store postgresql://`` answers release requests: an idle session
+    of its client is let go, the client told in the session; loading it asks again."""
+    with trio.fail_after(LIMIT), node(postgres_dsn, "a") as a, node(postgres_dsn, "b") as b:
+        async with open_runtime(persistence=a) as rt_a, open_runtime(persistence=b) as rt_b:
+            client, server = trio.testing.memory_stream_pair()
+            peer = Peer(client)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(serve_connection, rt_a, server)
+                nursery.start_soon(peer.read_loop)
+                await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+                session = await peer.new_session(str(tmp_path))
+                prompt = [{"type": "text", "text": "on a"}]
+                answered = await peer.call(
+                    "session/prompt", {"sessionId": session, "prompt": prompt}
+                )
+                assert answered["result"]["stopReason"] == "end_turn"
+                await rt_b.agents.resume(agent_id="b", session_id=session, take_over="ask", wait=10)
+                told = await peer.wait_for(
+                    lambda f: (
+                        "handed to another node"
+                        in str(f.get("params", {}).get("update", {}).get("content", {}))
+                    )
+                )
+                assert told["params"]["sessionId"] == session
+                again = await peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+                assert again["error"]["code"] == -32002  # not a session of this client any more
+                load = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+                refused = await peer.call("session/load", load)
+                assert "on host b" in refused["error"]["message"]
+                await peer.close()
+                nursery.cancel_scope.cancel()

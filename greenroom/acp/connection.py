@@ -703,6 +703,24 @@ class AcpConnection:
         # that dropped its turn before it began, a disposal before its prompt.
         if status == "disposed":
             self.subagents.forget(agent.session.id)
+            record = self.sessions.get(agent.session.id)
+            if record is not None and record.handle is not None and record.handle.agent is agent:
+                self._gone(record)
+
+    def _gone(self, record: SessionRecord) -> None:
+        """A session of the client's ended under it, not by a request of its own nor the
+        teardown (both drop the record first): another node asked for it (a hand-off).
+        Its prompts are answered ``cancelled``, the client told; loading it again asks
+        for it back."""
+        if self.closed:
+            return
+        del self.sessions[record.session_id]
+        record.abandon(self.outbox)
+        self.outbox.tell(
+            record.session_id,
+            "This session was handed to another node that asked for it; load it again to"
+            " take it back.",
+        )
 
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
