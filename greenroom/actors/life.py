@@ -13,7 +13,7 @@ says it with nesting::
                                                 is appended and flushed, unstoppable)
 
 `AgentHandle.dispose` stops the loop (`LiveAgent.stop`: the inbox wakes the
-parked loop to return, and a turn in flight has its turn scope cancelled
+parked loop to return, and a turn in flight has its turns' scope cancelled
 with reason ``"disposed"``) and waits for the life's task to return; an
 owner closing cancels the same task from outside. Python unwinds the same
 nesting either way. The life has no cancel scope of its own: an idle agent

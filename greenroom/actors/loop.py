@@ -11,12 +11,17 @@ Everything that stops work goes through two objects:
   the status flips to running, window 3 before each step, window 4 after the
   continuation decision (a cancel that lands after a turn's last window is
   taken at window 1 of the next wake-up, where it drops nothing sent after it);
-* the **turn scope**, a `trio.CancelScope` around the turn's steps, which
-  `cancel` cancels with the caller's reason so an in-flight model call or
-  tool call stops at its next checkpoint.
+* the **turns' scope**, one `trio.CancelScope` around every turn from the
+  first wake-up with work on (and the idle waits between them), which
+  `cancel` cancels with the caller's reason while a turn runs, so an
+  in-flight model call or tool call stops at its next checkpoint; the turn
+  it cuts ends ``aborted`` and raises the `Cancelled` on up, the scope
+  catches it, and the next wake-up enters a new one. A turn has no scope of
+  its own: entering and leaving one was the largest cost of a turn, and an
+  agent that never had work holds none.
 
 Disposal is `stop` (from `AgentHandle.dispose`: the inbox is closed, which
-wakes a parked loop, and the turn scope of a turn in flight is cancelled with
+wakes a parked loop, and the turns' scope of a turn in flight is cancelled with
 reason ``"disposed"``) or the owner's cancel reaching the task: either way the
 turn in flight ends ``disposed``, its closing events are appended and the
 flush runs shielded, and `drive` returns (on `stop`) or unwinds (re-raising
@@ -130,7 +135,7 @@ logger = logging.getLogger("greenroom.agent")
 CLOSING_GRACE: Final = 10.0
 
 DEFAULT_CANCEL_REASON: Final = "cancelled"
-#: The reason of the turn scope's cancel when the agent is disposed (`LoopAgent.stop`).
+#: The reason of the turns' scope's cancel when the agent is disposed (`LoopAgent.stop`).
 DISPOSED_REASON: Final = "disposed"
 
 #: Who tells the model its final answer did not validate (a ``context/message``).
@@ -170,6 +175,7 @@ class LoopAgent:
         "_status",
         "_tools",
         "_turn_scope",
+        "_turns",
         "_unflushed",
     )
 
@@ -198,7 +204,8 @@ class LoopAgent:
         self._inbox = Inbox()
         self._status: StatusName = "idle"
         self._cancel_reason: str | None = None  # the turn-scoped cancel marker
-        self._turn_scope: trio.CancelScope | None = None
+        self._turns: trio.CancelScope | None = None  # held from a wake-up with work on
+        self._turn_scope: trio.CancelScope | None = None  # the turns' scope while a turn runs
         self._open_step = 0  # the step the log has opened and not closed, 0 if none
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
@@ -451,39 +458,66 @@ class LoopAgent:
         """
         inbox = self._inbox
         try:
-            if self._resumed is not None:
-                resumed, self._resumed = self._resumed, None
-                await self._carry_on(resumed)
-                inbox.requeue_steering()
-                if not inbox.queued and not self._compactor.requested:
-                    self._set_status("idle")
             while True:
-                await inbox.wait()
-                if inbox.closed:  # stopped: the life goes on with its teardown
+                if self._resumed is None:  # a fresh agent parks outside any scope: none held
+                    await inbox.wait()
+                    if inbox.closed:  # stopped: the life goes on with its teardown
+                        return
+                # The turns' scope: one for every turn from here on, and the idle waits
+                # between them, until a cancel uses it up (its `Cancelled` raised out of
+                # the turn it cut, or at the next wait). One per turn cost more than
+                # anything else a turn does. Inline, not a method: no frame more to hold.
+                with trio.CancelScope() as scope:
+                    self._turns = scope
+                    if self._resumed is not None:
+                        resumed, self._resumed = self._resumed, None
+                        await self._carry_on(resumed)
+                        self._after_turn()
+                    else:
+                        await self._wake()
+                    while True:
+                        await inbox.wait()
+                        if inbox.closed:
+                            break
+                        await self._wake()
+                self._turns = None
+                if scope.cancelled_caught:  # a cancel or `stop` cut a turn short
+                    self._after_turn()
+                if inbox.closed:
                     return
-                if inbox.flush_requested:
-                    inbox.flush_requested = False
-                    await self._flush(0)
-                if self._compactor.requested and not inbox.queued:
-                    await self._compaction_turn(self._session.last_turn + 1)
-                    continue
-                if self._cancelled_before_turn() or not inbox.queued:  # window 1: since the wake
-                    continue
-                self._set_status("running")
-                if self._cancelled_before_turn():  # window 2: an agent/status listener
-                    continue
-                if not inbox.queued:  # ... or it withdrew everything: no turn to run
-                    self._set_status("idle")
-                    continue
-                await self._turn(self._session.last_turn + 1)
-                inbox.requeue_steering()
-                if not inbox.queued and not self._compactor.requested:
-                    self._set_status("idle")
         finally:
+            self._turns = None
             self._set_status("disposed")
             self._drop_queued("disposed")
             if inbox.flush_requested or self._unflushed:
                 await self._flush(0)
+
+    async def _wake(self) -> None:
+        """What one wake-up of the loop does: a flush asked for, a compaction asked for
+        while nothing is queued, or the next turn, past cancel windows 1 and 2."""
+        inbox = self._inbox
+        if inbox.flush_requested:
+            inbox.flush_requested = False
+            await self._flush(0)
+        if self._compactor.requested and not inbox.queued:
+            await self._compaction_turn(self._session.last_turn + 1)
+            return
+        if self._cancelled_before_turn() or not inbox.queued:  # window 1: since the wake
+            return
+        self._set_status("running")
+        if self._cancelled_before_turn():  # window 2: an agent/status listener
+            return
+        if not inbox.queued:  # ... or it withdrew everything: no turn to run
+            self._set_status("idle")
+            return
+        await self._turn(self._session.last_turn + 1)
+        self._after_turn()
+
+    def _after_turn(self) -> None:
+        """Steering left leads the queued work; with none left, the agent is idle."""
+        self._inbox.requeue_steering()
+        if not self._inbox.queued and not self._compactor.requested:
+            self._set_status("idle")
 
     def _drop_queued(self, stop_reason: StopReason, reason: str | None = None) -> None:
         """Empty both FIFOs; their prompts settle `stop_reason` (no turn took them)."""
@@ -559,36 +593,52 @@ class LoopAgent:
         output: OutputTurn | None,
         body: Callable[[], Awaitable[TurnEndReason]],
     ) -> None:
-        """Run `body` (the turn's steps) in the turn scope; the reason it ends with is
+        """Run `body` (the turn's steps) in the turns' scope; the reason it ends with is
         logged by `_close_turn` whatever happens (a cancel, a failure, disposal)."""
         reason: TurnEndReason = COMPLETED
-        self._turn_scope = scope = trio.CancelScope()
+        self._turn_scope = self._turns
         try:
-            with scope:
-                reason = await body()
-            if scope.cancelled_caught:
-                reason = await self._caught()
+            reason = await body()
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
         except BaseException as exc:
-            if cancelled_in(exc) is not None:  # the owner's cancel: disposal
-                reason = DISPOSED
-                await self._life.end_children()  # their closing turn/ends come first
-            raise
+            reason, raised = await self._cut(exc, turn, self._open_step)
+            if raised is exc:
+                raise
+            raise raised from None
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason, prompts, start, output)
 
-    async def _caught(self) -> TurnEndReason:
-        """Why the turn scope stopped the turn: ``aborted`` by a `cancel` (whose marker it
-        takes), else ``disposed`` by `stop`, after the agent's children have ended (their
-        closing ``turn/end``s come first)."""
+    async def _cut(
+        self, exc: BaseException, turn: int, step: int
+    ) -> tuple[TurnEndReason, BaseException]:
+        """How a turn raising `exc` (no `Exception`) ends, and what it raises on.
+
+        A cancel of the turns' scope (`cancel`, whose marker it takes, or else
+        `stop`) ends it ``aborted`` or ``disposed``; the owner's cancel ends it
+        ``disposed``; a disposed turn's children end first (their closing
+        ``turn/end``s come before its own). Errors beside the scope's cancel (in
+        one group) fail the turn, as they did when the turn had a scope of its
+        own, and only the cancel goes on up, for the turns' scope to catch.
+        """
+        if cancelled_in(exc) is None:  # KeyboardInterrupt and the like: not the turn's
+            return COMPLETED, exc
+        scope = self._turns
+        if scope is None or not scope.cancel_called:  # the owner's cancel: disposal
+            await self._life.end_children()
+            return DISPOSED, exc
+        if isinstance(exc, BaseExceptionGroup):
+            cancels, errors = exc.split(trio.Cancelled)
+            if cancels is not None and isinstance(errors, Exception):
+                self._hooks.emit(AGENT_ERROR, self, turn, step, errors)
+                return Errored(step=step, message=str(errors) or type(errors).__name__), cancels
         cancelled = self._take_cancel()
         if cancelled is not None or not self._life.disposing:
-            return Aborted(cancelled or DEFAULT_CANCEL_REASON)
+            return Aborted(cancelled or DEFAULT_CANCEL_REASON), exc
         await self._life.end_children()
-        return DISPOSED
+        return DISPOSED, exc
 
     async def _mend_cut_step(self, turn: int, start: int) -> int | None:
         """Log `TurnResumed` and mend the step the crash cut; returns the step after which
@@ -668,22 +718,20 @@ class LoopAgent:
         self._set_status("running")
         start = self._session.next_seq
         reason: TurnEndReason = COMPLETED
-        self._turn_scope = scope = trio.CancelScope()
+        self._turn_scope = self._turns
         try:
-            with scope:
-                self._session.append(TurnStart(turn=turn, trigger=CompactionTrigger(USER)))
-                self._open_step = 1
-                self._session.append(StepStart(turn=turn, step=1))
-                await self._compactor.fit(self._request(self._tools), *self._model_now(), turn, 1)
-            if scope.cancelled_caught:
-                reason = await self._caught()
+            self._session.append(TurnStart(turn=turn, trigger=CompactionTrigger(USER)))
+            self._open_step = 1
+            self._session.append(StepStart(turn=turn, step=1))
+            await self._compactor.fit(self._request(self._tools), *self._model_now(), turn, 1)
         except Exception as exc:
             reason = Errored(step=1, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, 1, exc)
         except BaseException as exc:
-            if cancelled_in(exc) is not None:
-                reason = DISPOSED
-            raise
+            reason, raised = await self._cut(exc, turn, 1)
+            if raised is exc:
+                raise
+            raise raised from None
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason, [], start, None)
