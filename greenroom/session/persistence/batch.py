@@ -5,6 +5,9 @@ A backend's writer runs each batch of jobs on one connection: the `Append`s of a
 one transaction (each under its own savepoint, so one fenced append cannot undo another),
 every other job alone, in order. One drain of a log is in flight at a time; what is
 appended meanwhile waits for the next.
+
+A backend may also commit an append on the Trio thread (`Inline`, SQLite's): one that
+needs no wait, then made durable by a `Sync` on the writer when the policy says so.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import trio
 from greenroom.protocol.events import SessionEvent
 from greenroom.session.persistence.base import (
     LeaseLost,
+    PersistenceError,
     SeqMismatch,
     SessionNotFound,
     SyncPolicy,
@@ -87,6 +91,12 @@ class Sync(Job):
         self.covers = covers
 
 
+#: Commits `job` on the calling (Trio) thread if that needs no wait, and says whether it
+#: did: True once it is committed or refused (``job.error`` set, nothing written); False
+#: when it must go to the writer instead (the database's write lock is taken).
+Inline: TypeAlias = Callable[[Append], bool]
+
+
 async def run_call(writer: Writer[Job], call: Callable[[], T]) -> T:
     """Run `call` on `writer`, in order with every append; its value, or its error.
 
@@ -132,6 +142,10 @@ class BatchLog:
     ``sync="turn"`` the turn's commit is made durable after it, off the
     agent's path (`Database.turn_sync`); `close` commits durably, then lets
     the session go (`release`).
+
+    With ``inline`` (see `Inline`), a commit that needs no wait is made on the
+    Trio thread: a write-ahead then costs no hop to the writer, and a durable
+    commit (``always``, a close) waits only for the writer's `Sync` after it.
     """
 
     __slots__ = (
@@ -140,6 +154,7 @@ class BatchLog:
         "_epoch",
         "_error",
         "_in_flight",
+        "_inline",
         "_pending",
         "_release",
         "_sync",
@@ -156,8 +171,10 @@ class BatchLog:
         *,
         epoch: int,
         next_seq: int,
+        inline: Inline | None = None,
     ) -> None:
         self._database = database
+        self._inline = inline
         self.session_id = session_id
         self._release = release
         self._epoch = epoch
@@ -183,7 +200,8 @@ class BatchLog:
         self._error = error
 
     async def write_ahead(self) -> None:
-        await self._commit(sync=self._database.sync == "always")
+        # Written is enough here; with an inline commit a turn's flush makes it durable.
+        await self._commit(sync=self._database.sync == "always" and self._inline is None)
 
     async def flush(self) -> None:
         policy = self._database.sync
@@ -222,23 +240,54 @@ class BatchLog:
         while self._in_flight is not None:
             with trio.CancelScope(shield=True):
                 await self._in_flight.wait()
-        if not self._pending:
-            return
-        job = self._in_flight = Append(self.session_id, self._epoch, self._pending, sync=sync)
+        if self._pending:
+            job = Append(self.session_id, self._epoch, self._pending, sync=False)
+            if self._inline is None or not self._inline(job):
+                job.sync = sync
+                await self._commit_on_writer(job)
+            elif job.error is not None:
+                self._failed(job)
+            else:
+                self._pending = []
+                self.written = job.events[-1].seq + 1
+        if sync and self._synced < self.written:
+            await self._sync_to(self.written)
+
+    async def _commit_on_writer(self, job: Append) -> None:
+        self._in_flight = job
         self._pending = []
         self._database.writer.submit(job)
         with trio.CancelScope(shield=True):  # the commit lands either way; the buffer follows it
             await job.wait()
         self._in_flight = None
-        if job.error is None:
-            self.written = job.events[-1].seq + 1
-            if sync:
-                self._synced = self.written
-            return
-        self._pending[:0] = job.events
+        if job.error is not None:
+            self._pending[:0] = job.events
+            self._failed(job)
+        self.written = job.events[-1].seq + 1
+        if job.sync:
+            self._synced = self.written
+
+    def _failed(self, job: Append) -> None:
+        """Raise why `job` was refused (its events stay pending); a lost lease for good."""
+        assert job.error is not None
         if isinstance(job.error, LeaseLost):
             self._error = job.error
         raise job.error
+
+    async def _sync_to(self, covers: int) -> None:
+        """Make every commit up to seq `covers` durable: a `Sync` on the writer, awaited."""
+        job = Sync(covers)
+        self._database.writer.submit(job)
+        with trio.CancelScope(shield=True):  # the fsync runs to its end either way
+            await job.wait()
+        error = job.error
+        if isinstance(error, PersistenceError):  # a deadline passed
+            raise error
+        if error is not None:
+            raise PersistenceError(
+                f"{self._database.where}: cannot make session {self.session_id!r} durable: {error}"
+            ) from error
+        self._synced = max(self._synced, covers)
 
     def _turn_synced(self, job: Job) -> None:
         assert isinstance(job, Sync)
