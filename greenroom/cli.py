@@ -138,11 +138,18 @@ class StoreError(Exception):
 
 
 def store_from_url(
-    url: str, *, sync: SyncPolicy = "turn", lease_ttl: float = LEASE_TTL, read_only: bool = False
+    url: str,
+    *,
+    sync: SyncPolicy = "turn",
+    lease_ttl: float = LEASE_TTL,
+    read_only: bool = False,
+    keep_busy: bool = False,
 ) -> Persistence:
     """The persistence `url` names: ``jsonl:DIR``, ``sqlite:PATH`` or ``postgresql://...``.
 
-    ``read_only`` (the reading commands) never creates or changes a store: the
+    ``keep_busy``: a PostgreSQL node refuses another's request for a session that is
+    mid-turn (`PostgresPersistence`). ``read_only`` (the reading commands) never
+    creates or changes a store: the
     directory, the database file, or the PostgreSQL tables must exist. Raises
     `StoreError` naming the URL for one greenroom cannot use or reach, or that
     does not exist when reading.
@@ -166,7 +173,7 @@ def store_from_url(
 
             if read_only:
                 _check_postgres_store(url)
-            return PostgresPersistence(url, sync=sync, lease_ttl=lease_ttl)
+            return PostgresPersistence(url, sync=sync, lease_ttl=lease_ttl, keep_busy=keep_busy)
     except StateDirError as exc:
         raise StoreError(str(exc)) from None
     except (PersistenceError, OSError, sqlite3.Error) as exc:
@@ -293,6 +300,12 @@ def main(argv: list[str] | None = None) -> int:
         help="what loading a session does with a turn a crash cut: close it interrupted"
         " (the default) or continue it where its log stops",
     )
+    acp.add_argument(
+        "--keep-busy",
+        action="store_true",
+        help="PostgreSQL: refuse another node's request for a session that is mid-turn"
+        " (by default it is let go after its turn; an idle one at once)",
+    )
     _add_state_dir(acp)
     _add_store(acp, "jsonl:STATE-DIR/sessions")
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
@@ -331,7 +344,9 @@ def main(argv: list[str] | None = None) -> int:
                 except ValueError as exc:
                     parser.error(str(exc))
             if args.store:
-                store = store_from_url(args.store, sync=args.sync, lease_ttl=args.lease_ttl)
+                store = store_from_url(
+                    args.store, sync=args.sync, lease_ttl=args.lease_ttl, keep_busy=args.keep_busy
+                )
             else:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)

@@ -26,7 +26,7 @@ from acp import schema
 
 from greenroom import open_runtime
 from greenroom.acp import serve_connection
-from greenroom.actors.types import ToolInvocation
+from greenroom.actors.types import PermissionRequest, ToolInvocation
 from greenroom.protocol.events import (
     USER,
     AssistantChunk,
@@ -34,6 +34,8 @@ from greenroom.protocol.events import (
     Completed,
     Interrupted,
     MessageTrigger,
+    PermissionDecision,
+    PermissionRule,
     SessionEvent,
     SteeringMessage,
     StepEnd,
@@ -253,6 +255,41 @@ async def test_a_call_safe_to_repeat_is_run_again(tmp_path: Path, name: str, kin
     assert [e.call_id for e in events if isinstance(e, ToolCall)] == [f"c-{name}"]
     assert stop == "completed"
     assert len(ends_of(events)) == 1
+
+
+class NeverAsked:
+    """Permissions that fail the test if anyone is asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[str] = []
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        await trio.lowlevel.checkpoint()
+        self.asked.append(request.tool)
+        return "reject_once"
+
+
+async def test_an_always_answer_logged_before_the_cut_is_not_asked_again(
+    tmp_path: Path,
+) -> None:
+    model, runs, permissions = Replies(), Runs(), NeverAsked()
+    cut = prompt_turn(
+        StepStart(turn=1, step=1),
+        replied("put"),
+        PermissionRule(tool="put", allow=True),
+        logged_call("put", "edit"),
+    )
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, cut)
+    async with open_runtime(
+        model=model, persistence=store, tools=runs.tools(), permissions=permissions
+    ) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", interrupted="continue")
+        assert handle.resumed is not None
+        await handle.resumed
+        await handle.dispose()
+    assert permissions.asked == []
+    assert runs.count == {"put": 1}  # run again, as allowed before the cut
 
 
 async def test_calls_the_log_never_reached_had_not_run_and_run_now(tmp_path: Path) -> None:

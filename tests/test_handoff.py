@@ -206,3 +206,13 @@ async def test_an_acp_client_is_told_when_its_idle_session_is_handed_off(
                 assert "on host b" in refused["error"]["message"]
                 await peer.close()
                 nursery.cancel_scope.cancel()
+
+
+def test_greenroom_acp_keep_busy_reaches_the_store(postgres_dsn: str) -> None:
+    from greenroom.cli import store_from_url
+
+    for keep in (False, True):
+        store = store_from_url(postgres_dsn, keep_busy=keep)
+        assert isinstance(store, PostgresPersistence)
+        assert store.keep_busy is keep
+        store.close()
