@@ -548,19 +548,20 @@ def test_acp_load_replays_the_cut_turn_then_carries_it_on(tmp_path: Path) -> Non
     prompt sent next is answered as usual."""
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
-    store = JsonlPersistence(home / "sessions")
-    cut = [
+    store: Persistence = JsonlPersistence(home / "sessions")
+    cut: list[SessionEvent] = [
         TurnStart(turn=1, trigger=MessageTrigger(USER)),
         UserMessage(content="carry this on", source=USER, message_id="m-1"),
         StepStart(turn=1, step=1),
     ]
     trio.run(store_cut, store, cut, "cut-1", str(work))
     updates = Updates()
+    client: Any = updates  # the SDK's Client protocol, as the SDK calls it
     command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
 
     async def scenario() -> None:
         async with acp.spawn_agent_process(
-            updates,
+            client,
             *command,
             "--interrupted",
             "continue",
