@@ -1,0 +1,146 @@
+"""SQLite's inline commits: a write-ahead reaches the database without the writer thread,
+falls back to the writer while the write lock is taken, and a durable flush is covered by
+an fdatasync of the WAL before it returns."""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import msgspec
+import pytest
+import trio
+
+from greenroom.protocol.events import (
+    COMPLETED,
+    USER,
+    MessageTrigger,
+    SessionHeader,
+    TurnEnd,
+    TurnStart,
+)
+from greenroom.session.persistence import SqlitePersistence
+from greenroom.session.persistence.batch import Call
+
+LIMIT = 20  # seconds; generous for a loaded machine
+
+
+def _stored(db: Path) -> int:
+    """The session's stored next seq, read on a connection of its own."""
+    with sqlite3.connect(db) as reader:
+        row = reader.execute("SELECT next_seq FROM sessions WHERE id = 's'").fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _start(seq: int) -> TurnStart:
+    return TurnStart(seq=seq, time=1.0, turn=seq + 1, trigger=MessageTrigger(USER))
+
+
+@pytest.mark.real_clock
+async def test_a_write_ahead_commits_while_the_writer_is_busy(tmp_path: Path) -> None:
+    """The writer's thread held by a long job; a write-ahead under the default policy
+    still lands at once (its commit is made on the Trio thread)."""
+    db = tmp_path / "sessions.sqlite"
+    store = SqlitePersistence(db)
+    release = threading.Event()
+    try:
+        with trio.fail_after(LIMIT):
+            log = await store.create(SessionHeader(id="s", created_at=1))
+            held = Call(lambda: release.wait(LIMIT))
+            store.writer.submit(held)
+            log.append(_start(0))
+            with trio.move_on_after(5) as waited:
+                await log.write_ahead()
+            assert not waited.cancelled_caught, "the write-ahead waited for the writer"
+            assert _stored(db) == 1
+            release.set()
+            await held.wait()
+            await log.close()
+    finally:
+        release.set()
+        store.close()
+
+
+@pytest.mark.real_clock
+async def test_a_write_ahead_waits_for_a_write_lock_held_elsewhere(tmp_path: Path) -> None:
+    """Another connection holds the write lock: the write-ahead goes to the writer,
+    which lands it once the lock is given back."""
+    db = tmp_path / "sessions.sqlite"
+    store = SqlitePersistence(db)
+    try:
+        with trio.fail_after(LIMIT):
+            log = await store.create(SessionHeader(id="s", created_at=1))
+            other = sqlite3.connect(db, isolation_level=None)
+            other.execute("BEGIN IMMEDIATE")
+            done = trio.Event()
+
+            async def write() -> None:
+                log.append(_start(0))
+                await log.write_ahead()
+                done.set()
+
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(write)
+                    await trio.sleep(0.5)
+                    assert not done.is_set()
+                    assert _stored(db) == 0
+                    other.execute("ROLLBACK")
+            finally:
+                other.close()
+            assert _stored(db) == 1
+            await log.close()
+    finally:
+        store.close()
+
+
+class WalSyncs:
+    """The WAL file's size at each fdatasync of it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, wal: Path) -> None:
+        self.wal = str(wal)
+        self.sizes: list[int] = []
+        self._lock = threading.Lock()
+        monkeypatch.setattr(os, "fdatasync", self._noting(os.fdatasync))
+
+    def _noting(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            size = os.fstat(fd).st_size
+            real(fd)
+            if os.readlink(f"/proc/self/fd/{fd}") == self.wal:
+                with self._lock:
+                    self.sizes.append(size)
+
+        return sync
+
+    def covered(self) -> int:
+        with self._lock:
+            return max(self.sizes, default=0)
+
+
+async def test_always_returns_a_flush_only_after_the_wal_is_synced(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = tmp_path / "sessions.sqlite"
+    syncs = WalSyncs(monkeypatch, Path(str(db) + "-wal"))
+    store = SqlitePersistence(db, sync="always")
+    try:
+        log = await store.create(SessionHeader(id="s", created_at=1))
+        for turn in range(3):
+            log.append(_start(2 * turn))
+            log.append(
+                msgspec.structs.replace(
+                    TurnEnd(turn=turn + 1, reason=COMPLETED), seq=2 * turn + 1, time=1.0
+                )
+            )
+            await log.flush()
+            assert _stored(db) == 2 * turn + 2
+            assert syncs.covered() >= os.path.getsize(str(db) + "-wal")
+        await log.close()
+    finally:
+        store.close()
+    assert syncs.sizes
