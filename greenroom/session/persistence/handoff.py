@@ -122,21 +122,23 @@ class Releases:
         self._connect = connect
         self.channel = channel
         self._thread: threading.Thread | None = None
+        self._starting = trio.Lock()
         self._stopped = threading.Event()
         self._send, self.requests = trio.open_memory_channel[Ask](QUEUED)
         self._watches: dict[str, list[Watch]] = {}
 
     async def start(self) -> None:
-        """Listen from now on; raises what connecting raised (a `PersistenceError`)."""
-        if self._thread is not None:
-            await trio.lowlevel.checkpoint()
-            return
-        db = await trio.to_thread.run_sync(self._listening)
-        token = trio.lowlevel.current_trio_token()
-        self._thread = threading.Thread(
-            target=self._run, args=(db, token), name="greenroom hand-off listener", daemon=True
-        )
-        self._thread.start()
+        """Listen from now on (again, in a new `trio.run`); raises what connecting raised
+        (a `PersistenceError`). Concurrent calls make one listener."""
+        async with self._starting:
+            if self._thread is not None and self._thread.is_alive():
+                return
+            db = await trio.to_thread.run_sync(self._listening)
+            token = trio.lowlevel.current_trio_token()
+            self._thread = threading.Thread(
+                target=self._run, args=(db, token), name="greenroom hand-off listener", daemon=True
+            )
+            self._thread.start()
 
     def close(self) -> None:
         self._stopped.set()
