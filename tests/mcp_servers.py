@@ -13,9 +13,9 @@
   garbage lines on its stdout, odd tool names, endless pages, floods of
   ``tools/list_changed``, giant results, exiting in the middle of a call,
   invalid UTF-8, children left behind;
-* ``prompts``: the SDK's `MCPServer` on stdio with one prompt, ``review(path,
-  focus="")``, and one tool, ``add_prompt(name)``, that adds a prompt and
-  sends ``prompts/list_changed``;
+* ``prompts``: the SDK's `MCPServer` on stdio with two prompts, ``review(path,
+  focus="")`` and ``stall`` (never answered), and one tool, ``add_prompt(name)``,
+  that adds a prompt and sends ``prompts/list_changed``;
 * ``daemonize NAME``: before serving like ``stdio``, double-forks a detached
   ``sleep`` (a session of its own, its parent gone) whose argv[0] is NAME,
   and appends ``daemon <pid>`` to ``$MCP_RECORD``.
@@ -109,6 +109,12 @@ def prompts_server() -> MCPServer:
     def review(path: str, focus: str = "") -> str:
         """Review a file."""
         return f"Please review {path}" + (f", looking at {focus}." if focus else ".")
+
+    @server.prompt()
+    async def stall() -> str:
+        """Never answer."""
+        await anyio.sleep_forever()
+        return ""
 
     @server.tool()
     async def add_prompt(name: str, ctx: Context) -> str:

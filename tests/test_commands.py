@@ -155,6 +155,25 @@ def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path
     run(tmp_path, loaded, load)
 
 
+def test_a_cancel_withdraws_a_server_prompt_being_got(tmp_path: Path) -> None:
+    editor = Editor()
+
+    async def body(conn: Any, work: str) -> None:
+        session = (await conn.new_session(cwd=work, mcp_servers=[prompts_server()])).session_id
+        await editor.offers("p:stall")
+        by_session = asyncio.ensure_future(conn.prompt(session_id=session, prompt=say("/p:stall")))
+        await asyncio.sleep(0.5)  # the server is asked, and never answers
+        assert not by_session.done()
+        await conn.cancel(session_id=session)
+        assert (await asyncio.wait_for(by_session, 10)).stop_reason == "cancelled"
+        # The session goes on; nothing of the withdrawn command was sent to the model.
+        answer = await conn.prompt(session_id=session, prompt=say("still here"))
+        assert answer.stop_reason == "end_turn"
+
+    run(tmp_path, editor, body)
+    assert editor.said() == "still here"
+
+
 def test_a_commands_arguments_are_read_by_name_or_whole() -> None:
     prompt = McpPrompt(
         "review",

@@ -172,6 +172,8 @@ class AcpConnection:
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
         #: Each session's slash commands (`commands.SessionCommands`), from its start on.
         self.commands: dict[str, SessionCommands] = {}
+        #: Server prompts being got for a ``/<server>:<prompt>``: their session, their scope.
+        self._fetching: dict[RequestId, tuple[str, trio.CancelScope]] = {}
         self.live = LiveOutput(self.outbox)
         self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
         self.presenter = Presenter(
@@ -323,13 +325,20 @@ class AcpConnection:
         """Get a server's prompt and send its messages' text as the prompt; a prompt the
         server cannot give is an error answer naming why (nothing is sent)."""
         offered, prompt = self._commands(record.session_id).prompt(command.name)
+        scope = self._fetching[request_id] = (record.session_id, trio.CancelScope())
         try:
-            texts = await offered.get(prompt.name, arguments(prompt, command.rest))
+            with scope[1]:  # a cancel of the session or the request withdraws it
+                texts = await offered.get(prompt.name, arguments(prompt, command.rest))
         except ValueError as exc:
             self.outbox.fail(request_id, INVALID_PARAMS, f"invalid params: /{command.name}: {exc}")
             return
         except McpServerError as exc:
             self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: {exc}")
+            return
+        finally:
+            del self._fetching[request_id]
+        if scope[1].cancelled_caught:
+            self.outbox.respond(request_id, PromptResult("cancelled"))
             return
         text = "\n\n".join(t for t in texts if t.strip())
         if not text:
@@ -408,9 +417,20 @@ class AcpConnection:
         for entry in record.prompts.values():
             if not entry.prompt.settled:
                 entry.cancelled = True
+        self._stop_fetching(record.session_id)
+
+    def _stop_fetching(self, session_id: str) -> None:
+        """Withdraw the server prompts being got for the session's commands."""
+        for fetching, scope in self._fetching.values():
+            if fetching == session_id:
+                scope.cancel()
 
     def _cancel_request(self, params: CancelRequestParams) -> None:
         request_id = params.request_id
+        fetching = self._fetching.get(request_id)
+        if fetching is not None:
+            fetching[1].cancel()
+            return
         for record in self.sessions.values():
             entry = record.prompts.get(request_id)
             if entry is None:
@@ -743,6 +763,7 @@ class AcpConnection:
 
     def _abandon(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""
+        self._stop_fetching(record.session_id)
         record.abandon(self.outbox)
         kill_owned(self.runtime.bash, record.session_id)
 
