@@ -15,7 +15,8 @@
   sequentially, against ``nursery.start`` of a task parked in its own
   `trio.CancelScope`, then cancelling that scope and waiting for the task;
 * idle memory: traced bytes per idle agent (no turns) against a bare task
-  parked in ``sleep_forever``, with `tracemalloc` (its own ``trio.run``);
+  parked in ``sleep_forever``, with `tracemalloc` (its own ``trio.run``); and
+  per idle agent after one turn (its log, and the turns' scope it keeps);
 * cancel: ``agent.cancel(); await agent.when_idle()`` with the model hung
   mid-turn against ``scope.cancel()`` of a parked task and waiting for it;
 * spawn: ``parent.spawn(...)``, one turn of the child, its dispose, against
@@ -268,6 +269,20 @@ async def _our_memory(n: int) -> float:
     return (after - before) / n
 
 
+async def _our_memory_after_turn(n: int) -> float:
+    """Traced bytes per idle agent that has taken one turn: its log's events, and the
+    turns' scope it keeps while idle, included."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        before = _traced()
+        for i in range(n):
+            handle = await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}")
+            await handle.agent.run("ping")
+        del handle
+        await trio.testing.wait_all_tasks_blocked()
+        after = _traced()
+    return (after - before) / n
+
+
 async def _held_prompts(n: int, awaited: bool) -> float:
     """Traced bytes per settled prompt held in a list (what dropping the list frees)."""
     async with open_runtime(model=ScriptedModel(delay=0)) as rt:
@@ -438,7 +453,9 @@ def run(repeats: int, quick: bool) -> list[Row]:
     tool_turns = _alternate((_raw_two_trips, _our_tool_turns), m, repeats)
     growth = _alternate((_after_10, _after_4000), m, repeats)
     life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
-    memory = _alternate((_raw_memory, _our_memory), n_mem, min(repeats, 3), _run_traced)
+    memory = _alternate(
+        (_raw_memory, _our_memory, _our_memory_after_turn), n_mem, min(repeats, 3), _run_traced
+    )
     held = _alternate((_held_settled, _held_awaited), m, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
     spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
@@ -516,6 +533,14 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="bare task in sleep_forever",
             raw=memory["_raw_memory"],
             max_value=4096,
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per idle agent after one turn, its log included (N={n_mem})",
+            "B",
+            memory["_our_memory_after_turn"],
+            baseline="an idle agent that never took a turn",
+            raw=memory["_our_memory"],
         ),
         compare(
             SCENARIO,
