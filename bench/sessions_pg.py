@@ -249,6 +249,8 @@ def run(repeats: int, turns: list[Turn], n: int) -> list[Row]:
         return [
             skipped(SCENARIO, "PostgreSQL, 10 sessions at once", "events/s", reason),
             skipped(SCENARIO, "resume, PostgreSQL open", "ms", reason),
+            skipped(SCENARIO, "hand-off of an idle session between two nodes", "ms", reason),
+            skipped(SCENARIO, "resume and continue a cut turn (PostgreSQL)", "ms", reason),
         ]
     sessions = 10
     results: dict[str, list[float]] = {}
