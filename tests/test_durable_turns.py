@@ -318,6 +318,32 @@ async def test_a_call_with_its_result_logged_is_left_alone(tmp_path: Path) -> No
     assert len(ends_of(events)) == 1
 
 
+class Hangs:
+    """A model that never answers."""
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        await trio.sleep_forever()
+        yield Finish("stop")  # pragma: no cover
+
+
+async def test_a_continued_turn_is_cancelled_like_any_other(tmp_path: Path) -> None:
+    store = JsonlPersistence(tmp_path / "sessions")
+    await store_cut(store, prompt_turn(StepStart(turn=1, step=1)))
+    async with open_runtime(model=Hangs(), persistence=store) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", interrupted="continue")
+        assert handle.resumed is not None
+        await trio.sleep(1)  # the step asked again, its model hanging
+        assert handle.agent.status == "running"
+        handle.agent.cancel("enough")
+        answer = await handle.resumed
+        assert (answer.stop_reason, answer.reason) == ("aborted", "enough")
+        assert handle.agent.status == "idle"
+        await handle.dispose()
+    _, events = await store.load("s")
+    assert_enclosed(events)
+    assert len(ends_of(events)) == 1
+
+
 async def test_close_stays_the_default(tmp_path: Path) -> None:
     model, runs = Replies(), Runs()
     store = JsonlPersistence(tmp_path / "sessions")
