@@ -147,26 +147,31 @@ class _Capture:
 
 
 class _LiveTail:
-    """Both streams' last `PROGRESS_BYTES`, as they arrived, for a running command's progress."""
+    """Both streams' last `PROGRESS_BYTES`, as they arrived, for a running command's progress.
 
-    __slots__ = ("reported", "tail", "total")
+    The chunks read are kept as they are (no copy per chunk: a flood of small reads
+    costs a reference each), those wholly before the tail dropped; the tail's text is
+    joined only when a notice is made.
+    """
+
+    __slots__ = ("_chunks", "_kept", "reported", "total")
 
     def __init__(self) -> None:
-        self.tail = bytearray()
+        self._chunks: collections.deque[bytes | bytearray] = collections.deque()
+        self._kept = 0  # bytes in `_chunks`
         self.total = 0
         self.reported = 0  # `total` at the last notice
 
     def feed(self, data: bytes | bytearray) -> None:
         self.total += len(data)
-        if len(data) >= PROGRESS_BYTES:
-            self.tail[:] = data[-PROGRESS_BYTES:]
-            return
-        self.tail += data
-        if len(self.tail) > PROGRESS_BYTES:
-            del self.tail[: len(self.tail) - PROGRESS_BYTES]
+        chunks = self._chunks
+        chunks.append(data)
+        self._kept += len(data)
+        while self._kept - len(chunks[0]) >= PROGRESS_BYTES:
+            self._kept -= len(chunks.popleft())
 
     def text(self) -> str:
-        tail = self.tail
+        tail = b"".join(self._chunks)[-PROGRESS_BYTES:]
         start = 0
         while start < len(tail) and start < 3 and tail[start] & 0xC0 == 0x80:
             start += 1  # a character the cut split: not shown as a replacement mark
