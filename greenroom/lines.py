@@ -8,10 +8,24 @@ alike, and is tested without either.
 
 from __future__ import annotations
 
+from typing import Final
+
+#: How much of a line past the limit its `LineTooLong` keeps: enough for a frame's leading
+#: members (a JSON-RPC id), never the line.
+HEAD: Final = 4096
+
 
 class LineTooLong(Exception):
     """A line grew past the buffer's limit. Raised once per such line, as soon as it is
-    past the limit; the buffer then drops it, up to and with its newline."""
+    past the limit; the buffer then drops it, up to and with its newline.
+
+    ``head`` is the line's first `HEAD` bytes (a reader may scan it, say for an id to
+    answer); the rest is gone.
+    """
+
+    def __init__(self, limit: int, head: bytes) -> None:
+        super().__init__(f"a line longer than {limit} bytes")
+        self.head = head
 
 
 class LineBuffer:
@@ -48,9 +62,10 @@ class LineBuffer:
                 self._scanned = len(buffer)
                 if self._scanned > self._limit:
                     self._skipping = True
+                    head = bytes(buffer[:HEAD])
                     buffer.clear()
                     self._scanned = 0
-                    raise LineTooLong(f"a line longer than {self._limit} bytes")
+                    raise LineTooLong(self._limit, head)
                 return None
             self._scanned = 0
             if self._skipping:
@@ -58,8 +73,9 @@ class LineBuffer:
                 self._skipping = False
                 continue
             if end > self._limit:
+                head = bytes(buffer[: min(end, HEAD)])
                 del buffer[: end + 1]
-                raise LineTooLong(f"a line longer than {self._limit} bytes")
+                raise LineTooLong(self._limit, head)
             line = bytes(buffer[:end])
             del buffer[: end + 1]  # cheap: a bytearray drops its head in place
             return line

@@ -31,6 +31,7 @@ from greenroom.protocol.acp import ToolCallProgress
 from greenroom.protocol.events import Completed, ToolResult
 from greenroom.tools import Tool, confine
 from greenroom.tools.files import ReadCaps, file_tools
+from tests.acp_peer import allow_once
 from tests.agents_helpers import turn_ends
 from tests.test_files import ARGUMENTS, FLIPPER, _line, call, refused
 from tests.test_files import fifo_passes as fifo_passes  # the fixture, used by name
@@ -479,3 +480,48 @@ async def test_a_path_longer_than_path_max_is_refused_at_once_naming_its_length(
             outcome = await call(tool, tmp_path, path=path, **ARGUMENTS[tool])
             assert refused(outcome, f"is {len(path):,} characters long", "4,096")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d"]
+
+
+# -- an editor's reply over the frame limit ----------------------------------------------------
+
+
+@pytest.mark.parametrize("tool", ["edit_file", "write_file"])
+async def test_an_editors_reply_over_the_frame_limit_fails_its_request(
+    tool: str, tmp_path: Path
+) -> None:
+    """The editor answered fs/read_text_file with 9 MB in one frame, past the reader's 8 MiB:
+    the reply was dropped unread and the tool call waited for it until a cancel. Now the
+    dropped reply's id (found at its start) fails the request, naming the limit."""
+    (tmp_path / "big.txt").write_text("x")
+    written: list[str] = []
+
+    async def editor(request: dict[str, Any]) -> dict[str, Any]:
+        if request["method"] == "session/request_permission":
+            return await allow_once(request)
+        if request["method"] == "fs/write_text_file":
+            written.append(request["params"]["content"])
+            return {}
+        assert request["method"] == "fs/read_text_file"
+        return {"content": "old " + "x" * 9_000_000}
+
+    arguments = {"path": "big.txt", **ARGUMENTS[tool]}
+    model = ScriptedModel([[CallTool(tool, arguments)], [Say("done")]])
+    fs = {"fs": {"readTextFile": True, "writeTextFile": True}}
+    async with tapped(tmp_path, model, file_tools(), fs) as (rt, peer, _):
+        peer.answer = editor
+        session = await peer.new_session(str(tmp_path))
+        prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "go"}]}
+        with trio.fail_after(60):
+            answer = await peer.call("session/prompt", prompt)
+        assert answer["result"] == {"stopReason": "end_turn"}
+        (result,) = [e for e in rt.sessions.get(session).events if isinstance(e, ToolResult)]  # type: ignore[union-attr]
+    # The reply is not answered as if it were a request of the editor's.
+    assert not [f for f in peer.frames if "error" in f and f.get("id") is None]
+    if tool == "edit_file":
+        assert result.is_error
+        assert f"longer than {MAX_FRAME:,} bytes" in result.content
+        assert "fs/read_text_file" in result.content
+        assert written == []
+    else:  # what the editor holds could not be read: written as a new file's text
+        assert not result.is_error
+        assert written == [ARGUMENTS["write_file"]["content"]]

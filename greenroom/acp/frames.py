@@ -4,8 +4,10 @@
 nesting, any size up to `MAX_FRAME`) comes back as a `Request`, a
 `Notification`, a `Reply` to a request of ours, or a `Bad` frame carrying
 the JSON-RPC error to answer it with (and the id to answer, when the frame
-had a usable one). `read_lines` hands every newline-terminated line to its
-callback, and the last one at end of input even without its newline.
+had a usable one). A line past `MAX_FRAME` is never decoded: `dropped` tells
+what it was from its start (a reply to fail, or a frame to answer).
+`read_lines` hands every newline-terminated line to its callback, and the
+last one at end of input even without its newline.
 """
 
 from __future__ import annotations
@@ -128,14 +130,18 @@ _TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{},:]')
 _DEEP: Final = 64
 
 
-def _too_deep(line: bytes) -> Bad:
-    """A frame too deeply nested to decode: answer it, with its id if a scan finds one.
+class _Members(NamedTuple):
+    id: RequestId  # the top-level id, if it is a usable one
+    keys: frozenset[bytes]  # the top-level members' names, quoted as in the frame
+    deep_key: bytes | None  # the member whose value nests past _DEEP
 
-    The scan walks the top-level object's members without recursion; the
-    member whose value holds the nesting decides the code (``params``: -32602).
-    """
+
+def _members(line: bytes) -> _Members:
+    """The top-level object's members, found by a scan without recursion (of a whole
+    frame, or of the start of one: a member the start cuts is not found)."""
     depth = 0
     key = value_key = deep_key = None
+    keys: set[bytes] = set()
     value_from = 0
     request_id: RequestId = None
     previous = b""
@@ -156,15 +162,52 @@ def _too_deep(line: bytes) -> Bad:
             key = token
         elif head == b":":
             value_key, value_from = key, match.end()
+            if key is not None:
+                keys.add(key)
         elif head == b",":
             if value_key == b'"id"':
                 request_id = _scalar_id(line[value_from : match.start()])
             value_key = None
         if depth <= 1:
             previous = head
-    if deep_key == b'"params"':
-        return Bad(request_id, INVALID_PARAMS, "invalid params: nested too deep to decode")
-    return Bad(request_id, INVALID_REQUEST, "a frame nested too deep to decode")
+    return _Members(request_id, frozenset(keys), deep_key)
+
+
+def _too_deep(line: bytes) -> Bad:
+    """A frame too deeply nested to decode: answer it, with its id if a scan finds one.
+
+    The member whose value holds the nesting decides the code (``params``: -32602).
+    """
+    members = _members(line)
+    if members.deep_key == b'"params"':
+        return Bad(members.id, INVALID_PARAMS, "invalid params: nested too deep to decode")
+    return Bad(members.id, INVALID_REQUEST, "a frame nested too deep to decode")
+
+
+class Dropped(NamedTuple):
+    """A line over `MAX_FRAME`, dropped unread, as far as its start tells.
+
+    ``reply`` when the start names no method but a result or an error: the
+    peer's answer to ``id``, a request of ours, to be failed rather than
+    answered. Otherwise a frame to answer with ``message`` (``id`` None when
+    the start holds no usable one, say when a long member comes first).
+    """
+
+    id: RequestId
+    reply: bool
+    message: str
+
+
+_REPLY_KEYS: Final = frozenset((b'"result"', b'"error"'))
+
+
+def dropped(head: bytes) -> Dropped:
+    """What a line over `MAX_FRAME` whose first bytes are `head` was; never raises."""
+    members = _members(head)
+    limit = f"a frame longer than {MAX_FRAME:,} bytes, the most greenroom reads"
+    if b'"method"' not in members.keys and members.keys & _REPLY_KEYS:
+        return Dropped(members.id, True, f"the client's reply is {limit}: dropped unread")
+    return Dropped(members.id, False, f"{limit}: dropped unread")
 
 
 def _scalar_id(raw: bytes) -> RequestId:
@@ -178,13 +221,13 @@ def _scalar_id(raw: bytes) -> RequestId:
 async def read_lines(
     stream: trio.abc.ReceiveStream,
     on_line: Callable[[bytes], None],
-    on_oversized: Callable[[], None],
+    on_oversized: Callable[[Dropped], None],
 ) -> None:
     """Call `on_line` with each line of `stream` until end of input (blank lines skipped).
 
-    A line longer than `MAX_FRAME` is dropped (`on_oversized` is called once
-    for it, as soon as it is past the limit); a last line without its newline
-    still counts.
+    A line longer than `MAX_FRAME` is dropped: `on_oversized` is called once
+    for it, as soon as it is past the limit, with what its start says it was
+    (`dropped`). A last line without its newline still counts.
     """
     lines = LineBuffer(MAX_FRAME)
     while chunk := await stream.receive_some(65536):
@@ -192,8 +235,8 @@ async def read_lines(
         while True:
             try:
                 line = lines.next_line()
-            except LineTooLong:
-                on_oversized()
+            except LineTooLong as exc:
+                on_oversized(dropped(exc.head))
                 continue
             if line is None:
                 break
