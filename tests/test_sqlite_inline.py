@@ -1,6 +1,6 @@
 """SQLite's inline commits: a write-ahead reaches the database without the writer thread,
-falls back to the writer while the write lock is taken, and a durable flush is covered by
-an fdatasync of the WAL before it returns."""
+falls back to the writer while the write lock is taken, and a durable flush after it is
+covered by an fdatasync of the WAL before it returns."""
 
 from __future__ import annotations
 
@@ -125,6 +125,8 @@ class WalSyncs:
 async def test_always_returns_a_flush_only_after_the_wal_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Under ``always`` a write-ahead's inline commit is not durable; the flush after it,
+    with nothing left to commit, returns only after an fdatasync of the WAL covered it."""
     db = tmp_path / "sessions.sqlite"
     syncs = WalSyncs(monkeypatch, Path(str(db) + "-wal"))
     store = SqlitePersistence(db, sync="always")
@@ -137,8 +139,9 @@ async def test_always_returns_a_flush_only_after_the_wal_is_synced(
                     TurnEnd(turn=turn + 1, reason=COMPLETED), seq=2 * turn + 1, time=1.0
                 )
             )
-            await log.flush()
+            await log.write_ahead()
             assert _stored(db) == 2 * turn + 2
+            await log.flush()
             assert syncs.covered() >= os.path.getsize(str(db) + "-wal")
         await log.close()
     finally:

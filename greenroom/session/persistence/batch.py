@@ -7,7 +7,7 @@ every other job alone, in order. One drain of a log is in flight at a time; what
 appended meanwhile waits for the next.
 
 A backend may also commit an append on the Trio thread (`Inline`, SQLite's): one that
-needs no wait, then made durable by a `Sync` on the writer when the policy says so.
+needs no wait and is not to be durable yet; the next durable commit covers it.
 """
 
 from __future__ import annotations
@@ -143,9 +143,11 @@ class BatchLog:
     agent's path (`Database.turn_sync`); `close` commits durably, then lets
     the session go (`release`).
 
-    With ``inline`` (see `Inline`), a commit that needs no wait is made on the
-    Trio thread: a write-ahead then costs no hop to the writer, and a durable
-    commit (``always``, a close) waits only for the writer's `Sync` after it.
+    With ``inline`` (see `Inline`), a commit that is not to be durable and
+    needs no wait is made on the Trio thread: a write-ahead then costs no hop
+    to the writer. A durable commit (``always``, a close) still goes to the
+    writer, where it shares its batch's transaction and fsync; with nothing
+    left to commit, a `Sync` makes the inline commits durable.
     """
 
     __slots__ = (
@@ -241,9 +243,9 @@ class BatchLog:
             with trio.CancelScope(shield=True):
                 await self._in_flight.wait()
         if self._pending:
-            job = Append(self.session_id, self._epoch, self._pending, sync=False)
-            if self._inline is None or not self._inline(job):
-                job.sync = sync
+            job = Append(self.session_id, self._epoch, self._pending, sync=sync)
+            # A durable commit goes to the writer: one transaction with its batch's others.
+            if sync or self._inline is None or not self._inline(job):
                 await self._commit_on_writer(job)
             elif job.error is not None:
                 self._failed(job)

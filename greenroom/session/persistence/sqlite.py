@@ -20,12 +20,13 @@ second connection that never waits for the write lock (busy timeout 0) and
 never checkpoints: with the lock free, the commit is a write into the WAL file
 (``synchronous=NORMAL``, ``OFF`` under ``os``), tens of microseconds, no hop to
 a thread, the fence checked in the same transaction as ever. A durable commit
-(``always``, a close) is that commit, then a `Sync` on the writer: an
-``fdatasync`` of the WAL, which is what ``synchronous=FULL`` does, and one
-serves every `Sync` of its batch (group commit). With the lock taken (another
-process, or the writer's own batch) the append goes to the writer as before,
-which waits for the lock within its deadline. The writer checkpoints the WAL
-every `CHECKPOINT_EVERY` inline commits, off the agent's path.
+(a flush under ``always``, a close) goes to the writer, ``FULL``, in one
+transaction with its batch's other appends (group commit), and its fsync of
+the WAL covers the inline commits before it; with nothing left to commit, a
+`Sync` (an ``fdatasync`` of the WAL, one per batch) does. With the lock taken
+(another process, or the writer's own batch) the append goes to the writer as
+before, which waits for the lock within its deadline. The writer checkpoints
+the WAL every `CHECKPOINT_EVERY` inline commits, off the agent's path.
 """
 
 from __future__ import annotations
