@@ -53,9 +53,7 @@ class ConfigTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag
     source: MessageSource
 
 
-class CompactionTrigger(
-    msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="compaction"
-):
+class CompactionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="compaction"):
     """A one-shot turn that only compacts the history (`Agent.compact` while idle)."""
 
     source: MessageSource
@@ -313,6 +311,7 @@ class ToolResult(Event, frozen=True, gc=False, tag="tool/result"):
     error: ToolError | None = None
     diffs: list[FileDiff] = []
 
+
 PlanStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
 PlanPriority: TypeAlias = Literal["high", "medium", "low"]
 
@@ -350,7 +349,6 @@ class ToolProgress(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag="too
 PROGRESS_BYTES: Final = 8192
 
 
-
 class ConfigSet(Event, frozen=True, gc=False, tag="config/set"):
     """A setting of the session changed (``mode``, ``model``); the last one of a key holds."""
 
@@ -381,8 +379,8 @@ SessionEvent: TypeAlias = (
     | Compacted
     | ToolCall
     | ToolStart
-    | PlanSet
     | ToolResult
+    | PlanSet
     | ConfigSet
     | PermissionRule
 )
