@@ -10,9 +10,10 @@
   one writer task, so a turn's ``session/update``s (sent as the log grows)
   are on the wire before that prompt's answer.
 * **A prompt is answered from its `Prompt`.** ``session/prompt`` keeps the
-  `Prompt` that ``send`` returned and awaits it; its `Answer` is the answer
-  (`params.prompt_result`). The updates of a turn that begins while an
-  answer is on its way wait for it (`sessions.SessionRecord`).
+  `Prompt` that ``send`` returned; its `Answer` is the answer
+  (`params.prompt_result`), queued by its settle callback (`Prompt.on_settled`)
+  in the agent's task, with no task per prompt: before the agent can start the
+  next turn, so ahead of any of that turn's updates.
 * **MCP servers** of ``session/new`` and ``session/load`` are the session's
   (started before it answers, stopped with it); what becomes of them (a
   failed start, a crash, a restart, giving up) is told to the editor as an
@@ -60,6 +61,7 @@ from greenroom.acp.prompts import prompt_content, session_roots
 from greenroom.acp.sessions import InFlight, SessionRecord
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentHandle
+from greenroom.actors.prompt import Answer, Prompt
 from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
@@ -306,8 +308,7 @@ class AcpConnection:
         if command is not None:
             self._run(request_id, record, agent, command)
             return
-        entry = record.prompts[request_id] = InFlight(request_id, agent.send(content))
-        self.nursery.start_soon(self._answer, record, entry)
+        self._in_flight_prompt(record, request_id, agent.send(content))
 
     def _run(
         self, request_id: RequestId, record: SessionRecord, agent: Agent, command: Command
@@ -357,19 +358,24 @@ class AcpConnection:
         except AgentDisposed:
             self.outbox.respond(request_id, PromptResult("cancelled"))
             return
-        entry = record.prompts[request_id] = InFlight(request_id, sent)
-        await self._answer(record, entry)
+        self._in_flight_prompt(record, request_id, sent)
 
-    async def _answer(self, record: SessionRecord, entry: InFlight) -> None:
-        """Answer `entry` once its prompt settles (unless its session went first)."""
-        answer = await entry.prompt
-        if record.prompts.pop(entry.request_id, None) is None:
-            return  # answered ``cancelled`` when its session was closed
-        try:
-            self.outbox.respond(entry.request_id, prompt_result(answer, entry.cancelled))
-        except RpcError as exc:
-            self.outbox.fail(entry.request_id, exc.code, exc.message)
-        record.answered(self.outbox)
+    def _in_flight_prompt(
+        self, record: SessionRecord, request_id: RequestId, prompt: Prompt[Any]
+    ) -> None:
+        """Answer `request_id` from `prompt` the moment it settles (in the agent's task, so
+        before its next turn can start and show anything), unless its session went first."""
+        entry = record.prompts[request_id] = InFlight(request_id, prompt)
+
+        def answer(answer: Answer[Any]) -> None:
+            if record.prompts.pop(request_id, None) is None:
+                return  # answered ``cancelled`` when its session was closed
+            try:
+                self.outbox.respond(request_id, prompt_result(answer, entry.cancelled))
+            except RpcError as exc:
+                self.outbox.fail(request_id, exc.code, exc.message)
+
+        prompt.on_settled(answer)
 
     async def _compacted(self, request_id: RequestId, agent: Agent, last_turn: int) -> None:
         """Answer a ``/compact`` once the agent is idle again: by its compaction turn's end
@@ -419,9 +425,8 @@ class AcpConnection:
     def _cancel_session(self, record: SessionRecord) -> None:
         assert record.handle is not None
         record.handle.agent.cancel("session/cancel")  # what was queued settles at once
-        for entry in record.prompts.values():
-            if not entry.prompt.settled:
-                entry.cancelled = True
+        for entry in record.prompts.values():  # each unsettled: a settled one is answered
+            entry.cancelled = True
         self._stop_fetching(record.session_id)
 
     def _stop_fetching(self, session_id: str) -> None:
@@ -440,8 +445,6 @@ class AcpConnection:
             entry = record.prompts.get(request_id)
             if entry is None:
                 continue
-            if entry.prompt.settled:
-                return  # its answer is on its way
             # A prompt still queued is withdrawn alone; the running one is the
             # session's cancel (queue-aware: what waits behind it is dropped too).
             assert record.handle is not None
@@ -684,9 +687,7 @@ class AcpConnection:
             if self.subagents:
                 self.subagents.on_event(session.id, event)
             return
-        if type(event) is TurnStart:
-            record.turn_started()
-        elif type(event) is ToolResult:
+        if type(event) is ToolResult:
             self.live.drop(session.id, event.call_id)  # no snapshot after the result
         for update in self.presenter.present(session, event, replay=False):
             record.show(self.outbox, update)

@@ -8,10 +8,11 @@ and holds, in order of its life:
   (``notices``) and told after the answer that names the session
   (`announce`);
 * once live: its agent's handle and its prompts in flight (`InFlight`, by
-  request id), each answered from its `Prompt` once it settles;
-* the updates of a turn that began while an earlier prompt's answer was
-  still on its way (``held``): they go out after that answer, so a client
-  never sees the next turn's updates before the answer of the last one.
+  request id), each answered from its `Prompt` as it settles (`Prompt.on_settled`,
+  in the agent's task: before the next turn can start, so a client never sees
+  the next turn's updates before the answer of the last one);
+* the updates of a turn a crash cut that a load carries on (``held``): they go
+  out after the load's answer.
 """
 
 from __future__ import annotations
@@ -62,23 +63,16 @@ class SessionRecord:
         for text in notices or ():
             outbox.tell(self.session_id, text)
 
-    def turn_started(self) -> None:
-        """A turn began: while an earlier prompt's answer is due, hold its updates."""
-        if self.held is None and any(entry.prompt.settled for entry in self.prompts.values()):
-            self.held = []
-
     def show(self, outbox: Outbox, update: SessionUpdate) -> None:
-        """Send a live update, or hold it (see `turn_started`)."""
+        """Send a live update, or hold it (see ``held``)."""
         if self.held is not None:
             self.held.append(update)
         else:
             outbox.update(self.session_id, update)
 
     def answered(self, outbox: Outbox) -> None:
-        """An answer went out: once none is due, send what was held behind it."""
+        """The answer that starts the session went out: send what was held behind it."""
         if self.held is None:
-            return
-        if any(entry.prompt.settled for entry in self.prompts.values()):
             return
         held, self.held = self.held, None
         for update in held:

@@ -12,7 +12,8 @@ from the session's log; the prompts of one turn share it.
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
+import logging
+from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
 import msgspec
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
     from greenroom.session import Session
 
 T = TypeVar("T")
+
+logger = logging.getLogger("greenroom.actors")
 
 #: How a prompt ended: its turn's end reason, or, for one no turn took, what dropped it.
 StopReason: TypeAlias = Literal[
@@ -145,6 +148,7 @@ class Prompt(Generic[T]):
     """
 
     __slots__ = (
+        "_on_settled",
         "_outcome",
         "_session",
         "_turn",
@@ -176,6 +180,7 @@ class Prompt(Generic[T]):
         self._turn: int | None = None  # the turn that took it
         self._outcome: TurnOutcome | Answer[T] | None = None
         self._waiters: list[trio.lowlevel.Task] | None = None  # made by the first awaiter
+        self._on_settled: Callable[[Answer[T]], None] | None = None
 
     def __repr__(self) -> str:
         state = "settled" if self._outcome is not None else "pending"
@@ -188,6 +193,32 @@ class Prompt(Generic[T]):
 
     def __await__(self) -> Generator[Any, Any, Answer[T]]:
         return self._wait().__await__()
+
+    def on_settled(self, callback: Callable[[Answer[T]], None]) -> None:
+        """Call `callback` with the `Answer` synchronously when the prompt is settled (at
+        once if it is), before its awaiters run and before the agent does anything else:
+        for a prompt a turn took, before the turn's end is reported and so before the next
+        turn starts; under ``sync="always"`` only once the turn's end is fsynced, as for an
+        awaiter. What an answer is sent from without a task per prompt.
+
+        One callback per prompt (a second call raises `RuntimeError`). It runs in the
+        agent's task and must not block; an exception it raises is logged and dropped, so
+        the agent's bookkeeping is never cut short by it.
+        """
+        if self._on_settled is not None:
+            raise RuntimeError(f"{self!r} already has a settle callback")
+        if self._outcome is None:
+            self._on_settled = callback
+        else:
+            _call(callback, self._answer())
+
+    def _answer(self) -> Answer[T]:
+        """Its answer, once settled (read from the log at the first call, then kept)."""
+        outcome = self._outcome
+        assert outcome is not None
+        if isinstance(outcome, TurnOutcome):  # the turn's answer, kept instead of its outcome
+            outcome = self._outcome = outcome.answer(self._session)  # type: ignore[assignment]
+        return outcome  # type: ignore[return-value]
 
     async def _wait(self) -> Answer[T]:
         if self._outcome is None:  # parked until `settle` reschedules it
@@ -204,11 +235,7 @@ class Prompt(Generic[T]):
             await trio.lowlevel.wait_task_rescheduled(abort)
         else:
             await trio.lowlevel.checkpoint()
-        outcome = self._outcome
-        assert outcome is not None
-        if isinstance(outcome, TurnOutcome):  # the turn's answer, kept instead of its outcome
-            outcome = self._outcome = outcome.answer(self._session)  # type: ignore[assignment]
-        return outcome  # type: ignore[return-value]
+        return self._answer()
 
     def events(self) -> PromptEvents:
         """Follow this prompt's turn from now on: each `PromptEvent` it logs, in log order,
@@ -306,16 +333,26 @@ def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:
 
 
 def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -> None:
-    """Give each prompt of `prompts` its fate, wake its awaiters, and wake the session's
-    readers. Once per prompt: the agent settles a prompt as it takes it out of the one
-    place it was (a FIFO of the inbox, or the turn that took it)."""
+    """Give each prompt of `prompts` its fate, call its settle callback, wake its awaiters,
+    and wake the session's readers. Once per prompt: the agent settles a prompt as it takes
+    it out of the one place it was (a FIFO of the inbox, or the turn that took it)."""
     for prompt in prompts:
         prompt._outcome = outcome
+        callback, prompt._on_settled = prompt._on_settled, None
+        if callback is not None:
+            _call(callback, prompt._answer())
         waiters, prompt._waiters = prompt._waiters, None
         for task in waiters or ():
             trio.lowlevel.reschedule(task)
     if prompts:
         prompts[0]._session.wake_readers()
+
+
+def _call(callback: Callable[[Answer[T]], None], answer: Answer[T]) -> None:
+    try:
+        callback(answer)
+    except Exception:  # the settling goes on for the other prompts and the turn
+        logger.exception("a prompt's settle callback raised")
 
 
 def dropped(stop_reason: StopReason, reason: str | None = None) -> Answer[object]:
