@@ -7,6 +7,11 @@
   them and ``os.fsync``s once per turn; with the default ``sync="turn"``
   against the same loop without the fsync. Ratios are ours / raw (higher is
   better);
+* the floor of each: for JSONL under ``turn``, the same ``os.write`` loop and one
+  ``fsync`` at its end (a close waits for the policy's last fsync); for SQLite, a
+  bare ``sqlite3`` connection (WAL) committing each turn's lines as one row of the
+  same ``batches`` table, ``synchronous=FULL`` (``always``) or ``NORMAL``
+  (``turn``), with neither the fence nor a thread;
 * group commit: 10 SQLite sessions flushing turns concurrently with
   ``sync="always"``, against one session alone, in events per second;
 * the turn: a one-step text turn of an agent with JSONL persistence (default
@@ -29,6 +34,7 @@ from __future__ import annotations
 
 import gc
 import os
+import sqlite3
 import tempfile
 import time
 from collections.abc import Callable, Sequence
@@ -130,6 +136,51 @@ def _raw_append(root: Path, turns: Sequence[Turn], *, fsync: bool) -> float:
         t1 = time.perf_counter()
     finally:
         os.close(fd)
+    return len(turns) * EVENTS_PER_TURN / (t1 - t0)
+
+
+def _raw_write_then_fsync(root: Path, turns: Sequence[Turn]) -> float:
+    """Events per second: `_raw_append` without fsyncs, and one ``os.fsync`` at the end."""
+    encoder = msgspec.json.Encoder()
+    fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, msgspec.json.encode(_header()) + b"\n")
+        os.fsync(fd)
+        t0 = time.perf_counter()
+        for events in turns:
+            data = encoder.encode_lines(events)
+            if os.write(fd, data) != len(data):
+                raise RuntimeError("short write")
+        os.fsync(fd)
+        t1 = time.perf_counter()
+    finally:
+        os.close(fd)
+    return len(turns) * EVENTS_PER_TURN / (t1 - t0)
+
+
+def _raw_sqlite(root: Path, turns: Sequence[Turn], *, synchronous: str) -> float:
+    """Events per second: each turn's lines committed as one row by a bare connection."""
+    encoder = msgspec.json.Encoder()
+    db = sqlite3.connect(root / "raw.db", isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=WAL")
+        db.execute(f"PRAGMA synchronous={synchronous}")
+        db.execute(
+            "CREATE TABLE batches (session_id TEXT NOT NULL, first_seq INTEGER NOT NULL,"
+            " next_seq INTEGER NOT NULL, lines BLOB NOT NULL,"
+            " PRIMARY KEY (session_id, first_seq)) WITHOUT ROWID"
+        )
+        t0 = time.perf_counter()
+        for events in turns:
+            db.execute("BEGIN IMMEDIATE")
+            db.execute(
+                "INSERT INTO batches VALUES (?, ?, ?, ?)",
+                (SESSION_ID, events[0].seq, events[-1].seq + 1, encoder.encode_lines(events)),
+            )
+            db.execute("COMMIT")
+        t1 = time.perf_counter()
+    finally:
+        db.close()
     return len(turns) * EVENTS_PER_TURN / (t1 - t0)
 
 
@@ -287,6 +338,9 @@ def run(repeats: int, quick: bool) -> list[Row]:
     variants: dict[str, Callable[[Path], float]] = {
         "raw fsync": lambda root: _raw_append(root, append_turns, fsync=True),
         "raw write": lambda root: _raw_append(root, append_turns, fsync=False),
+        "raw write, one fsync": lambda root: _raw_write_then_fsync(root, append_turns),
+        "sqlite3 FULL": lambda root: _raw_sqlite(root, append_turns, synchronous="FULL"),
+        "sqlite3 NORMAL": lambda root: _raw_sqlite(root, append_turns, synchronous="NORMAL"),
         "one session": lambda root: trio.run(_concurrent_append, root, 1, group_turns),
         "ten sessions": lambda root: trio.run(_concurrent_append, root, sessions, group_turns),
     }
@@ -348,6 +402,23 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 baseline="os.write per turn, no fsync",
                 raw=rates["raw write"],
                 min_ratio=0.7,
+            )
+        )
+    floors = [
+        ("JSONL", "turn", "raw write, one fsync", "os.write per turn, one fsync at the end"),
+        ("SQLite", "always", "sqlite3 FULL", "sqlite3 row per turn, synchronous=FULL"),
+        ("SQLite", "turn", "sqlite3 NORMAL", "sqlite3 row per turn, synchronous=NORMAL"),
+    ]
+    for name, sync, floor, baseline in floors:
+        rows.append(
+            compare(
+                SCENARIO,
+                f"append, {name}, sync={sync}, against its floor (T={t})",
+                "events/s",
+                rates[f"{name.lower()} {sync}"],
+                baseline=baseline,
+                raw=rates[floor],
+                note="the floor: the same OS or SQLite calls, no fence, no thread, no Trio",
             )
         )
     from bench import sessions_pg
