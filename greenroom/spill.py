@@ -36,6 +36,11 @@ DEFAULT_MAX_TOOL_RESULT: Final = 100_000
 #: asks for a 50 MB result again and again fills this much of the disk, no more.
 MAX_SPILLED: Final = 1024**3
 
+#: The most bytes one file a caller fills through `SpillDir.create` should hold, by default
+#: (``LocalBashExecutor(max_spill=...)``: a bash stream's spill file): past it a stream is
+#: counted, not kept. A background `yes` writes about 1.3 GB a second.
+MAX_SPILL_FILE: Final = 256 * 1024**2
+
 #: The characters of a text's end a cut keeps (at most a tenth of its limit).
 TAIL: Final = 1_000
 
@@ -48,13 +53,18 @@ class SpillDir:
     Safe to use from worker threads (a long result is written from one).
     After `close` no file can be made (`OSError`), so a thread abandoned by a
     cancel cannot leave a directory behind. `keep` writes at most `budget`
-    bytes in all (the files a caller of `create` fills are its own to bound).
+    bytes in all. A file a caller of `create` fills is its own to bound, to at
+    most `file_cap` bytes (not enforced here: the caller writes it, and knows
+    what to count instead).
     """
 
-    __slots__ = ("_closed", "_lock", "_path", "_prefix", "_spent", "budget")
+    __slots__ = ("_closed", "_lock", "_path", "_prefix", "_spent", "budget", "file_cap")
 
-    def __init__(self, prefix: str, budget: int = MAX_SPILLED) -> None:
+    def __init__(
+        self, prefix: str, budget: int = MAX_SPILLED, *, file_cap: int = MAX_SPILL_FILE
+    ) -> None:
         self._prefix = prefix
+        self.file_cap = file_cap
         self._path: str | None = None
         self._closed = False
         self._lock = threading.Lock()

@@ -30,6 +30,9 @@ from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.acp import ToolCallProgress
 from greenroom.protocol.events import Completed, ToolResult
 from greenroom.tools import Tool, confine
+from greenroom.tools.bash.local import LocalBashExecutor
+from greenroom.tools.bash.seam import BashExecRequest, BashRunResult, StreamOutput
+from greenroom.tools.bash.tools import render_output, render_result
 from greenroom.tools.files import ReadCaps, file_tools
 from tests.acp_peer import allow_once
 from tests.agents_helpers import turn_ends
@@ -525,3 +528,53 @@ async def test_an_editors_reply_over_the_frame_limit_fails_its_request(
     else:  # what the editor holds could not be read: written as a new file's text
         assert not result.is_error
         assert written == [ARGUMENTS["write_file"]["content"]]
+
+
+# -- a bash stream's spill file is capped ------------------------------------------------------
+
+
+@pytest.mark.real_clock
+async def test_a_bash_streams_spill_file_stops_at_its_cap_and_the_output_says_so(
+    tmp_path: Path,
+) -> None:
+    """A background `yes` wrote 4.1 GB of spill file in 3 s: nothing bounded it. Past the
+    executor's cap a stream is counted, not kept, and both tools' texts say how much."""
+    cap, size = 1_000_000, 5_000_000
+    command = f"yes | head -c {size}; echo end >&2"
+    with trio.fail_after(60):
+        async with LocalBashExecutor(str(tmp_path), max_spill=cap) as executor:
+            spec = executor.resolve(BashExecRequest(command=command))
+            task = await executor.start(spec)
+            await executor.wait(task.id)
+            output = executor.read_output(task.id)
+            result = await executor.run(spec)
+            runs = [
+                (result.stdout.spill_path, result.stdout.dropped, render_result(result)),
+                (output.stdout_spill_path, output.dropped, render_output(output)),
+            ]
+            for path, dropped, text in runs:
+                assert path is not None
+                assert os.path.getsize(path) == cap
+                assert dropped == size - cap
+                assert f"the {size - cap:,} bytes after it were counted, not kept" in text
+                assert path in text
+    assert result.stdout.text.endswith("y\n")
+    assert result.stdout.truncated
+    assert result.stderr.text == "end\n"
+    assert result.stderr.dropped == 0
+    assert "not kept" not in render_result(
+        BashRunResult(
+            exit_code=0,
+            signal=None,
+            timed_out=False,
+            timeout_ms=1,
+            stdout=StreamOutput("x", True, "/spill"),
+            stderr=StreamOutput(""),
+        )
+    )
+
+
+def test_a_spill_cap_that_is_not_a_positive_int_is_refused_naming_it(tmp_path: Path) -> None:
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="max_spill"):
+            LocalBashExecutor(str(tmp_path), max_spill=bad)  # type: ignore[arg-type]

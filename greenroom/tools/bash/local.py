@@ -11,7 +11,9 @@
 * Each stream keeps a `TAIL_BYTES` tail in memory; once a stream outgrows it,
   the whole stream also goes to a private spill file (directory 0700, file
   0600, created exclusively), so memory stays bounded whatever a command
-  writes and nothing is lost.
+  writes. A spill file holds at most ``max_spill`` bytes (`MAX_SPILL_FILE`,
+  256 MiB, by default), so the disk is bounded too: past it the stream is
+  counted (``dropped``), not kept, and the results say how much.
 * Each command is a `greenroom.procs.Spawn`: its environment carries its
   mark (``GREENROOM_OWNER``). When the shell exits, whatever it left in its
   group is SIGKILLed at once, and then whatever still carries its mark
@@ -44,7 +46,7 @@ import trio
 from greenroom.hooks import Disposers, Listeners
 from greenroom.procs import KILL_WAIT, Spawn, exited, owner
 from greenroom.protocol.events import PROGRESS_BYTES
-from greenroom.spill import SpillDir
+from greenroom.spill import MAX_SPILL_FILE, SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
     MAX_TIMEOUT_MS,
@@ -87,9 +89,20 @@ def scrubbed_environment(environ: dict[str, str]) -> dict[str, str]:
 
 
 class _Capture:
-    """One stream: a bounded tail in memory, the whole stream in a spill file once it overflows."""
+    """One stream: a bounded tail in memory, the whole stream in a spill file once it overflows,
+    up to the spill directory's ``file_cap`` bytes; past that, counted (``dropped``), not kept.
+    """
 
-    __slots__ = ("_spill_fd", "_spills", "read_to", "spill_path", "tail", "total")
+    __slots__ = (
+        "_room",
+        "_spill_fd",
+        "_spills",
+        "dropped",
+        "read_to",
+        "spill_path",
+        "tail",
+        "total",
+    )
 
     def __init__(self, spills: SpillDir) -> None:
         self._spills = spills
@@ -98,13 +111,15 @@ class _Capture:
         self.read_to = 0  # stream offset up to which read_output has delivered
         self._spill_fd: int | None = None
         self.spill_path: str | None = None
+        self._room = spills.file_cap  # bytes the spill file may still take
+        self.dropped = 0
 
     def feed(self, data: bytes | bytearray) -> None:
         self.total += len(data)
         if self._spill_fd is None and self.total > TAIL_BYTES:
             self._open_spill()  # the tail still holds the whole stream so far
-        if self._spill_fd is not None:
-            _write_all(self._spill_fd, data)
+        if self._spill_fd is not None and self._spill_fd >= 0:
+            self._spill(data)
         self.tail += data
         if len(self.tail) > TAIL_BYTES:
             del self.tail[: len(self.tail) - TAIL_BYTES]
@@ -117,8 +132,19 @@ class _Capture:
             self.spill_path = None
             self._spill_fd = -1
             return
-        _write_all(fd, bytes(self.tail))
         self._spill_fd, self.spill_path = fd, path
+        self._spill(bytes(self.tail))
+
+    def _spill(self, data: bytes | bytearray) -> None:
+        assert self._spill_fd is not None
+        if len(data) <= self._room:
+            _write_all(self._spill_fd, data)
+            self._room -= len(data)
+            return
+        if self._room:
+            _write_all(self._spill_fd, data[: self._room])
+        self.dropped += len(data) - self._room
+        self._room = 0
 
     def close(self) -> None:
         if self._spill_fd is not None and self._spill_fd >= 0:
@@ -134,7 +160,10 @@ class _Capture:
 
     def output(self) -> StreamOutput:
         return StreamOutput(
-            self.tail.decode("utf-8", "replace"), self.total > TAIL_BYTES, self.spill_path
+            self.tail.decode("utf-8", "replace"),
+            self.total > TAIL_BYTES,
+            self.spill_path,
+            self.dropped,
         )
 
     def unread(self) -> tuple[str, bool]:
@@ -362,12 +391,16 @@ class _TaskRecord:
 class LocalBashExecutor:
     """Runs commands as local processes; an async context manager that owns its background tasks.
 
-    ``default_workdir`` is where a request without a workdir runs.
+    ``default_workdir`` is where a request without a workdir runs;
+    ``max_spill`` the most bytes one stream's spill file holds (the rest of
+    the stream is counted, not kept, and the results say so).
     """
 
-    def __init__(self, default_workdir: str) -> None:
+    def __init__(self, default_workdir: str, *, max_spill: int = MAX_SPILL_FILE) -> None:
         if not os.path.isabs(default_workdir):
             raise ValueError(f"default_workdir must be absolute, got {default_workdir!r}")
+        if isinstance(max_spill, bool) or not isinstance(max_spill, int) or max_spill <= 0:
+            raise ValueError(f"max_spill must be a positive number of bytes, got {max_spill!r}")
         self.default_workdir = default_workdir
         self._tasks: dict[str, _TaskRecord] = {}
         self._finished: dict[str | None, collections.deque[str]] = {}  # by owner, oldest first
@@ -375,7 +408,7 @@ class LocalBashExecutor:
         self._listeners: Listeners[BashTask] = Listeners("bash task completions")
         self._nursery: trio.Nursery | None = None
         self._nursery_manager = trio.open_nursery()
-        self._spills = SpillDir("greenroom-bash-")
+        self._spills = SpillDir("greenroom-bash-", file_cap=max_spill)
         self._closed = False
 
     @property
@@ -470,6 +503,7 @@ class LocalBashExecutor:
             lossy=out_lossy or err_lossy,
             stdout_spill_path=record.command.stdout.spill_path,
             stderr_spill_path=record.command.stderr.spill_path,
+            dropped=record.command.stdout.dropped + record.command.stderr.dropped,
         )
 
     async def wait(self, task_id: str) -> BashTask:

@@ -40,11 +40,13 @@ class BashExecSpec(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class StreamOutput(msgspec.Struct, frozen=True):
-    """One stream's retained text; ``truncated`` when more was written than the tail keeps."""
+    """One stream's retained text; ``truncated`` when more was written than the tail keeps;
+    ``dropped``: the bytes past the spill file's cap (counted, kept nowhere)."""
 
     text: str
     truncated: bool = False
     spill_path: str | None = None
+    dropped: int = 0
 
 
 class BashRunResult(msgspec.Struct, frozen=True, kw_only=True):
@@ -76,6 +78,7 @@ class BashOutput(msgspec.Struct, frozen=True, kw_only=True):
     lossy: bool
     stdout_spill_path: str | None = None
     stderr_spill_path: str | None = None
+    dropped: int = 0  # bytes of both streams past their spill files' cap, kept nowhere
 
 
 TaskDoneListener = Callable[[BashTask], object]

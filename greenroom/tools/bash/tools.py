@@ -96,7 +96,9 @@ def render_result(result: BashRunResult) -> str:
     if not parts:
         parts.append("(no output)")
     for stream in (result.stdout, result.stderr):
-        if stream.truncated:
+        if stream.dropped:
+            parts.append(f"[output truncated; {_capped(stream.spill_path, stream.dropped)}]")
+        elif stream.truncated:
             parts.append(f"[output truncated; full output: {stream.spill_path or '(unavailable)'}]")
     if result.timed_out:
         parts.append(f"[timed out after {result.timeout_ms} ms]")
@@ -105,6 +107,13 @@ def render_result(result: BashRunResult) -> str:
     else:
         parts.append(f"[exit code: {result.exit_code}]")
     return "\n".join(parts)
+
+
+def _capped(spill: str | None, dropped: int) -> str:
+    return (
+        f"the output up to the spill file's cap is in {spill or '(unavailable)'}; the"
+        f" {dropped:,} bytes after it were counted, not kept"
+    )
 
 
 def render_status(task: BashTask) -> str:
@@ -119,7 +128,10 @@ def render_status(task: BashTask) -> str:
 
 def render_output(output: BashOutput) -> str:
     parts = [output.delta.rstrip("\n") if output.delta else "(no new output)"]
-    if output.lossy:
+    if output.dropped:
+        spill = output.stdout_spill_path or output.stderr_spill_path
+        parts.append(f"[some output was dropped from memory; {_capped(spill, output.dropped)}]")
+    elif output.lossy:
         spill = output.stdout_spill_path or output.stderr_spill_path or "(unavailable)"
         parts.append(f"[some output was dropped from memory; full output: {spill}]")
     parts.append(render_status(output.task))
