@@ -578,3 +578,32 @@ def test_a_spill_cap_that_is_not_a_positive_int_is_refused_naming_it(tmp_path: P
     for bad in (0, -1, 1.5, True):
         with pytest.raises(ValueError, match="max_spill"):
             LocalBashExecutor(str(tmp_path), max_spill=bad)  # type: ignore[arg-type]
+
+
+# -- a structured output nested past the decoder's depth -------------------------------------
+
+
+class _City(msgspec.Struct):
+    name: str
+    population: int
+
+
+DEEP_ANSWER = '{"name": "Lyon", "population": 1, "deep": ' + "[" * 10_000 + "]" * 10_000 + "}"
+
+
+@pytest.mark.parametrize("how", ["text", "call"])
+async def test_a_final_answer_nested_past_the_decoders_depth_is_an_invalid_answer(
+    how: str,
+) -> None:
+    """An answer nested 10,000 levels raised RecursionError out of the decoder and failed the
+    turn; it is an invalid answer like any other: the model is told, and gets one more step."""
+    deep = Say(DEEP_ANSWER) if how == "text" else CallTool("final_answer", DEEP_ANSWER)
+    valid = {"name": "Lyon", "population": 522000}
+    model = ScriptedModel([[deep], [CallTool("final_answer", valid)]], delay=0)
+    async with open_runtime(model=model) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        answer = await agent.run("which city?", output=_City)
+    assert answer.stop_reason == "completed"
+    assert answer.output == _City("Lyon", 522000)
+    told = model.requests[1].messages[-1]
+    assert "nested too deep" in told.content

@@ -128,6 +128,9 @@ class OutputTurn:
         except msgspec.DecodeError as exc:
             self.error = f"the final answer is not JSON of a {self.spec.name}: {exc}"
             return False
+        except RecursionError:  # past msgspec's depth limit: invalid, like any answer that fails
+            self.error = f"the final answer is nested too deep to decode as a {self.spec.name}"
+            return False
         self.given = True
         return True
 
