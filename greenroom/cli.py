@@ -171,9 +171,9 @@ def store_from_url(
         if kind in ("postgresql", "postgres") and rest.startswith("//"):
             from greenroom.session.persistence.postgres import PostgresPersistence
 
-            if read_only:
-                _check_postgres_store(url)
-            return PostgresPersistence(url, sync=sync, lease_ttl=lease_ttl, keep_busy=keep_busy)
+            return PostgresPersistence(
+                url, sync=sync, lease_ttl=lease_ttl, keep_busy=keep_busy, read_only=read_only
+            )
     except StateDirError as exc:
         raise StoreError(str(exc)) from None
     except (PersistenceError, OSError, sqlite3.Error) as exc:
@@ -196,23 +196,6 @@ def _deadline(url: str, rest: str, name: str) -> tuple[str, float]:
     if key != name or not 0 < seconds < math.inf:
         raise StoreError(f"--store {_safe(url)}: the only option is ?{name}=SECONDS (above 0)")
     return path, seconds
-
-
-def _check_postgres_store(url: str) -> None:
-    """Raises `StoreError` unless greenroom's tables exist at `url` (a reader must not make
-    them, which `PostgresPersistence` does on open)."""
-    import psycopg
-
-    from greenroom.session.persistence.postgres import own_parameters, unreachable
-
-    dsn = own_parameters(url)[0]
-    try:
-        with psycopg.connect(dsn, connect_timeout=10) as db:
-            found = db.execute("SELECT to_regclass('greenroom_schema')").fetchone()
-    except psycopg.Error as exc:
-        raise StoreError(f"--store {_safe(url)}: {unreachable(dsn, exc)}") from None
-    if found is None or found[0] is None:
-        raise StoreError(f"--store {_safe(url)}: no greenroom store there (no greenroom tables)")
 
 
 def _safe(url: str) -> str:

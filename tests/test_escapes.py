@@ -19,16 +19,20 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import psycopg
 import pytest
 import trio
 
-from greenroom import open_runtime
+from greenroom import Image, Text, open_runtime
 from greenroom.acp.frames import MAX_FRAME
 from greenroom.acp.presenter import Presenter
 from greenroom.actors.types import ToolInvocation
+from greenroom.cli import main
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.acp import ToolCallProgress
-from greenroom.protocol.events import Completed, ToolResult
+from greenroom.protocol.events import Completed, SessionHeader, ToolResult
+from greenroom.session.persistence import PersistenceError
+from greenroom.session.persistence.postgres import PostgresPersistence
 from greenroom.tools import Tool, confine
 from greenroom.tools.bash.local import LocalBashExecutor
 from greenroom.tools.bash.seam import BashExecRequest, BashRunResult, StreamOutput
@@ -607,3 +611,77 @@ async def test_a_final_answer_nested_past_the_decoders_depth_is_an_invalid_answe
     assert answer.output == _City("Lyon", 522000)
     told = model.requests[1].messages[-1]
     assert "nested too deep" in told.content
+
+
+# -- reading a PostgreSQL store changes nothing ------------------------------------------------
+
+
+PNG = bytes.fromhex(
+    "89504e470d0a1a0a0000000d4948445200000001000000010806000000"
+    "1f15c4890000000d49444154789c63f8ff9fa11e000782027f3dc848ef0000000049454e44ae426082"
+)
+
+
+def _catalog(dsn: str) -> list[tuple[str, str]]:
+    """Every relation (table, sequence, index) of the test's schema, and its kind."""
+    with psycopg.connect(dsn) as db:
+        rows = db.execute(
+            "SELECT relname, relkind::text FROM pg_class"
+            " WHERE relnamespace = current_schema()::regnamespace ORDER BY relname"
+        ).fetchall()
+    return [(name, kind) for name, kind in rows]
+
+
+@pytest.mark.postgres
+def test_reading_a_postgres_store_made_before_the_blobs_table_creates_nothing(
+    postgres_dsn: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`sessions list|show` ran CREATE TABLE IF NOT EXISTS greenroom_blobs, changing a store
+    made before that table existed. A reader now creates nothing, and reads no blobs there."""
+    png = PNG
+
+    async def record() -> None:
+        store = PostgresPersistence(postgres_dsn)
+        try:
+            async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+                agent = (await rt.agents.create(agent_id="a", session_id="old")).agent
+                await agent.run([Text("what is this?"), Image(png, "image/png")])
+        finally:
+            store.close()
+
+    trio.run(record)
+    with psycopg.connect(postgres_dsn) as db:
+        db.execute("DROP TABLE greenroom_blobs")  # as a store of a version before it was
+    before = _catalog(postgres_dsn)
+    assert ("greenroom_blobs", "r") not in before
+    assert main(["sessions", "list", "--store", postgres_dsn]) == 0
+    assert capsys.readouterr().out.startswith("old  ")
+    assert main(["sessions", "show", "old", "--store", postgres_dsn]) == 0
+    out = capsys.readouterr().out
+    assert "what is this?" in out
+    assert f"{len(png)} bytes" in out
+    assert _catalog(postgres_dsn) == before
+
+
+@pytest.mark.postgres
+@pytest.mark.real_clock  # the store's writer thread waits in real time
+async def test_a_read_only_postgres_store_refuses_to_write_naming_why(postgres_dsn: str) -> None:
+    PostgresPersistence(postgres_dsn).close()  # the tables
+    before = _catalog(postgres_dsn)
+    store = PostgresPersistence(postgres_dsn, read_only=True)
+    try:
+        header = SessionHeader(id="s", created_at=0)
+        attempts = [
+            store.create(header),
+            store.open("s"),
+            store.delete("s"),
+            store.put_blobs("s", {"0" * 64: b"x"}),
+        ]
+        for attempt in attempts:
+            with pytest.raises(PersistenceError, match="read-only"), trio.fail_after(60):
+                await attempt
+        assert await store.list() == []
+        assert await store.read_blobs("s", ["0" * 64]) == {}
+    finally:
+        store.close()
+    assert _catalog(postgres_dsn) == before

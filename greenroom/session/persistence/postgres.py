@@ -34,7 +34,11 @@ and ``lock_timeout`` may be given in the DSN's query (``?statement_timeout=5s``)
 PostgreSQL's units: a bare number is milliseconds, or ``ms``, ``s``, ``min``; 0 turns one
 off. The libpq parameters go in the DSN as libpq reads them.
 
-The schema creates itself on open, versioned in ``greenroom_schema``.
+The schema creates itself on open, versioned in ``greenroom_schema``; an open with
+``read_only=True`` (``greenroom sessions``) creates and changes nothing: it checks the
+schema is there, its connections run with ``default_transaction_read_only=on``, a store
+without the blobs table (made before it) reads as holding no blobs, and whatever would
+write raises `PersistenceError` saying the store was opened read-only.
 """
 
 from __future__ import annotations
@@ -168,6 +172,7 @@ class PostgresPersistence:
         node: str | None = None,
         lease_ttl: float = LEASE_TTL,
         keep_busy: bool = False,
+        read_only: bool = False,
     ) -> None:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
@@ -177,6 +182,8 @@ class PostgresPersistence:
         #: A release request for a session that is mid-turn is refused (else it is let go
         #: after the turn): `open_handed_off`.
         self.keep_busy = keep_busy
+        #: Opened to read (see the module docstring): nothing is created, nothing written.
+        self.read_only = read_only
         self.dsn, timeouts = own_parameters(dsn)
         self.where = _describe(self.dsn)
         self.statement_timeout = _duration(timeouts, "statement_timeout", STATEMENT_TIMEOUT)
@@ -190,7 +197,11 @@ class PostgresPersistence:
         )
         self._db = self.connect()
         try:
-            self._migrate()
+            if read_only:
+                self._has_blobs = self._look()
+            else:
+                self._migrate()
+                self._has_blobs = True
             self._leases = Leases(self.connect, self.connection, self.where, lease_ttl)
             self.releases = Releases(self.connect, channel_of(self.node, os.getpid()))
         except psycopg.Error as exc:
@@ -220,6 +231,7 @@ class PostgresPersistence:
             raise ValueError("a PostgreSQL session id cannot hold a NUL character")
 
     async def create(self, header: SessionHeader) -> BatchLog:
+        self._writable("create a session")
         self.check_session_id(header.id)
         await self.releases.start()  # a holder hears release requests from its first lease
         epoch = await self._run(lambda: self._create(header))
@@ -228,6 +240,7 @@ class PostgresPersistence:
     async def open(
         self, session_id: str, *, interrupted: Interruption = "close"
     ) -> tuple[SessionHeader, Events, BatchLog]:
+        self._writable("take a session live")
         self.check_session_id(session_id)
         await self.releases.start()
         header, events, epoch = await self._run(lambda: self._open(session_id, interrupted))
@@ -242,15 +255,21 @@ class PostgresPersistence:
         return await self._run(self._list)
 
     async def delete(self, session_id: str) -> None:
+        self._writable("delete a session")
         self.check_session_id(session_id)
         await self._run(lambda: self._delete(session_id))
 
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
         """Into the ``greenroom_blobs`` table (a side file would not reach another node)."""
+        self._writable("store blobs")
         await self._run(lambda: self._put_blobs(session_id, blobs))
 
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await self._run(lambda: self._read_blobs(session_id, digests))
+
+    def _writable(self, what: str) -> None:
+        if self.read_only:
+            raise PersistenceError(f"{self.where}: opened read-only, so it cannot {what}")
 
     # -- the Trio side ---------------------------------------------------------------
 
@@ -277,6 +296,7 @@ class PostgresPersistence:
         node that keeps its busy sessions) or had not let go by then; the rest as
         `open`. A holder that died is taken over as `open` takes it (no asking).
         """
+        self._writable("take a session live")
         await self.releases.start()
         deadline = trio.current_time() + wait
         asked: Holder | None = None
@@ -337,6 +357,8 @@ class PostgresPersistence:
             f"-c statement_timeout={statement} -c lock_timeout={lock}"
             f" -c idle_in_transaction_session_timeout={statement}"
         )
+        if self.read_only:  # the server refuses any write, should one be tried
+            settings += " -c default_transaction_read_only=on"
         added["options"] = f"{given.get('options') or ''} {settings}".strip()
         return psycopg.conninfo.make_conninfo(self.dsn, **added)
 
@@ -346,6 +368,24 @@ class PostgresPersistence:
         if self._db.closed or self._db.broken:
             self._db = self.connect()
         return self._db
+
+    def _look(self) -> bool:
+        """A read-only open's check of the schema, creating nothing: `PersistenceError`
+        without greenroom's tables, `UnsupportedVersion` for another version; whether the
+        blobs table is there."""
+        found = self._db.execute(
+            "SELECT to_regclass('greenroom_schema'), to_regclass('greenroom_blobs')"
+        ).fetchone()
+        row = None
+        if found is not None and found[0] is not None:
+            row = self._db.execute("SELECT version FROM greenroom_schema").fetchone()
+        if row is None:
+            raise PersistenceError(f"{self.where}: no greenroom store there (no greenroom tables)")
+        if row[0] != SCHEMA_VERSION:
+            raise UnsupportedVersion(
+                f"{self.where}: schema version {row[0]} (this greenroom reads {SCHEMA_VERSION})"
+            )
+        return found is not None and found[1] is not None
 
     def _migrate(self) -> None:
         with self._db.transaction():
@@ -519,6 +559,8 @@ class PostgresPersistence:
                 )
 
     def _read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
+        if not self._has_blobs:
+            return {}  # a store from before the table, opened read-only
         rows = (
             self.connection()
             .execute(
