@@ -21,6 +21,7 @@ import pytest
 import trio
 
 from greenroom import open_runtime
+from greenroom.acp.presenter import SUMMARY_CHUNK_CHARS
 from greenroom.actors.compaction import (
     BYTES_PER_TOKEN,
     KEPT_CHARS,
@@ -748,3 +749,208 @@ async def test_compact_refuses_instructions_that_are_not_text_and_a_disposed_age
         await handle.dispose()
         with pytest.raises(AgentDisposed):
             handle.agent.compact()
+
+
+# -- ACP: the unstable compaction entity, for a client that declares it ----------------------
+
+#: ACP's unstable schema (schema/v1/schema.unstable.json of agentclientprotocol/
+#: agent-client-protocol) for the two updates, a text block their only content (greenroom
+#: sends no other), and no member it does not name: a misspelt one fails.
+_COMPACTION_SCHEMA: dict[str, Any] = {
+    "$defs": {
+        "ContentBlock": {
+            "type": "object",
+            "properties": {"type": {"const": "text"}, "text": {"type": "string"}},
+            "required": ["type", "text"],
+            "additionalProperties": False,
+        },
+        "CompactionStatus": {"enum": ["in_progress", "completed", "failed", "cancelled"]},
+    },
+    "oneOf": [
+        {
+            "type": "object",
+            "properties": {
+                "sessionUpdate": {"const": "compaction_update"},
+                "compactionId": {"type": "string"},
+                "status": {"$ref": "#/$defs/CompactionStatus"},
+                "summary": {"type": ["array", "null"], "items": {"$ref": "#/$defs/ContentBlock"}},
+                "error": {"type": ["string", "null"]},
+                "_meta": {"type": ["object", "null"]},
+            },
+            "required": ["sessionUpdate", "compactionId", "status"],
+            "additionalProperties": False,
+        },
+        {
+            "type": "object",
+            "properties": {
+                "sessionUpdate": {"const": "compaction_summary_chunk"},
+                "compactionId": {"type": "string"},
+                "content": {"$ref": "#/$defs/ContentBlock"},
+                "_meta": {"type": ["object", "null"]},
+            },
+            "required": ["sessionUpdate", "compactionId", "content"],
+            "additionalProperties": False,
+        },
+    ],
+}
+
+#: A summary of several chunks (each line numbered, so a chunk out of order shows).
+_LONG_SUMMARY = (
+    "## Retained context\n\n"
+    + "".join(f"- fact {n}: the numbers were {n * 7} and {n * 11}\n" for n in range(400)).strip()
+)  # as the compaction logs it
+
+
+class Summarizing(Windowed):
+    """`Windowed`, but its summary is `text`, streamed in deltas of 1,000 characters."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(100_000)
+        self.text = text
+
+    async def _reply(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        if request.system != SUMMARY_SYSTEM:
+            async for chunk in super()._reply(request):
+                yield chunk
+            return
+        for start in range(0, len(self.text), 1_000):
+            yield TextDelta(self.text[start : start + 1_000])
+        yield Finish("stop")
+
+
+def _check_frames(frames: list[dict[str, Any]]) -> None:
+    """Every frame JSON-RPC 2.0; every compaction update as ACP's unstable schema says."""
+    import jsonschema
+
+    for frame in frames:
+        assert frame["jsonrpc"] == "2.0", frame
+        if "method" not in frame:
+            assert "id" in frame, frame
+            assert ("result" in frame) != ("error" in frame), frame
+        elif frame["method"] == "session/update":
+            update = frame["params"]["update"]
+            if update["sessionUpdate"].startswith("compaction"):
+                jsonschema.validate(update, _COMPACTION_SCHEMA)
+
+
+def _compaction_shown(updates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [u for u in updates if u["sessionUpdate"].startswith("compaction")]
+
+
+async def _compacted_over_acp(
+    root: Path, model: Windowed, capabilities: dict[str, Any]
+) -> tuple[str, list[dict[str, Any]], list[dict[str, Any]]]:
+    """Three prompts, ``/compact``, one more prompt over ACP, then a load on a new
+    connection; the session, its live updates and its replayed ones (both checked by
+    `_check_frames`)."""
+    from tests.acp_peer import bridge
+
+    def prompt(session: str, text: str) -> dict[str, Any]:
+        return {"sessionId": session, "prompt": [{"type": "text", "text": text}]}
+
+    initialize = {"protocolVersion": 1, "clientCapabilities": capabilities}
+    async with bridge(root, model) as b:
+        assert "result" in await b.peer.call("initialize", initialize)
+        session = await b.peer.new_session()
+        for n in range(3):
+            await b.peer.call("session/prompt", prompt(session, f"question {n}"))
+        answer = await b.peer.call("session/prompt", prompt(session, "/compact"))
+        assert answer["result"]["stopReason"] == "end_turn"
+        await b.peer.call("session/prompt", prompt(session, "and then"))
+        live = b.peer.updates(session)
+        _check_frames(b.peer.frames)
+    async with bridge(root, Windowed(100_000)) as b:
+        assert "result" in await b.peer.call("initialize", initialize)
+        load = {"sessionId": session, "cwd": "/tmp", "mcpServers": []}
+        assert "result" in await b.peer.call("session/load", load)
+        replayed = b.peer.updates(session)
+        _check_frames(b.peer.frames)
+    return session, live, replayed
+
+
+async def test_a_client_declaring_compaction_sees_the_entity_live_and_on_load(
+    tmp_path: Path,
+) -> None:
+    capabilities = {"session": {"compaction": {}}}
+    session, live, replayed = await _compacted_over_acp(
+        tmp_path, Summarizing(_LONG_SUMMARY), capabilities
+    )
+    for updates in (live, replayed):
+        assert not any("Compacted " in u.get("content", {}).get("text", "") for u in updates)
+
+    # Live: in_progress, the summary in chunks (in order), completed; then the usage.
+    shown = _compaction_shown(live)
+    start, *chunks, end = shown
+    (compaction_id,) = {u["compactionId"] for u in shown}
+    assert compaction_id.startswith(f"{session}/")
+    assert start == {
+        "sessionUpdate": "compaction_update",
+        "compactionId": compaction_id,
+        "status": "in_progress",
+    }
+    assert len(chunks) == -(-len(_LONG_SUMMARY) // SUMMARY_CHUNK_CHARS) > 1
+    assert {c["sessionUpdate"] for c in chunks} == {"compaction_summary_chunk"}
+    assert "".join(c["content"]["text"] for c in chunks) == _LONG_SUMMARY
+    assert (end["status"], "summary" in end) == ("completed", False)  # the chunks' stays
+    facts = end["_meta"]["greenroom"]
+    assert (facts["first_turn"], facts["model"]) == (1, "default")
+    assert facts["last_turn"] >= 2
+    assert facts["tokens_before"] > 0
+    assert "degraded" not in facts
+    after = live[live.index(end) + 1]
+    assert (after["sessionUpdate"], after["used"]) == ("usage_update", facts["tokens_after"])
+
+    # Replayed: one completed update carrying the whole summary, at the same place.
+    (materialized,) = _compaction_shown(replayed)
+    assert materialized == {
+        "sessionUpdate": "compaction_update",
+        "compactionId": compaction_id,
+        "status": "completed",
+        "summary": [{"type": "text", "text": _LONG_SUMMARY}],
+        "_meta": end["_meta"],
+    }
+    at = replayed.index(materialized)
+    assert replayed[at + 1]["sessionUpdate"] == "usage_update"
+    users = [u["content"]["text"] for u in replayed if u["sessionUpdate"] == "user_message_chunk"]
+    before = [u for u in replayed[:at] if u["sessionUpdate"] == "user_message_chunk"]
+    assert users == ["question 0", "question 1", "question 2", "and then"]
+    assert len(before) == 3
+
+
+@pytest.mark.parametrize(
+    "capabilities",
+    [{}, {"session": None}, {"session": {}}, {"session": {"compaction": None}}],
+    ids=["no-session", "null-session", "no-compaction", "null-compaction"],
+)
+async def test_a_client_not_declaring_compaction_sees_an_agent_message(
+    tmp_path: Path, capabilities: dict[str, Any]
+) -> None:
+    summary = "the numbers were 7 and 11"
+    _, live, replayed = await _compacted_over_acp(tmp_path, Summarizing(summary), capabilities)
+    for updates in (live, replayed):
+        assert not _compaction_shown(updates)
+        (notice,) = [u for u in updates if "Compacted " in u.get("content", {}).get("text", "")]
+        assert notice["sessionUpdate"] == "agent_message_chunk"
+        assert notice["content"]["text"].endswith(f"turns: {summary}\n")
+        assert updates[updates.index(notice) + 1]["sessionUpdate"] == "usage_update"
+
+
+async def test_a_degraded_compaction_says_why_and_sends_no_empty_summary(
+    tmp_path: Path,
+) -> None:
+    """The summary call fails and cutting tool outputs was enough (nothing dropped, so no
+    summary, not even a marker): the entity completes without one, and
+    ``_meta.greenroom.degraded`` says why."""
+    capabilities = {"session": {"compaction": {}}}
+    _, live, replayed = await _compacted_over_acp(
+        tmp_path, Windowed(100_000, summary="fail"), capabilities
+    )
+    start, end = _compaction_shown(live)
+    assert (start["status"], end["status"]) == ("in_progress", "completed")
+    facts = end["_meta"]["greenroom"]
+    assert "the summarizer is down" in facts["degraded"]
+    assert facts["model"] == ""
+    (materialized,) = _compaction_shown(replayed)
+    assert materialized["status"] == "completed"
+    assert "summary" not in materialized
+    assert materialized["_meta"] == end["_meta"]

@@ -288,6 +288,8 @@ class AcpConnection:
         if (capabilities.meta or {}).get("terminal_output") is True:
             self.presenter.terminal = True
             self.live.terminal = TerminalOutput()
+        session = capabilities.session
+        self.presenter.compaction = session is not None and session.compaction is not None
         self.outbox.respond(request_id, INITIALIZED)
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:

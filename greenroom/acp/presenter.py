@@ -35,6 +35,8 @@ from greenroom.actors.types import DEFAULT_MODE, MODES
 from greenroom.protocol.acp import (
     AgentMessageChunk,
     AgentThoughtChunk,
+    CompactionSummaryChunk,
+    CompactionUpdate,
     ConfigChoice,
     ConfigOption,
     ConfigOptionUpdate,
@@ -106,14 +108,18 @@ class Presenter:
     ``context_windows`` the tokens each can hold, for ``usage_update``.
     ``terminal``: the client opted into terminal content (`greenroom.acp.live`), so a
     ``bash`` call is shown as a terminal named after the call, and its end says its exit.
+    ``compaction``: the client declared ``clientCapabilities.session.compaction``, so a
+    compaction is shown as ACP's unstable compaction entity (`compaction_updates`), not
+    as an agent message.
     """
 
-    __slots__ = ("_context_windows", "_models", "terminal")
+    __slots__ = ("_context_windows", "_models", "compaction", "terminal")
 
     def __init__(self, models: Sequence[str], context_windows: Mapping[str, int]) -> None:
         self._models = list(models)
         self._context_windows = context_windows
         self.terminal = False
+        self.compaction = False
 
     def modes(self, session: Session) -> SessionModeState:
         return SessionModeState(session.config.get("mode", DEFAULT_MODE), _MODES)
@@ -174,11 +180,13 @@ class Presenter:
                     TextBlock(notice), f"{session_id}/{turn}/{step}/retry-{attempt}"
                 )
             case Compacted(turn=turn, step=step):
-                # A notice of its own, then the window as the next request will use it.
-                yield AgentMessageChunk(
-                    TextBlock(_bounded(compaction_notice(event))),
-                    f"{session_id}/{turn}/{step}/compacted-{event.seq}",
-                )
+                # An entity (or a notice) of its own, then the window as the next request
+                # will use it.
+                entity = f"{session_id}/{turn}/{step}/compacted-{event.seq}"
+                if self.compaction:
+                    yield from compaction_updates(entity, event, replay=replay)
+                else:
+                    yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
                 window = self._context_windows.get(self._model(session), 0)
                 yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
             case ToolCall(call_id=call_id, arguments=arguments):
@@ -266,6 +274,46 @@ def _terminal_exit(session: Session, result: ToolResult) -> dict[str, object] | 
         "signal": found.group(2) if found else None,
     }
     return {"terminal_exit": ended}
+
+
+#: The characters of a summary one ``compaction_summary_chunk`` carries at most.
+SUMMARY_CHUNK_CHARS: Final = 4_096
+
+
+def compaction_updates(
+    compaction_id: str, event: Compacted, *, replay: bool
+) -> Iterator[CompactionUpdate | CompactionSummaryChunk]:
+    """A compaction as ACP's unstable entity (RFD "session-compaction"), `compaction_id`
+    its id. Live: ``in_progress``, the summary in ``compaction_summary_chunk``s of at
+    most `SUMMARY_CHUNK_CHARS`, then ``completed`` (keeping what the chunks added). On
+    replay: one ``completed`` carrying the whole summary, the RFD's materialized form.
+
+    The summary is the one logged (a degraded compaction's is its marker saying what was
+    dropped, or none when it dropped nothing), bounded like any text. The final update's
+    ``_meta.greenroom`` says the turns it stands for, the model that wrote it, the
+    estimated tokens before and after, and ``degraded`` (why no summary could be written)
+    when it degraded."""
+    summary = _bounded(event.summary)
+    facts: dict[str, object] = {
+        "first_turn": event.first_turn,
+        "last_turn": event.last_turn,
+        "model": event.model,
+        "tokens_before": event.tokens_before,
+        "tokens_after": event.tokens_after,
+    }
+    if event.degraded is not None:
+        facts["degraded"] = event.degraded
+    meta = {"greenroom": facts}
+    if replay:
+        # No block for a degraded compaction that dropped nothing: it has no summary.
+        shown = [TextBlock(summary)] if summary else None
+        yield CompactionUpdate(compaction_id, "completed", shown, meta)
+        return
+    yield CompactionUpdate(compaction_id, "in_progress")
+    for start in range(0, len(summary), SUMMARY_CHUNK_CHARS):
+        piece = summary[start : start + SUMMARY_CHUNK_CHARS]
+        yield CompactionSummaryChunk(compaction_id, TextBlock(piece))
+    yield CompactionUpdate(compaction_id, "completed", meta=meta)
 
 
 def compaction_notice(event: Compacted) -> str:

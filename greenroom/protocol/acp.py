@@ -119,6 +119,14 @@ class ElicitationCapability(msgspec.Struct, frozen=True, gc=False):
     form: dict[str, Any] | None = None
 
 
+class ClientSessionCapabilities(msgspec.Struct, frozen=True, gc=False):
+    """ACP's ``clientCapabilities.session`` (unstable members). ``compaction``: an object
+    (``{}``) when the client renders ``compaction_update`` (RFD "session-compaction");
+    omitted or null, it does not."""
+
+    compaction: dict[str, Any] | None = None
+
+
 class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     """What the client offers the agent (the members greenroom uses; others are ignored).
     ``meta`` is ``_meta``: a client sets ``terminal_output: true`` there to have command
@@ -126,6 +134,7 @@ class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name
 
     fs: FileSystemCapability = FileSystemCapability()
     elicitation: ElicitationCapability | None = None
+    session: ClientSessionCapabilities | None = None
     meta: dict[str, Any] | None = None
 
 
@@ -506,6 +515,47 @@ class UsageUpdate(
     size: int
 
 
+#: A compaction's lifecycle as ACP's unstable ``CompactionStatus`` names it (greenroom
+#: sends only ``in_progress`` and ``completed``: a compaction that failed or was cancelled
+#: left nothing in the log to show).
+CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"]
+
+
+class CompactionUpdate(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="compaction_update",
+    rename=wire_name,
+    omit_defaults=True,
+):
+    """ACP's unstable ``compaction_update``: creates, then patches, the compaction entity
+    `compaction_id` of the session's timeline. An omitted `summary` or `meta` leaves the
+    entity's as it was; a `summary` replaces what its chunks added. Sent only to a client
+    that declared ``clientCapabilities.session.compaction``."""
+
+    compaction_id: str
+    status: CompactionStatus
+    summary: list[TextBlock] | None = None
+    meta: dict[str, Any] | None = None
+
+
+class CompactionSummaryChunk(
+    msgspec.Struct,
+    frozen=True,
+    gc=False,
+    tag_field="sessionUpdate",
+    tag="compaction_summary_chunk",
+    rename=wire_name,
+):
+    """ACP's unstable ``compaction_summary_chunk``: `content` appended to the summary of the
+    compaction `compaction_id`, between its ``in_progress`` and its terminal update."""
+
+    compaction_id: str
+    content: TextBlock
+
+
 class PlanUpdate(msgspec.Struct, frozen=True, gc=False, tag_field="sessionUpdate", tag="plan"):
     """The agent's whole plan (ACP's ``PlanEntry`` is greenroom's own `PlanEntry`)."""
 
@@ -547,6 +597,8 @@ SessionUpdate: TypeAlias = (
     | ConfigOptionUpdate
     | SessionInfoUpdate
     | UsageUpdate
+    | CompactionUpdate
+    | CompactionSummaryChunk
     | PlanUpdate
     | AvailableCommandsUpdate
 )
