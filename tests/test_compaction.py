@@ -954,3 +954,24 @@ async def test_a_degraded_compaction_says_why_and_sends_no_empty_summary(
     assert materialized["status"] == "completed"
     assert "summary" not in materialized
     assert materialized["_meta"] == end["_meta"]
+
+
+@pytest.mark.parametrize(
+    ("capabilities", "named"),
+    [
+        ({"session": {"compaction": True}}, "$.clientCapabilities.session.compaction"),
+        ({"session": []}, "$.clientCapabilities.session"),
+    ],
+)
+async def test_a_malformed_compaction_capability_is_refused_by_name(
+    capabilities: dict[str, Any], named: str
+) -> None:
+    from tests.acp_peer import bridge
+
+    async with bridge(None, Windowed(100_000)) as b:
+        initialize = {"protocolVersion": 1, "clientCapabilities": capabilities}
+        refused = await b.peer.call("initialize", initialize)
+        assert refused["error"]["code"] == -32602
+        assert f"at `{named}`" in refused["error"]["message"]
+        assert "result" in await b.peer.call("initialize", {"protocolVersion": 1})
+        assert await b.peer.new_session()
