@@ -25,6 +25,7 @@ import trio
 
 from greenroom import Image, Text, open_runtime
 from greenroom.acp.frames import MAX_FRAME
+from greenroom.acp.params import RpcError, check_cwd, check_roots
 from greenroom.acp.presenter import Presenter
 from greenroom.actors.types import ToolInvocation
 from greenroom.cli import main
@@ -685,3 +686,29 @@ async def test_a_read_only_postgres_store_refuses_to_write_naming_why(postgres_d
     finally:
         store.close()
     assert _catalog(postgres_dsn) == before
+
+
+# -- a long path in a parameter's error keeps its end -----------------------------------------
+
+
+def test_a_long_path_in_a_params_error_keeps_its_head_and_its_end(tmp_path: Path) -> None:
+    """check_cwd cut a path at 80 characters, so a long tmp path lost its last component
+    (test_acp_params failed under xdist: 'missin'). Each message keeps head and tail."""
+    deep = tmp_path / ("d" * 120)
+    deep.mkdir()
+    missing = str(deep / "missing-root")
+    huge = "/" + "x" * 1_000_000 + "/end-of-it"
+    checks = [
+        (lambda: check_roots([str(tmp_path), missing]), missing),
+        (lambda: check_cwd(missing, must_exist=True), missing),
+        (lambda: check_cwd(huge[1:], must_exist=False), huge[1:]),  # not absolute
+        (lambda: check_cwd(huge + "\x00", must_exist=False), huge + "\x00"),
+        (lambda: check_cwd(huge, must_exist=True), huge),
+    ]
+    for check, path in checks:
+        with pytest.raises(RpcError) as caught:
+            check()
+        message = caught.value.message
+        assert repr(path)[:60] in message
+        assert repr(path)[-100:] in message
+        assert len(message) < 300

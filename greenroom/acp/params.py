@@ -71,17 +71,35 @@ def decode(kind: type[P], raw: msgspec.Raw) -> P:
         raise RpcError(INVALID_PARAMS, "invalid params: nested too deep to decode") from None
 
 
+#: How much of a long path's start and end an error shows (its end names what is missing).
+PATH_HEAD: Final = 60
+PATH_TAIL: Final = 100
+
+
+def shown_path(path: str) -> str:
+    """`path` as an error names it: its repr, or for a long one the first `PATH_HEAD` and
+    the last `PATH_TAIL` characters of that, joined by ``...``."""
+    shown = repr(path)
+    if len(shown) <= PATH_HEAD + PATH_TAIL + 3:
+        return shown
+    return f"{shown[:PATH_HEAD]}...{shown[-PATH_TAIL:]}"
+
+
 def check_cwd(cwd: str, *, must_exist: bool, field: str = "cwd") -> None:
     """A directory param: absolute, no NUL, and (for a new session) an existing directory."""
     if "\x00" in cwd:
-        raise RpcError(INVALID_PARAMS, f"invalid params: {field} holds a NUL byte: {cwd!r:.80}")
+        raise RpcError(
+            INVALID_PARAMS, f"invalid params: {field} holds a NUL byte: {shown_path(cwd)}"
+        )
     if not os.path.isabs(cwd):
         raise RpcError(
-            INVALID_PARAMS, f"invalid params: {field} must be an absolute path, got {cwd!r:.80}"
+            INVALID_PARAMS,
+            f"invalid params: {field} must be an absolute path, got {shown_path(cwd)}",
         )
     if must_exist and not os.path.isdir(cwd):
         raise RpcError(
-            INVALID_PARAMS, f"invalid params: {field} {cwd!r:.80} is not an existing directory"
+            INVALID_PARAMS,
+            f"invalid params: {field} {shown_path(cwd)} is not an existing directory",
         )
 
 
