@@ -31,7 +31,8 @@ class Recorder:
 
     async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
         self.updates.append((session_id, update))
-        self.first_update.set()
+        if isinstance(update, schema.AgentMessageChunk):  # not the commands sent at session/new
+            self.first_update.set()
 
     async def request_permission(self, **kwargs: Any) -> Any:
         raise AssertionError("greenroom asks for no permission")
