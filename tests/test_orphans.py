@@ -22,16 +22,19 @@ from pathlib import Path
 from typing import Any
 
 import acp
+import psycopg
 import pytest
 import trio
 from acp import schema
 
 from greenroom import open_runtime
 from greenroom.models.scripted import ScriptedModel
-from greenroom.procs import owner
+from greenroom.procs import MARK_VAR, owner
 from greenroom.protocol.mcp import McpStdioServer
 from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
 from greenroom.session.persistence.lock import SessionLock
+from greenroom.session.persistence.postgres import PostgresPersistence
+from greenroom.session.store import new_header
 from greenroom.tools.bash.local import LocalBashExecutor
 from greenroom.tools.bash.seam import BashExecRequest
 from greenroom.tools.bash.tools import bash_plugin
@@ -325,3 +328,119 @@ async def test_a_lock_file_sweeps_only_for_a_dead_holder_of_this_host(tmp_path: 
             await take(_left(me.pid, host, me.start + 1, me.token))  # its pid is someone else's
             assert survivors(marker) == []
             assert (await executor.wait(task.id)).signal == "SIGKILL"
+
+
+def marked(token: str) -> list[int]:
+    """Live processes (not zombies) carrying a mark of `token` in their environment."""
+    prefix = f"{MARK_VAR}=".encode()
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            environ = Path(f"/proc/{name}/environ").read_bytes().split(b"\0")
+            state = Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        marks = [m for e in environ if e.startswith(prefix) for m in e[len(prefix) :].split(b":")]
+        if state != "Z" and any(m.startswith(f"{token}.".encode()) for m in marks):
+            found.append(int(name))
+    return found
+
+
+def _holder(dsn: str, session: str) -> tuple[int, str, int, str]:
+    """The holder pid, host, start time and token session `session`'s row records."""
+    with psycopg.connect(dsn, autocommit=True) as db:
+        row = db.execute(
+            "SELECT holder_pid, holder_host, holder_start, holder_owner"
+            " FROM greenroom_sessions WHERE id = %s",
+            (session,),
+        ).fetchone()
+    assert row is not None
+    return row
+
+
+def test_the_next_postgres_holder_ends_what_a_killed_holder_left(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    marker, ttl = _marker(), 2.0
+
+    async def scenario() -> tuple[str, str]:
+        command, *args = _agent(postgres_dsn)
+        async with acp.spawn_agent_process(
+            Client(), command, *args, "--lease-ttl", str(ttl), env=_env(tmp_path), cwd=tmp_path
+        ) as (conn, process):
+            await conn.initialize(protocol_version=1)
+            session = await _detaching_session(conn, tmp_path, marker)
+            pid, host, _, token = _holder(postgres_dsn, session)
+            assert (pid, host) == (process.pid, socket.gethostname())
+            (keeper,) = keepers(token)
+            os.kill(keeper, signal.SIGKILL)
+            process.send_signal(signal.SIGKILL)
+            await asyncio.wait_for(process.wait(), 10)
+            await asyncio.sleep(ttl + 0.5)  # its lease has lapsed: taken over either way
+            assert len(survivors(marker)) >= 3  # nothing else is left to end them
+            assert marked(token)
+            return session, token
+
+    session, token = asyncio.run(asyncio.wait_for(scenario(), 2 * LIMIT))
+
+    async def take_over() -> None:
+        with trio.fail_after(LIMIT):
+            store = PostgresPersistence(postgres_dsn, lease_ttl=ttl)
+            try:
+                _, _, log = await store.open(session)
+                try:
+                    assert survivors(marker) == []
+                    assert marked(token) == []
+                    me = owner()
+                    assert _holder(postgres_dsn, session) == (
+                        me.pid,
+                        socket.gethostname(),
+                        me.start,
+                        me.token,
+                    )
+                finally:
+                    await log.close()
+            finally:
+                store.close()
+
+    trio.run(take_over)
+
+
+async def test_a_postgres_take_over_sweeps_only_for_a_dead_holder_of_this_host(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    me, host = owner(), socket.gethostname()
+    assert me.start is not None
+    marker = _marker()
+    store = PostgresPersistence(postgres_dsn)
+
+    async def take(pid: int | None, host: str, start: int | None) -> None:
+        """Take session ``s`` over from a given-back lease that names this holder."""
+        with psycopg.connect(postgres_dsn, autocommit=True) as db:
+            db.execute(
+                "UPDATE greenroom_sessions SET holder_pid = %s, holder_host = %s,"
+                " holder_start = %s, holder_owner = %s WHERE id = 's'",
+                (pid, host, start, me.token),
+            )
+        _, _, log = await store.open("s")
+        await log.close()
+
+    try:
+        with trio.fail_after(LIMIT):
+            await (await store.create(new_header("s", cwd=str(tmp_path)))).close()
+            async with LocalBashExecutor(str(tmp_path)) as executor:
+                command = f"exec -a {marker} sleep 1000"
+                task = await executor.start(executor.resolve(BashExecRequest(command=command)))
+                await until_running(marker, 1)
+                await take(me.pid, host, me.start)  # its holder still runs
+                await take(me.pid, "elsewhere", me.start + 1)  # another machine
+                await take(me.pid, host, None)  # no start time: not checkable
+                await take(None, host, me.start + 1)  # given back: no holder
+                assert len(survivors(marker)) == 1
+                await take(me.pid, host, me.start + 1)  # its pid is someone else's
+                assert survivors(marker) == []
+                assert (await executor.wait(task.id)).signal == "SIGKILL"
+    finally:
+        store.close()

@@ -17,6 +17,15 @@ connection is gone): so a SIGKILLed holder is taken over at once, a paused one a
 own and that its first seq is the stored next seq, and writes nothing otherwise: a paused
 holder that wakes after a take-over gets `LeaseLost` and writes nothing.
 
+**What a dead holder left.** Beside the lease the row records the holder's host name, its
+start time and the token its spawns are marked with (`greenroom.procs`). A take-over of a
+lease whose holder ran on this host (its host name, not its ``node``) and whose pid no
+longer runs with that start time SIGKILLs every process carrying that token before `open`
+returns, as the lock file's successor does (`greenroom.session.persistence.lock`): all of
+the dead process's, not only this session's. A holder on another host cannot be swept
+from here (its pids mean nothing here): its keeper is its only line. A lease given back
+(`release`) names no holder, and its take-over sweeps nothing.
+
 **Durability.** A commit is ``synchronous_commit=on`` when it must be durable (``sync=
 "always"``, a close) and ``off`` otherwise: under ``"turn"`` PostgreSQL's WAL writer makes
 it durable within ``wal_writer_delay`` (200 ms by default), off the agent's path.
@@ -56,6 +65,7 @@ import msgspec
 import psycopg
 import trio
 
+from greenroom.procs import alive, owner, sweep_owner
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
     LEASE_TTL,
@@ -145,6 +155,20 @@ CREATE TABLE IF NOT EXISTS greenroom_blobs (
 )
 """
 
+#: What a successor needs to sweep what a dead holder left: added by any version's open
+#: that lacks them, so the schema's version stays.
+_HOLDER_COLUMNS = """
+ALTER TABLE greenroom_sessions
+    ADD COLUMN IF NOT EXISTS holder_host text,
+    ADD COLUMN IF NOT EXISTS holder_start bigint,
+    ADD COLUMN IF NOT EXISTS holder_owner text
+"""
+#: Whether they are there: an ``ALTER TABLE`` would lock the table even when they are.
+_HAS_HOLDER_COLUMNS = """
+SELECT 1 FROM pg_attribute WHERE attrelid = 'greenroom_sessions'::regclass
+    AND attname = 'holder_owner' AND NOT attisdropped
+"""
+
 Events: TypeAlias = list[SessionEvent]
 Stored: TypeAlias = list[StoredSession]
 Keys: TypeAlias = list[int]
@@ -152,6 +176,15 @@ T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(SessionHeader)
+
+
+class _Left(msgspec.Struct, frozen=True, gc=False):
+    """The holder a session's row names as a take-over finds it (`pid` None: none)."""
+
+    pid: int | None
+    host: str | None
+    start: int | None
+    owner: str | None
 
 
 class PostgresPersistence:
@@ -177,7 +210,8 @@ class PostgresPersistence:
         if sync not in SYNC_POLICIES:
             raise ValueError(f"sync must be one of {SYNC_POLICIES}, got {sync!r}")
         self.sync: SyncPolicy = sync
-        self.node = node or socket.gethostname()
+        self.host = socket.gethostname()
+        self.node = node or self.host
         self.lease_ttl = lease_ttl
         #: A release request for a session that is mid-turn is refused (else it is let go
         #: after the turn): `open_handed_off`.
@@ -400,6 +434,8 @@ class PostgresPersistence:
                 raise UnsupportedVersion(
                     f"{self.where}: schema version {row[0]} (this greenroom reads {SCHEMA_VERSION})"
                 )
+            if self._db.execute(_HAS_HOLDER_COLUMNS).fetchone() is None:
+                self._db.execute(_HOLDER_COLUMNS)
 
     def _batch(self, jobs: Sequence[Job]) -> None:
         run_batch(jobs, self._commit, self._run_job)
@@ -451,7 +487,8 @@ class PostgresPersistence:
     def _insert(self, db: psycopg.Connection[Any], header: SessionHeader, epoch: int) -> None:
         inserted = db.execute(
             "INSERT INTO greenroom_sessions (id, header, epoch, updated_at, holder_node,"
-            " holder_pid, lease_until) VALUES (%s, %s, %s, %s, %s, %s,"
+            " holder_pid, holder_host, holder_start, holder_owner, lease_until)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s,"
             " now() + make_interval(secs => %s)) ON CONFLICT (id) DO NOTHING",
             (
                 header.id,
@@ -459,7 +496,7 @@ class PostgresPersistence:
                 epoch,
                 header.created_at / 1000,
                 self.node,
-                os.getpid(),
+                *self._me(),
                 self.lease_ttl,
             ),
         ).rowcount
@@ -473,11 +510,34 @@ class PostgresPersistence:
         taken: Keys = []  # the advisory lock this open took, dropped if it fails
         try:
             with db.transaction():  # a failed commit drops the lock too
-                return self._take_over(db, session_id, taken, interrupted)
+                left, opened = self._take_over(db, session_id, taken, interrupted)
         except BaseException:
             for key in taken:
                 self._leases.unlock(key)
             raise
+        # Once the take-over is committed: a failed one leaves the sweep to who takes it.
+        self._sweep_after(left, session_id)
+        return opened
+
+    def _me(self) -> tuple[int, str, int | None, str]:
+        """This process as a holder: pid, host, start time and its spawns' token."""
+        me = owner()
+        return me.pid, self.host, me.start, me.token
+
+    def _sweep_after(self, left: _Left, session_id: str) -> None:
+        """End what a dead holder of this host left running (see the module docstring)."""
+        if left.pid is None or left.host != self.host or left.owner is None:
+            return  # given back, another host's, or a holder from before the token was kept
+        if left.start is None or alive(left.pid, left.start):
+            return  # not checkable, or it still runs (its lease lapsed, its process did not)
+        swept = sweep_owner(left.owner)
+        if swept:
+            logger.warning(
+                "session %r: ended %d processes left by its dead holder (pid %d)",
+                session_id,
+                swept,
+                left.pid,
+            )
 
     def _take_over(
         self,
@@ -485,8 +545,10 @@ class PostgresPersistence:
         session_id: str,
         taken: Keys,
         interrupted: Interruption,
-    ) -> tuple[SessionHeader, Events, int]:
-        if not self._claim(db, session_id):
+    ) -> tuple[_Left, tuple[SessionHeader, Events, int]]:
+        """The holder it took the session from, and what `open` returns."""
+        left = self._claim(db, session_id)
+        if left is None:
             raise SessionNotFound(f"no stored session {session_id!r} in {self.where}")
         epoch = _next_epoch(db)
         key = lock_key(session_id, epoch)
@@ -494,31 +556,33 @@ class PostgresPersistence:
         taken.append(key)
         db.execute(
             "UPDATE greenroom_sessions SET epoch = %s, holder_node = %s, holder_pid = %s,"
+            " holder_host = %s, holder_start = %s, holder_owner = %s,"
             " lease_until = now() + make_interval(secs => %s) WHERE id = %s",
-            (epoch, self.node, os.getpid(), self.lease_ttl, session_id),
+            (epoch, self.node, *self._me(), self.lease_ttl, session_id),
         )
         header, events = self._read(db, session_id)
         closers = repair(events, interrupted)
         if closers:
             self._rows.append(db, Append(session_id, epoch, closers, sync=True))
             logger.info("closed interrupted turn of %r in %s", session_id, self.where)
-        return header, events + closers, epoch
+        return left, (header, events + closers, epoch)
 
-    def _claim(self, db: psycopg.Connection[Any], session_id: str) -> bool:
-        """Lock the session's row for this transaction if nobody else holds the session;
-        False if there is no such session, `SessionLocked` naming the holder if a live one
-        does (its lease unexpired and its advisory lock held)."""
+    def _claim(self, db: psycopg.Connection[Any], session_id: str) -> _Left | None:
+        """Lock the session's row for this transaction if nobody else holds the session,
+        and return the holder it names; None if there is no such session, `SessionLocked`
+        naming the holder if a live one does (its lease unexpired and its advisory lock
+        held)."""
         row = db.execute(
-            "SELECT epoch, holder_node, holder_pid, lease_until > now()"
-            " FROM greenroom_sessions WHERE id = %s FOR UPDATE",
+            "SELECT epoch, holder_node, holder_pid, lease_until > now(), holder_host,"
+            " holder_start, holder_owner FROM greenroom_sessions WHERE id = %s FOR UPDATE",
             (session_id,),
         ).fetchone()
         if row is None:
-            return False
-        epoch, node, pid, live = row
+            return None
+        epoch, node, pid, live, host, start, token = row
         if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
             raise SessionLocked(session_id, Holder(pid, node), self.where)
-        return True
+        return _Left(pid, host, start, token)
 
     def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
         stored = self._rows.read(db, session_id)
@@ -543,7 +607,7 @@ class PostgresPersistence:
     def _delete(self, session_id: str) -> None:
         db = self.connection()
         with db.transaction():
-            if not self._claim(db, session_id):
+            if self._claim(db, session_id) is None:
                 return
             db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_blobs WHERE session_id = %s", (session_id,))
