@@ -57,8 +57,13 @@ class Editor:
         raise AssertionError(f"{name!r} never offered: {self.command_sets()}")
 
     def said(self) -> str:
+        """What the agent said, less the notices of a server's slow start (a loaded machine
+        may take the server past the session's 2 s)."""
         return "".join(
-            u.content.text for u in self.updates if isinstance(u, schema.AgentMessageChunk)
+            u.content.text
+            for u in self.updates
+            if isinstance(u, schema.AgentMessageChunk)
+            and not u.content.text.startswith("MCP server ")
         )
 
 
