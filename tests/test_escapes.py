@@ -13,7 +13,7 @@ import sys
 import threading
 import time
 import tracemalloc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
@@ -24,11 +24,12 @@ import pytest
 import trio
 
 from greenroom import Image, Text, open_runtime
-from greenroom.acp.frames import MAX_FRAME
+from greenroom.acp.frames import MAX_FRAME, dropped
 from greenroom.acp.params import RpcError, check_cwd, check_roots
 from greenroom.acp.presenter import Presenter
 from greenroom.actors.types import ToolInvocation
 from greenroom.cli import main
+from greenroom.lines import HEAD, LineBuffer, LineTooLong
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.acp import ToolCallProgress
 from greenroom.protocol.events import Completed, SessionHeader, ToolResult
@@ -698,7 +699,7 @@ def test_a_long_path_in_a_params_error_keeps_its_head_and_its_end(tmp_path: Path
     deep.mkdir()
     missing = str(deep / "missing-root")
     huge = "/" + "x" * 1_000_000 + "/end-of-it"
-    checks = [
+    checks: list[tuple[Callable[[], None], str]] = [
         (lambda: check_roots([str(tmp_path), missing]), missing),
         (lambda: check_cwd(missing, must_exist=True), missing),
         (lambda: check_cwd(huge[1:], must_exist=False), huge[1:]),  # not absolute
@@ -712,3 +713,46 @@ def test_a_long_path_in_a_params_error_keeps_its_head_and_its_end(tmp_path: Path
         assert repr(path)[:60] in message
         assert repr(path)[-100:] in message
         assert len(message) < 300
+
+
+@pytest.mark.parametrize(
+    ("head", "request_id", "reply"),
+    [
+        (b'{"jsonrpc":"2.0","id":"gr-3","result":{"content":"xx', "gr-3", True),
+        (b'{"jsonrpc": "2.0", "id": 7, "error": {"message": "', 7, True),
+        (b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"p":"', 7, False),
+        (b'{"id":"x","params":{"a":"', "x", False),  # the method may follow: answered
+        (b'{"result":"' + b"x" * 5000, None, True),  # the id after it: not found
+        # Quotes inside the cut value are escaped: no key, so no id, can be forged there.
+        (b'{"jsonrpc":"2.0","result":{"c":"a\\"}, \\"id\\": \\"gr-9\\", \\"', None, True),
+        (b"x" * 4096, None, False),
+    ],
+)
+def test_a_dropped_frame_is_told_from_its_start(
+    head: bytes, request_id: str | int | None, reply: bool
+) -> None:
+    frame = dropped(head)
+    assert (frame.id, frame.reply) == (request_id, reply)
+    assert f"longer than {MAX_FRAME:,} bytes" in frame.message
+
+
+@pytest.mark.parametrize("chunk", [100, 1_000_000])  # past the limit before, or with, its end
+def test_a_line_past_the_limit_keeps_its_head_only(chunk: int) -> None:
+    line = bytes(b for b in range(256) if b != 10) * 40 + b"z" * 10_000  # 20,200 bytes
+    buffer = LineBuffer(20_000)
+    data = line + b"\nnext\n"
+    heads = []
+    taken = []
+    for start in range(0, len(data), chunk):
+        buffer.feed(data[start : start + chunk])
+        while True:
+            try:
+                got = buffer.next_line()
+            except LineTooLong as exc:
+                heads.append(exc.head)
+                continue
+            if got is None:
+                break
+            taken.append(got)
+    assert heads == [line[:HEAD]]
+    assert taken == [b"next"]
