@@ -22,7 +22,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
-from greenroom.models.parts import Encoded, WirePart, answering, takes_images, wire_parts
+from greenroom.models.parts import WirePart, answering
 from greenroom.protocol.arguments import arguments_value
 from greenroom.protocol.model import (
     AssistantTurn,
@@ -100,11 +100,8 @@ class AnthropicModel(HttpModel):
             retry_budget=retry_budget,
             context_window=context_window,
             verify=verify,
+            images=images,
         )
-        #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
-        self.model_name = model
-        self.images = takes_images(model) if images is None else images
-        self._encoded = Encoded()
         self._max_tokens = max_tokens
 
     def overflowed(self, kind: str | None, message: str) -> bool:
@@ -144,10 +141,7 @@ class AnthropicModel(HttpModel):
         for index, message in enumerate(request.messages):
             match message:
                 case UserTurn(parts=parts) if parts:
-                    model = request.model or self._model
-                    wire = wire_parts(
-                        message, request.blobs, self._encoded, self.images, model, index >= current
-                    )
+                    wire = self._wire_parts(request, message, index >= current)
                     for part in wire:
                         add("user", _part(part))
                 case UserTurn(content=content):

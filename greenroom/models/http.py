@@ -16,7 +16,7 @@ import os
 import random
 import ssl
 import time
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
 from typing import Any, Final
 
@@ -26,7 +26,8 @@ import trio
 
 from greenroom.backoff import Backoff
 from greenroom.models.base import ContextOverflow, ModelError, context_window_of
-from greenroom.protocol.model import ModelRequest, Retry, StreamChunk
+from greenroom.models.parts import Encoded, WirePart, takes_images, wire_parts
+from greenroom.protocol.model import ModelRequest, Retry, StreamChunk, UserTurn
 
 logger = logging.getLogger("greenroom.models")
 
@@ -191,7 +192,8 @@ class HttpModel:
 
     A subclass builds the wire body (`body`) and turns the response's events into chunks
     (`_chunks`). ``context_window`` is the tokens the model holds: as the adapter was told,
-    else its family's (`greenroom.models.base.context_window_of`).
+    else its family's (`greenroom.models.base.context_window_of`); ``images`` whether the
+    model takes images: as told, else its family's (`greenroom.models.parts.takes_images`).
     `connections` is the pool a runtime holds for its life (`greenroom.models.base.open_models`).
     """
 
@@ -205,22 +207,36 @@ class HttpModel:
         retry_budget: float,
         context_window: int | None,
         verify: ssl.SSLContext | None,
+        images: bool | None,
     ) -> None:
         if not math.isfinite(retry_budget) or retry_budget < 0:
             raise ValueError(f"retry_budget must be seconds >= 0, got {retry_budget!r}")
         self.context_window = context_window or context_window_of(model)
         self.connections = ConnectionPool(verify)
+        #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
+        self.model_name = model
+        self.images = takes_images(model) if images is None else images
         self._url = url
         self._headers = headers
         self._model = model
         self._backoff = backoff
         self._retry_budget = retry_budget
+        self._encoded = Encoded()
 
     def __repr__(self) -> str:  # never the headers: they carry the key
         return f"{type(self).__name__}({self._url!r}, model={self._model!r})"
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         raise NotImplementedError
+
+    def _wire_parts(
+        self, request: ModelRequest, message: UserTurn, current: bool
+    ) -> Iterator[WirePart]:
+        """`message`'s parts as texts and images for `request`'s model
+        (`greenroom.models.parts.wire_parts`, with this adapter's image cache); `current`:
+        it is a message of the prompt being answered."""
+        model = request.model or self._model
+        return wire_parts(message, request.blobs, self._encoded, self.images, model, current)
 
     def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
         raise NotImplementedError

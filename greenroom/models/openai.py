@@ -20,7 +20,7 @@ from greenroom.models.http import (
     SseEvent,
     endpoint,
 )
-from greenroom.models.parts import Encoded, WirePart, answering, takes_images, wire_parts
+from greenroom.models.parts import WirePart, answering
 from greenroom.protocol.model import (
     AssistantTurn,
     Finish,
@@ -84,11 +84,8 @@ class OpenAIChatModel(HttpModel):
             retry_budget=retry_budget,
             context_window=context_window,
             verify=verify,
+            images=images,
         )
-        #: What a trace names (`greenroom.tracing`): the model asked for when a request names none.
-        self.model_name = model
-        self.images = takes_images(model) if images is None else images
-        self._encoded = Encoded()
 
     def overflowed(self, kind: str | None, message: str) -> bool:
         """OpenAI's over-long request: a 400 with ``code: context_length_exceeded``."""
@@ -108,10 +105,7 @@ class OpenAIChatModel(HttpModel):
         for index, message in enumerate(request.messages):
             match message:
                 case UserTurn(parts=parts) if parts:
-                    model = request.model or self._model
-                    wire = wire_parts(
-                        message, request.blobs, self._encoded, self.images, model, index >= current
-                    )
+                    wire = self._wire_parts(request, message, index >= current)
                     messages.append({"role": "user", "content": [_part(p) for p in wire]})
                 case UserTurn(content=content):
                     messages.append({"role": "user", "content": content})
