@@ -236,14 +236,20 @@ class _Approver:
         pass
 
 
-async def _timed(n: int, call: Callable[[], Awaitable[object]]) -> float:
-    """Median microseconds of `n` sequential calls."""
-    samples = []
+async def _interleaved(
+    n: int, calls: dict[str, Callable[[], Awaitable[object]]]
+) -> dict[str, float]:
+    """Median microseconds of `n` sequential calls of each of `calls`, taken in turn (one of
+    each, then again), so a change of the machine's load lands on all alike: what asking
+    adds is a difference of two medians of a ~3 ms bash call, and ~150 us of it is lost in
+    the drift between two phases run one after the other."""
+    samples: dict[str, list[int]] = {name: [] for name in calls}
     for _ in range(n):
-        t0 = time.perf_counter_ns()
-        await call()
-        samples.append(time.perf_counter_ns() - t0)
-    return statistics.median(samples) / 1e3
+        for name, call in calls.items():
+            t0 = time.perf_counter_ns()
+            await call()
+            samples[name].append(time.perf_counter_ns() - t0)
+    return {name: statistics.median(taken) / 1e3 for name, taken in samples.items()}
 
 
 async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
@@ -269,12 +275,18 @@ async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
 
         await prompt(approved, "bash: true")  # asked once: allowed always from here on
         asked_before = client.asked
-        figures = {
-            "no tool": await _timed(n, lambda: prompt(approved, _PROMPT)),
-            "approved": await _timed(n, lambda: prompt(approved, "bash: true")),
-            "asking": await _timed(n, lambda: prompt(asking, "bash: true")),
-            "client round trip": await _timed(n, lambda: conn.initialize(protocol_version=1)),
-        }
+        figures = await _interleaved(
+            n,
+            {
+                "no tool": lambda: prompt(approved, _PROMPT),
+                "approved": lambda: prompt(approved, "bash: true"),
+                "asking": lambda: prompt(asking, "bash: true"),
+            },
+        )
+        # Alone: taken between prompts it would carry their leftovers (a bash call's
+        # reaping), a baseline made larger than one round trip.
+        rounds = {"client round trip": lambda: conn.initialize(protocol_version=1)}
+        figures |= await _interleaved(n, rounds)
         if client.asked - asked_before != n:
             raise RuntimeError(f"asked {client.asked - asked_before} times, expected {n}")
     await process.wait()
