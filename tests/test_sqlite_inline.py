@@ -24,6 +24,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.session.persistence import SqlitePersistence
 from greenroom.session.persistence.batch import Call
+from greenroom.session.persistence.sqlite import CHECKPOINT_EVERY, CHECKPOINT_LAG
 
 LIMIT = 20  # seconds; generous for a loaded machine
 
@@ -147,3 +148,27 @@ async def test_always_returns_a_flush_only_after_the_wal_is_synced(
     finally:
         store.close()
     assert syncs.sizes
+
+
+async def test_the_wal_stays_bounded_under_inline_commits(tmp_path: Path) -> None:
+    """Inline commits never checkpoint; the writer's checkpoints (and, past their lag,
+    commits sent to the writer) keep the WAL from growing with the log."""
+    db = tmp_path / "sessions.sqlite"
+    wal = Path(str(db) + "-wal")
+    store = SqlitePersistence(db)
+    try:
+        log = await store.create(SessionHeader(id="s", created_at=1))
+        first = 100
+        for seq in range(first):
+            log.append(_start(seq))
+            await log.write_ahead()
+        per_commit = wal.stat().st_size / first  # no checkpoint has run yet
+        commits = 4 * (CHECKPOINT_LAG + CHECKPOINT_EVERY)
+        for seq in range(first, commits):
+            log.append(_start(seq))
+            await log.write_ahead()
+        assert _stored(db) == commits
+        assert wal.stat().st_size <= per_commit * (CHECKPOINT_LAG + 2 * CHECKPOINT_EVERY)
+        await log.close()
+    finally:
+        store.close()

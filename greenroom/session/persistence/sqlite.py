@@ -72,6 +72,11 @@ SCHEMA_VERSION: Final = 1
 #: Inline commits between two WAL checkpoints on the writer (each commit adds a few pages;
 #: SQLite's own automatic checkpoint comes at 1,000).
 CHECKPOINT_EVERY: Final = 256
+#: Inline commits past which commits go to the writer until its checkpoint has run.
+CHECKPOINT_LAG: Final = 4 * CHECKPOINT_EVERY
+#: Seconds a checkpoint waits for an inline commit under way, or for another process's
+#: readers, before it does what it can without them.
+CHECKPOINT_WAIT: Final = 0.02
 
 _SCHEMA = """
 CREATE TABLE sessions (
@@ -150,7 +155,9 @@ class SqlitePersistence:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._migrate()
         self._inline_db = None if read_only else self._connect_inline()
-        self._inline_commits = 0
+        self._uncheckpointed = 0  # inline commits since the last checkpoint ended
+        self._checkpointing = False  # a checkpoint is queued or running on the writer
+        self._busy_ms = round(commit_timeout * 1000)
         self._wal_fd = -1
         self._wal_synced = False  # in the writer's batch: no commit since its last fdatasync
         self._rows = Rows(self.path, "sessions", "batches", "?", "another process")
@@ -265,10 +272,13 @@ class SqlitePersistence:
         """`batch.Inline`: commit `job` on the Trio thread if the write lock is free now.
 
         Not while the writer is stuck (the lock may be under its stuck commit, and
-        a disk that hangs a commit would hang the Trio thread too).
+        a disk that hangs a commit would hang the Trio thread too), nor while the
+        WAL holds `CHECKPOINT_LAG` inline commits its checkpoint has not caught up
+        with: then commits queue on the writer behind it (back-pressure, as SQLite's
+        own checkpoint in the committing thread gives).
         """
         db = self._inline_db
-        if db is None or self.writer.stuck:
+        if db is None or self.writer.stuck or self._uncheckpointed >= CHECKPOINT_LAG:
             return False
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -286,14 +296,17 @@ class SqlitePersistence:
                 else PersistenceError(f"{self.path}: {exc}")
             )
             return True
-        self._inline_commits += 1
-        if self._inline_commits % CHECKPOINT_EVERY == 0:
+        self._uncheckpointed += 1
+        if self._uncheckpointed >= CHECKPOINT_EVERY and not self._checkpointing:
+            self._checkpointing = True
             checkpoint = Call(self._checkpoint)
             checkpoint.on_settled = self._checkpointed
             self.writer.submit(checkpoint)
         return True
 
     def _checkpointed(self, job: Job) -> None:
+        self._checkpointing = False
+        self._uncheckpointed = 0
         if job.error is not None:
             logger.warning("%s: WAL checkpoint failed: %s", self.path, job.error)
 
@@ -329,7 +342,18 @@ class SqlitePersistence:
             job.value = job.call()
 
     def _checkpoint(self) -> None:
-        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        """Checkpoint the whole WAL, so that the next commit writes it from its start again.
+
+        ``RESTART`` holds off writers while it runs (an inline commit meanwhile goes to
+        the writer, behind it): a passive checkpoint, raced by commits, never finishes,
+        and the WAL grows without end. It waits at most `CHECKPOINT_WAIT` for the lock
+        and for readers; past that it checkpoints what it can, as a passive one would.
+        """
+        self._db.execute(f"PRAGMA busy_timeout={round(CHECKPOINT_WAIT * 1000)}")
+        try:
+            self._db.execute("PRAGMA wal_checkpoint(RESTART)").fetchall()
+        finally:
+            self._db.execute(f"PRAGMA busy_timeout={self._busy_ms}")
 
     def _commit(self, appends: Sequence[Append]) -> None:
         self._wal_synced = False
