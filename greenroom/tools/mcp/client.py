@@ -44,10 +44,10 @@ import math
 import os
 import signal
 import subprocess
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
-from typing import Any, Final, NoReturn
+from typing import Any, Final, NoReturn, TypeVar
 
 import anyio
 import httpx2
@@ -67,6 +67,7 @@ from greenroom.procs import Spawn, exited, owner
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
 
 logger = logging.getLogger("greenroom.mcp")
+T = TypeVar("T")
 
 # From the installed metadata: importing the package itself would sit this floor above the runtime.
 CLIENT_INFO = types.Implementation(
@@ -158,28 +159,12 @@ class McpConnection:
                         raise McpServerError(spec.name, self._ended)
                     if self._prompts_changed:
                         self._prompts_changed = False
-                        with trio.move_on_after(spec.start_timeout) as listing:
-                            prompts = await _list_prompts(spec.name, session)
-                        if listing.cancelled_caught:
-                            raise McpServerError(
-                                spec.name,
-                                f"did not list its changed prompts within {spec.start_timeout:g} s",
-                            )
-                        self.prompts = prompts
+                        self.prompts = await _relisted(spec, "prompts", _list_prompts, session)
                         if not self._changed:
                             offer(self)
                     if self._changed:
                         self._changed = False
-                        # A server that says its tools changed and then does not list them
-                        # would keep tools offered that it may no longer have.
-                        with trio.move_on_after(spec.start_timeout) as listing:
-                            tools = await _list_tools(spec.name, session)
-                        if listing.cancelled_caught:
-                            raise McpServerError(
-                                spec.name,
-                                f"did not list its changed tools within {spec.start_timeout:g} s",
-                            )
-                        self.tools = tools
+                        self.tools = await _relisted(spec, "tools", _list_tools, session)
                         offer(self)
 
     async def call(self, tool: str, arguments: dict[str, Any]) -> ToolOutcome:
@@ -295,6 +280,25 @@ def _text(block: types.ContentBlock) -> str:
             return resource.text
         return f"[resource: {resource.uri}]"
     return f"[{type(block).__name__}]"
+
+
+async def _relisted(
+    spec: McpServer,
+    what: str,
+    list_: Callable[[str, ClientSession], Awaitable[T]],
+    session: ClientSession,
+) -> T:
+    """The server's `what` listed again after it said they changed, within its
+    ``start_timeout`` like the first list; past it, `McpServerError`. A server that says
+    its tools changed and then does not list them would keep tools offered that it may no
+    longer have."""
+    with trio.move_on_after(spec.start_timeout) as listing:
+        listed = await list_(spec.name, session)
+    if listing.cancelled_caught:
+        raise McpServerError(
+            spec.name, f"did not list its changed {what} within {spec.start_timeout:g} s"
+        )
+    return listed
 
 
 async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:
