@@ -68,6 +68,7 @@ from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, Mcp
 
 logger = logging.getLogger("greenroom.mcp")
 T = TypeVar("T")
+P = TypeVar("P", bound=types.PaginatedResult)
 
 # From the installed metadata: importing the package itself would sit this floor above the runtime.
 CLIENT_INFO = types.Implementation(
@@ -303,16 +304,9 @@ async def _relisted(
 
 async def _list_tools(server: str, session: ClientSession) -> list[types.Tool]:
     """Every page of the server's tools; raises `McpServerError` past `MAX_TOOL_PAGES`."""
-    tools: list[types.Tool] = []
-    cursor: str | None = None
-    for _page in range(MAX_TOOL_PAGES):
-        params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-        page = await session.list_tools(params=params)
-        tools.extend(page.tools)
-        cursor = page.next_cursor
-        if cursor is None:
-            return tools
-    raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of tools")
+    return await _every_page(
+        server, "tools", lambda params: session.list_tools(params=params), lambda p: p.tools
+    )
 
 
 async def _list_prompts(server: str, session: ClientSession) -> list[types.Prompt]:
@@ -321,16 +315,29 @@ async def _list_prompts(server: str, session: ClientSession) -> list[types.Promp
     capabilities = session.server_capabilities
     if capabilities is None or capabilities.prompts is None:
         return []
-    prompts: list[types.Prompt] = []
+    return await _every_page(
+        server, "prompts", lambda params: session.list_prompts(params=params), lambda p: p.prompts
+    )
+
+
+async def _every_page(
+    server: str,
+    what: str,
+    page: Callable[[types.PaginatedRequestParams | None], Awaitable[P]],
+    items: Callable[[P], list[T]],
+) -> list[T]:
+    """The `items` of every page of a list, each asked for with the cursor the one before
+    gave; `McpServerError` naming `what` past `MAX_TOOL_PAGES` pages."""
+    listed: list[T] = []
     cursor: str | None = None
     for _page in range(MAX_TOOL_PAGES):
         params = None if cursor is None else types.PaginatedRequestParams(cursor=cursor)
-        page = await session.list_prompts(params=params)
-        prompts.extend(page.prompts)
-        cursor = page.next_cursor
+        answer = await page(params)
+        listed.extend(items(answer))
+        cursor = answer.next_cursor
         if cursor is None:
-            return prompts
-    raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of prompts")
+            return listed
+    raise McpServerError(server, f"listed more than {MAX_TOOL_PAGES} pages of {what}")
 
 
 @asynccontextmanager
