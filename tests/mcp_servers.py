@@ -240,6 +240,7 @@ class Hostile:
             }
         if method == "tools/list":
             self.lists += 1
+            record(f"listed {self.lists}")
             if self.lists > 1 and "relist-hangs" in self.flags:
                 return None
             if self.lists > 1 and "endless" in self.flags:

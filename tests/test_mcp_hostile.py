@@ -430,21 +430,26 @@ async def test_a_server_killed_while_its_agent_is_disposed(tmp_path: Path) -> No
 # -- tool lists ------------------------------------------------------------------------
 
 
-async def test_a_flood_of_list_changed_lists_a_few_times_and_reports_nothing() -> None:
+async def test_a_flood_of_list_changed_lists_a_few_times_and_reports_nothing(
+    tmp_path: Path,
+) -> None:
+    record = tmp_path / "record"
     model = ScriptedModel([[CallTool(tool_name("h", "flood"), {"n": 20_000})], [Say("ok")]])
     with trio.fail_after(LIMIT):
         async with open_runtime(model=model) as rt:
             statuses = watch(rt)
             handle = await rt.agents.create(
-                agent_id="a", session_id="s", mcp_servers=[hostile("h")]
+                agent_id="a", session_id="s", mcp_servers=[hostile("h", record=record)]
             )
-            before = time.monotonic()
             handle.agent.send("flood")
             await handle.agent.when_idle()
-            assert time.monotonic() - before < 5.0
             assert results(handle.agent)[0].content == "done"
             await trio.sleep(0.5)
             assert [(s.state, s.tools) for s in statuses] == [("ready", 10)]  # nothing changed
+    # Notices that arrive while a list is asked for are folded into the next one: 20,000 of
+    # them are a handful of lists (counted by the server, not timed: a loaded machine is slow).
+    lists = [line for line in record.read_text().splitlines() if line.startswith("listed ")]
+    assert 1 < len(lists) <= 20
 
 
 async def test_a_tool_the_server_no_longer_offers_is_not_offered() -> None:
