@@ -28,7 +28,11 @@ prompt with no tool; and what asking permission adds to that call (a fresh
 session, asked every time), against one client round trip: ``initialize`` again, with
 the same parameters (the one request every ACP agent must answer, and answers without side
 effects when repeated alike; ``authenticate`` was used before and is refused by an agent that
-advertises no auth method, as greenroom does).
+advertises no auth method, as greenroom does). The three prompts are timed in
+turn (one of each, then again), the client round trip alone after them. Beside
+it, informational, the same question asked by the SDK agent (a prompt ``ask``)
+through the same client against its own client round trip: what the client
+itself charges to answer one (the floor of the row above).
 
 Live output (issue 28): a command printing 10 MB (``_FLOOD``) run by the
 bash executor with a progress listener against the same command without
@@ -53,7 +57,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
@@ -147,8 +151,8 @@ class _Result:
     prompts_per_s: float
 
 
-async def _prompt(conn: ClientSideConnection, session_id: str) -> None:
-    answer = await conn.prompt(session_id=session_id, prompt=[acp.text_block(_PROMPT)])
+async def _prompt(conn: ClientSideConnection, session_id: str, words: str = _PROMPT) -> None:
+    answer = await conn.prompt(session_id=session_id, prompt=[acp.text_block(words)])
     if answer.stop_reason != "end_turn":
         raise RuntimeError(f"session {session_id}: stop reason {answer.stop_reason!r}")
 
@@ -237,7 +241,7 @@ class _Approver:
 
 
 async def _interleaved(
-    n: int, calls: dict[str, Callable[[], Awaitable[object]]]
+    n: int, calls: Mapping[str, Callable[[], Awaitable[object]]]
 ) -> dict[str, float]:
     """Median microseconds of `n` sequential calls of each of `calls`, taken in turn (one of
     each, then again), so a change of the machine's load lands on all alike: what asking
@@ -342,8 +346,8 @@ async def _flood_over_acp(tmp: Path, stderr: int) -> tuple[int, float]:
     ) as (conn, process):
         await conn.initialize(protocol_version=1)
         session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
-        prompt = [acp.text_block(f"bash: {_PACED_FLOOD}")]
-        answer = await conn.prompt(session_id=session, prompt=prompt)
+        flood = acp.text_block(f"bash: {_PACED_FLOOD}")
+        answer = await conn.prompt(session_id=session, prompt=[flood])
         if answer.stop_reason != "end_turn":
             raise RuntimeError(f"the flood: stop reason {answer.stop_reason!r}")
     await process.wait()
@@ -393,6 +397,39 @@ def _run_tools(n: int) -> dict[str, float]:
         return asyncio.run(asyncio.wait_for(_tools(n, Path(tmp), stderr.fileno()), _TIMEOUT))
 
 
+async def _sdk_asking(n: int, work: Path, stderr: int) -> dict[str, float]:
+    """Round trips of the SDK agent: a prompt, one that asks permission first, interleaved;
+    then the client round trip alone (as `_tools` takes them)."""
+    client = _Approver()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, client), *_AGENTS["sdk"], cwd=work, transport_kwargs={"stderr": stderr}
+    ) as (conn, process):
+        await conn.initialize(protocol_version=1)
+        session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        figures = await _interleaved(
+            n,
+            {
+                "no tool": lambda: _prompt(conn, session),
+                "asking": lambda: _prompt(conn, session, "ask"),
+            },
+        )
+        rounds = {"client round trip": lambda: conn.initialize(protocol_version=1)}
+        figures |= await _interleaved(n, rounds)
+        if client.asked != n:
+            raise RuntimeError(f"the SDK agent asked {client.asked} times, expected {n}")
+    await process.wait()
+    return figures
+
+
+def _run_sdk_asking(n: int) -> dict[str, float]:
+    with (
+        tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp,
+        tempfile.TemporaryFile() as stderr,
+    ):
+        asking = _sdk_asking(n, Path(tmp), stderr.fileno())
+        return asyncio.run(asyncio.wait_for(asking, _TIMEOUT))
+
+
 def _run_one(name: str, n_latency: int, n_throughput: int) -> _Result:
     """Spawn, drive and reap one agent in a fresh asyncio loop and temporary directory."""
     log = _SdkLog()
@@ -426,6 +463,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_flood = 2 if quick else 5  # runs of the 10 MB command each way, per repeat
     results: dict[str, list[_Result]] = {name: [] for name in _AGENTS}
     tools: list[dict[str, float]] = []
+    sdk_asking: list[dict[str, float]] = []
     floods: list[tuple[float, float]] = []
     over_acp: list[tuple[int, float]] = []
     names = list(_AGENTS)
@@ -435,6 +473,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             results[name].append(_run_one(name, n_latency, n_throughput))
         gc.collect()
         tools.append(_run_tools(n_tools))
+        sdk_asking.append(_run_sdk_asking(n_tools))
         floods.append(_run_flood(n_flood))
         over_acp.append(_run_flood_over_acp())
 
@@ -476,6 +515,14 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="one client round trip (initialize, repeated alike)",
             raw=[t["client round trip"] for t in tools],
             max_ratio=1.0,
+        ),
+        compare(
+            SCENARIO,
+            f"what asking permission adds to an SDK agent's prompt, p50 (N={n_tools})",
+            "us",
+            [t["asking"] - t["no tool"] for t in sdk_asking],
+            baseline="one client round trip (initialize, repeated alike)",
+            raw=[t["client round trip"] for t in sdk_asking],
         ),
         compare(
             SCENARIO,
