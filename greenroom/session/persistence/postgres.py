@@ -57,6 +57,7 @@ import math
 import os
 import re
 import socket
+import time
 import urllib.parse
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
@@ -106,6 +107,8 @@ SCHEMA_VERSION: Final = 1
 STATEMENT_TIMEOUT: Final = 5.0
 #: Seconds a statement may wait for a lock, unless the DSN says otherwise.
 LOCK_TIMEOUT: Final = 2.0
+#: Seconds a take-over waits for the server to drop a dead same-host holder's advisory lock.
+HOLDER_EXIT: Final = 2.0
 #: libpq's connection parameters greenroom sets when the DSN does not.
 _CONNECT_DEFAULTS: Final = {
     "connect_timeout": "5",
@@ -580,9 +583,25 @@ class PostgresPersistence:
         if row is None:
             return None
         epoch, node, pid, live, host, start, token = row
-        if live and not self._leases.holder_gone(lock_key(session_id, epoch)):
+        if live and not self._holder_gone(lock_key(session_id, epoch), pid, host, start):
             raise SessionLocked(session_id, Holder(pid, node), self.where)
         return _Left(pid, host, start, token)
+
+    def _holder_gone(self, key: int, pid: int | None, host: str | None, start: int | None) -> bool:
+        """Whether the holder of `key` is gone: its advisory lock is free. A holder of this
+        host whose process is dead is waited for, up to `HOLDER_EXIT`: its server backend
+        drops the lock only once it has seen the connection close, which a loaded server
+        may take a moment to do (it is blocking: the writer's thread)."""
+        if self._leases.holder_gone(key):
+            return True
+        if pid is None or start is None or host != self.host or alive(pid, start):
+            return False
+        deadline = time.monotonic() + HOLDER_EXIT
+        while time.monotonic() < deadline:
+            time.sleep(0.02)
+            if self._leases.holder_gone(key):
+                return True
+        return False
 
     def _read(self, db: psycopg.Connection[Any], session_id: str) -> tuple[SessionHeader, Events]:
         stored = self._rows.read(db, session_id)
