@@ -13,7 +13,7 @@ test: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy --strict greenroom
-	$(BIN)/pytest -n auto --dist worksteal
+	$(BIN)/pytest -n 4 --dist worksteal
 
 bench: $(VENV)/.installed-bench
 	$(BIN)/python -m bench all
