@@ -244,6 +244,25 @@ def sweep_owner(token: str) -> int:
     return len(killed)
 
 
+def sweep_dead_holder(session_id: str, pid: int, start: int | None, token: str | None) -> None:
+    """End what a dead holder of a session left running: every process carrying its
+    `token`, if the holder's `pid` no longer runs as the process that started at `start`.
+
+    Nothing is done for an unmarked holder (no token), one whose start is unknown, or one
+    that still runs. Blocking, as `sweep_owner` is: call it from a thread.
+    """
+    if token is None or start is None or alive(pid, start):
+        return
+    swept = sweep_owner(token)
+    if swept:
+        logger.warning(
+            "session %r: ended %d processes left by its dead holder (pid %d)",
+            session_id,
+            swept,
+            pid,
+        )
+
+
 class Spawn:
     """One process greenroom starts: its mark, then (once `started`) its pid, until `end`.
 

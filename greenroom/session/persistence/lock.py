@@ -31,7 +31,7 @@ from pathlib import Path
 
 import msgspec
 
-from greenroom.procs import alive, owner, sweep_owner
+from greenroom.procs import owner, sweep_dead_holder
 from greenroom.session.persistence.base import Holder, SessionLocked
 
 logger = logging.getLogger("greenroom.session")
@@ -84,7 +84,7 @@ class SessionLock:
         os.ftruncate(fd, 0)
         os.pwrite(fd, _holder_encoder.encode(_Record(me.pid, host, me.start, me.token)), 0)
         if left is not None and left.host == host:
-            _sweep_after(left, session_id)
+            sweep_dead_holder(session_id, left.pid, left.start, left.owner)
         return cls(fd, path)
 
     def release(self) -> None:
@@ -98,20 +98,6 @@ class SessionLock:
         finally:
             os.close(self._fd)
             self._fd = -1
-
-
-def _sweep_after(left: _Record, session_id: str) -> None:
-    """End what a dead holder of this host left running (see the module docstring)."""
-    if left.owner is None or left.start is None or alive(left.pid, left.start):
-        return  # unmarked, or still running (it closed the file without letting go)
-    swept = sweep_owner(left.owner)
-    if swept:
-        logger.warning(
-            "session %r: ended %d processes left by its dead holder (pid %d)",
-            session_id,
-            swept,
-            left.pid,
-        )
 
 
 def _read_record(fd: int) -> _Record | None:

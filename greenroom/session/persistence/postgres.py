@@ -66,7 +66,7 @@ import msgspec
 import psycopg
 import trio
 
-from greenroom.procs import alive, owner, sweep_owner
+from greenroom.procs import alive, owner, sweep_dead_holder
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
     LEASE_TTL,
@@ -531,16 +531,7 @@ class PostgresPersistence:
         """End what a dead holder of this host left running (see the module docstring)."""
         if left.pid is None or left.host != self.host or left.owner is None:
             return  # given back, another host's, or a holder from before the token was kept
-        if left.start is None or alive(left.pid, left.start):
-            return  # not checkable, or it still runs (its lease lapsed, its process did not)
-        swept = sweep_owner(left.owner)
-        if swept:
-            logger.warning(
-                "session %r: ended %d processes left by its dead holder (pid %d)",
-                session_id,
-                swept,
-                left.pid,
-            )
+        sweep_dead_holder(session_id, left.pid, left.start, left.owner)
 
     def _take_over(
         self,
