@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from greenroom.protocol.events import AssistantMessage, SessionEvent, TurnStart, TurnUsage
+from greenroom.protocol.events import AssistantMessage, SessionEvent, TurnUsage
 from greenroom.protocol.model import Usage
 
 _NONE = Usage()
@@ -32,15 +32,3 @@ def turn_usage(events: Sequence[SessionEvent], start: int, turn: int) -> TurnUsa
             earlier = event.session
             break
     return TurnUsage(turn=turn, usage=usage, session=earlier + usage)
-
-
-def usage_of_turn(events: Sequence[SessionEvent], turn: int) -> Usage | None:
-    """The ``turn/usage`` of `turn`, read back from the log's end to the turn's start (the
-    turn that just ended: a few events); None when it has none."""
-    for index in range(len(events) - 1, -1, -1):
-        event = events[index]
-        if type(event) is TurnUsage and event.turn == turn:
-            return event.usage
-        if type(event) is TurnStart and event.turn == turn:
-            return None
-    return None
