@@ -57,7 +57,7 @@ from greenroom.acp.params import (
 )
 from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.acp.progress import SubagentProgress
-from greenroom.acp.prompts import prompt_content, session_roots
+from greenroom.acp.prompts import prompt_content
 from greenroom.acp.sessions import InFlight, SessionRecord
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentHandle
@@ -303,7 +303,7 @@ class AcpConnection:
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self._live(params.session_id)
         agent = record.handle.agent  # type: ignore[union-attr]
-        content = prompt_content(params.prompt, session_roots(agent.session.header))
+        content = prompt_content(params.prompt, agent.session.header)
         command = None
         if isinstance(content, str):
             command = self._commands(record.session_id).parse(content.strip())

@@ -25,8 +25,8 @@ import base64
 import datetime
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Final
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Final
 
 import msgspec
 
@@ -152,100 +152,138 @@ class Presenter:
 
     def present(
         self, session: Session, event: SessionEvent, *, replay: bool
-    ) -> Iterator[SessionUpdate]:
+    ) -> Iterable[SessionUpdate]:
         """The updates one log event becomes (user messages only on replay: the client has
-        them)."""
-        session_id = session.id
-        match event:
-            case AssistantChunk(turn=turn, step=step, chunk=TextDelta(text=text)) if text:
-                yield AgentMessageChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
-            case AssistantChunk(turn=turn, step=step, chunk=ReasoningDelta(text=text)) if text:
-                yield AgentThoughtChunk(TextBlock(_bounded(text)), f"{session_id}/{turn}/{step}")
-            case UserMessage(content=content, message_id=message_id, parts=parts):
-                if replay and parts:
-                    for block in _replayed(parts, session.blobs):
-                        yield UserMessageChunk(block, message_id)
-                elif replay:
-                    yield UserMessageChunk(TextBlock(_bounded(content)), message_id)
-                if event.seq == session.title_seq and session.title is not None:
-                    yield SessionInfoUpdate(session.title, iso_time(event.time))
-            case AssistantMessage(usage=usage) if usage is not None:
-                used = usage.input_tokens + usage.output_tokens
-                window = self._context_windows.get(self._model(session), 0)
-                yield UsageUpdate(used, max(window, used))
-            case ModelRetry(turn=turn, step=step, attempt=attempt, wait=wait):
-                # A notice of its own (its own message id), not a part of the reply.
-                notice = f"Retrying the model in {wait:.1f} s: {event.error[:300]}\n"
-                yield AgentMessageChunk(
-                    TextBlock(notice), f"{session_id}/{turn}/{step}/retry-{attempt}"
-                )
-            case Compacted(turn=turn, step=step):
-                # An entity (or a notice) of its own, then the window as the next request
-                # will use it.
-                entity = f"{session_id}/{turn}/{step}/compacted-{event.seq}"
-                if self.compaction:
-                    yield from compaction_updates(entity, event, replay=replay)
-                else:
-                    yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
-                window = self._context_windows.get(self._model(session), 0)
-                yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
-            case ToolCall(call_id=call_id, arguments=arguments):
-                cwd = session.header.cwd
-                budget = _Budget()
-                title = budget.take(event.title or event.name)
-                locations = [
-                    ToolLocation(budget.take(_absolute(cwd, loc.path)), loc.line)
-                    for loc in event.locations
-                    if budget.item()
-                ]
-                terminal = self.terminal and event.name == TERMINAL_TOOL
-                yield ToolCallStart(
-                    call_id,
-                    title,
-                    event.kind,
-                    "pending",
-                    locations or None,
-                    _arguments(arguments) if budget.fits(arguments) else budget.take(arguments),
-                    [TerminalContent(call_id)] if terminal else None,
-                    {"terminal_info": {"terminal_id": call_id, "cwd": cwd}} if terminal else None,
-                )
-            case ToolStart(call_id=call_id):
-                yield ToolCallProgress(call_id, "in_progress")
-            case ToolResult(call_id=call_id, content=content, is_error=is_error):
-                status: ToolStatus = "failed" if is_error else "completed"
-                budget = _Budget()
-                shown: list[ToolContent] = [ToolCallContent(TextBlock(budget.take(content)))]
-                for diff in event.diffs:
-                    if not budget.item():
-                        left = len(event.diffs) - len(shown) + 1
-                        note = f"[{left} more diffs not shown; {_REST}]"
-                        shown.append(ToolCallContent(TextBlock(note)))
-                        break
-                    old = None if diff.old_text is None else budget.take(diff.old_text)
-                    shown.append(
-                        DiffContent(budget.take(diff.path), budget.take(diff.new_text), old)
-                    )
-                ended = _terminal_exit(session, event) if self.terminal else None
-                yield ToolCallProgress(call_id, status, shown, ended)
-            case PlanSet(entries=entries):
-                budget = _Budget()
-                yield PlanUpdate(
-                    [
-                        PlanEntry(budget.take(entry.content), entry.priority, entry.status)
-                        for entry in entries
-                        if budget.item()
-                    ]
-                )
-            case ConfigSet(key="mode", value=value):
-                yield CurrentModeUpdate(value)
-                yield ConfigOptionUpdate(self.config_options(session))
-            case ConfigSet(key="model" | "thought_level"):
-                yield ConfigOptionUpdate(self.config_options(session))
+        them). An event of a kind no update shows (a turn's or a step's start and end, ...)
+        costs one look-up: most of a turn's events are such."""
+        shown = _SHOWN.get(type(event))
+        return () if shown is None else shown(self, session, event, replay)
+
+    def _chunk(
+        self, session: Session, event: AssistantChunk, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        match event.chunk:
+            case TextDelta(text=text) if text:
+                message_id = f"{session.id}/{event.turn}/{event.step}"
+                yield AgentMessageChunk(TextBlock(_bounded(text)), message_id)
+            case ReasoningDelta(text=text) if text:
+                message_id = f"{session.id}/{event.turn}/{event.step}"
+                yield AgentThoughtChunk(TextBlock(_bounded(text)), message_id)
+
+    def _user(self, session: Session, event: UserMessage, replay: bool) -> Iterator[SessionUpdate]:
+        if replay and event.parts:
+            for block in _replayed(event.parts, session.blobs):
+                yield UserMessageChunk(block, event.message_id)
+        elif replay:
+            yield UserMessageChunk(TextBlock(_bounded(event.content)), event.message_id)
+        if event.seq == session.title_seq and session.title is not None:
+            yield SessionInfoUpdate(session.title, iso_time(event.time))
+
+    def _usage(
+        self, session: Session, event: AssistantMessage, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        usage = event.usage
+        if usage is not None:
+            used = usage.input_tokens + usage.output_tokens
+            window = self._context_windows.get(self._model(session), 0)
+            yield UsageUpdate(used, max(window, used))
+
+    def _retry(self, session: Session, event: ModelRetry, replay: bool) -> Iterator[SessionUpdate]:
+        # A notice of its own (its own message id), not a part of the reply.
+        notice = f"Retrying the model in {event.wait:.1f} s: {event.error[:300]}\n"
+        message_id = f"{session.id}/{event.turn}/{event.step}/retry-{event.attempt}"
+        yield AgentMessageChunk(TextBlock(notice), message_id)
+
+    def _compacted(
+        self, session: Session, event: Compacted, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        # An entity (or a notice) of its own, then the window as the next request will use it.
+        entity = f"{session.id}/{event.turn}/{event.step}/compacted-{event.seq}"
+        if self.compaction:
+            yield from compaction_updates(entity, event, replay=replay)
+        else:
+            yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
+        window = self._context_windows.get(self._model(session), 0)
+        yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
+
+    def _call(self, session: Session, event: ToolCall, replay: bool) -> Iterator[SessionUpdate]:
+        call_id, arguments = event.call_id, event.arguments
+        cwd = session.header.cwd
+        budget = _Budget()
+        title = budget.take(event.title or event.name)
+        locations = [
+            ToolLocation(budget.take(_absolute(cwd, loc.path)), loc.line)
+            for loc in event.locations
+            if budget.item()
+        ]
+        terminal = self.terminal and event.name == TERMINAL_TOOL
+        yield ToolCallStart(
+            call_id,
+            title,
+            event.kind,
+            "pending",
+            locations or None,
+            _arguments(arguments) if budget.fits(arguments) else budget.take(arguments),
+            [TerminalContent(call_id)] if terminal else None,
+            {"terminal_info": {"terminal_id": call_id, "cwd": cwd}} if terminal else None,
+        )
+
+    def _start(self, session: Session, event: ToolStart, replay: bool) -> Iterator[SessionUpdate]:
+        yield ToolCallProgress(event.call_id, "in_progress")
+
+    def _result(self, session: Session, event: ToolResult, replay: bool) -> Iterator[SessionUpdate]:
+        status: ToolStatus = "failed" if event.is_error else "completed"
+        budget = _Budget()
+        shown: list[ToolContent] = [ToolCallContent(TextBlock(budget.take(event.content)))]
+        for diff in event.diffs:
+            if not budget.item():
+                left = len(event.diffs) - len(shown) + 1
+                note = f"[{left} more diffs not shown; {_REST}]"
+                shown.append(ToolCallContent(TextBlock(note)))
+                break
+            old = None if diff.old_text is None else budget.take(diff.old_text)
+            shown.append(DiffContent(budget.take(diff.path), budget.take(diff.new_text), old))
+        ended = _terminal_exit(session, event) if self.terminal else None
+        yield ToolCallProgress(event.call_id, status, shown, ended)
+
+    def _plan(self, session: Session, event: PlanSet, replay: bool) -> Iterator[SessionUpdate]:
+        budget = _Budget()
+        yield PlanUpdate(
+            [
+                PlanEntry(budget.take(entry.content), entry.priority, entry.status)
+                for entry in event.entries
+                if budget.item()
+            ]
+        )
+
+    def _config(self, session: Session, event: ConfigSet, replay: bool) -> Iterator[SessionUpdate]:
+        if event.key == "mode":
+            yield CurrentModeUpdate(event.value)
+            yield ConfigOptionUpdate(self.config_options(session))
+        elif event.key in ("model", "thought_level"):
+            yield ConfigOptionUpdate(self.config_options(session))
 
     def _model(self, session: Session) -> str:
         chosen = session.config.get("model")
         return chosen if chosen in self._models else self._models[0]
 
+
+#: What each kind of event that an update shows becomes (`Presenter.present`); any other
+#: kind (a turn's or a step's start and end, a permission rule, ...) shows nothing.
+_SHOWN: Final[
+    dict[type[SessionEvent], Callable[[Presenter, Session, Any, bool], Iterator[SessionUpdate]]]
+] = {
+    AssistantChunk: Presenter._chunk,
+    UserMessage: Presenter._user,
+    AssistantMessage: Presenter._usage,
+    ModelRetry: Presenter._retry,
+    Compacted: Presenter._compacted,
+    ToolCall: Presenter._call,
+    ToolStart: Presenter._start,
+    ToolResult: Presenter._result,
+    PlanSet: Presenter._plan,
+    ConfigSet: Presenter._config,
+}
 
 #: The tool whose calls a terminal-rendering client is shown as terminals.
 TERMINAL_TOOL: Final = "bash"

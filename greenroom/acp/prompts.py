@@ -51,10 +51,11 @@ from greenroom.tools.confine import PathRefused, Roots, open_regular
 LINK_BYTES: Final = 256 * 1024
 
 
-def prompt_content(prompt: list[ContentBlock], roots: Roots | None) -> Content:
+def prompt_content(prompt: list[ContentBlock], header: SessionHeader) -> Content:
     """`prompt` as text (text and links only, none inlined) or as content blocks; -32602
     naming the block (``prompt[N]``) for a blank prompt, bad base64, or a block `checked`
-    would refuse (a limit among them). Blank text blocks are left out."""
+    would refuse (a limit among them). Blank text blocks are left out. The roots a link
+    may be inlined from are the session's (`header`), worked out for a link only."""
     blocks: list[Block] = []
     plain = True
     total = 0
@@ -65,7 +66,7 @@ def prompt_content(prompt: list[ContentBlock], roots: Roots | None) -> Content:
                     continue
                 new: Block = Text(text)
             case ResourceLinkBlock():
-                inlined = _inlined(block, roots)
+                inlined = _inlined(block, header)
                 plain = plain and inlined is None
                 new = inlined or Text(_link(block))
             case ImageBlock(data=data, mime_type=mime_type):
@@ -115,9 +116,10 @@ def _bytes(index: int, what: str, data: str) -> bytes:
         raise RpcError(INVALID_PARAMS, why) from None
 
 
-def _inlined(block: ResourceLinkBlock, roots: Roots | None) -> Resource | None:
+def _inlined(block: ResourceLinkBlock, header: SessionHeader) -> Resource | None:
     """The linked file's text as an embedded resource, if it may be inlined (see above)."""
     url = urllib.parse.urlsplit(block.uri)
+    roots = session_roots(header)
     if roots is None or url.scheme != "file" or url.netloc not in ("", "localhost"):
         return None
     path = urllib.parse.unquote(url.path)

@@ -8,10 +8,14 @@ teardown (prompts answered ``cancelled`` and background tasks killed at once,
 then every agent disposed at once, each with its final ``turn/end`` on disk),
 then the process exits 0, within the teardown's grace even when the store has
 stopped answering (its operations have deadlines).
+
+Frames go out through `FramesOut`: a batch of the writer's is written in the
+scheduling pass that took it, not one pass later.
 """
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import signal
@@ -29,6 +33,49 @@ from greenroom.tools.bash.tools import bash_plugin
 from greenroom.tools.files import files_plugin
 from greenroom.tools.subagents import task_plugin
 from greenroom.tools.todo import todo_plugin
+
+
+class FramesOut(trio.abc.SendStream):
+    """The frames' pipe, written at once: `send_all` writes before it yields (trio's
+    `FdStream` yields to the scheduler first, a pass of its own for every write) and waits
+    only while the pipe is full; all of `data` is written when it returns.
+
+    Made for the connection's one writer (`outbox.write_frames`), which parks on its
+    channel between batches, so it yields once per batch whatever this does. A closed or
+    broken pipe raises `trio.ClosedResourceError` / `trio.BrokenResourceError` as
+    `FdStream` does. Not for concurrent senders (one writer has the fd).
+    """
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        if self._fd < 0:
+            raise trio.ClosedResourceError("the frames' pipe was closed")
+        with memoryview(data) as view:
+            sent, length = 0, len(view)
+            while sent < length:
+                try:
+                    sent += os.write(self._fd, view[sent:])
+                except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self._fd)
+                except OSError as exc:
+                    if exc.errno == errno.EBADF:
+                        raise trio.ClosedResourceError("the frames' pipe was closed") from None
+                    raise trio.BrokenResourceError(str(exc)) from exc
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.wait_writable(self._fd)
+
+    async def aclose(self) -> None:
+        if self._fd >= 0:
+            fd, self._fd = self._fd, -1
+            trio.lowlevel.notify_closing(fd)
+            os.close(fd)
+        await trio.lowlevel.checkpoint()
 
 
 def run_stdio(
@@ -52,9 +99,7 @@ async def _serve(
     frames_fd: int,
     interrupted: Interruption,
 ) -> None:
-    stream = trio.StapledStream(
-        trio.lowlevel.FdStream(frames_fd), trio.lowlevel.FdStream(os.dup(0))
-    )
+    stream = trio.StapledStream(FramesOut(frames_fd), trio.lowlevel.FdStream(os.dup(0)))
     async with open_runtime(models=models, persistence=persistence, name="acp") as runtime:
         await runtime.plug("tool-bash", bash_plugin)
         await runtime.plug("tool-files", files_plugin)
