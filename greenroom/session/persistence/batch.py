@@ -2,8 +2,8 @@
 whose every write is an append job committed by the writer (SQLite, PostgreSQL).
 
 A backend's writer runs each batch of jobs on one connection: the `Append`s of a batch in
-one transaction (each under its own savepoint, so one fenced append cannot undo another),
-every other job alone, in order. One drain of a log is in flight at a time; what is
+one transaction (a fenced append is refused before it writes anything, so it cannot undo
+another), every other job alone, in order. One drain of a log is in flight at a time; what is
 appended meanwhile waits for the next.
 
 A backend may also commit an append on the Trio thread (`Inline`, SQLite's): one that

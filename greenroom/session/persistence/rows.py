@@ -70,7 +70,8 @@ class Rows:
 
     def append(self, db: Connection, job: Append) -> None:
         """Store `job`'s events past the fence; what the store holds already is skipped.
-        Raises `LeaseLost` (the epoch moved on) or `PersistenceError` (a gap)."""
+        Raises `LeaseLost` (the epoch moved on) or `PersistenceError` (a gap) before it
+        writes anything, so a batch's other appends in the same transaction stand."""
         events = job.events
         if not self.advance(db, job, events):
             row = db.execute(self._fence, (job.session_id,)).fetchone()

@@ -2,9 +2,10 @@
 
 All database work runs on the persistence's `Writer`, one batch at a time
 on one connection. The appends of a batch, from however many sessions, go
-in one transaction (one fsync when the batch needs one: group commit), each
-under its own savepoint so that one session's fenced append cannot undo
-another's. A drain is one row: the JSON lines of its events, keyed by
+in one transaction (one fsync when the batch needs one: group commit); a
+fenced append is refused before it writes anything, so it cannot undo
+another's. The writer gathers (`GATHER`): sessions that flush back to back
+share a batch instead of taking turns at it. A drain is one row: the JSON lines of its events, keyed by
 (session id, first seq), so a resume fetches one row per drain and decodes
 the whole log in one call.
 
@@ -74,6 +75,9 @@ SCHEMA_VERSION: Final = 1
 CHECKPOINT_EVERY: Final = 256
 #: Inline commits past which commits go to the writer until its checkpoint has run.
 CHECKPOINT_LAG: Final = 4 * CHECKPOINT_EVERY
+#: Seconds a writer batch that ends with commits queued behind it waits for the sessions it
+#: just answered to come back (`Writer`'s gathering): about a hop to Trio and back.
+GATHER: Final = 0.0003
 #: Seconds a checkpoint waits for an inline commit under way, or for another process's
 #: readers, before it does what it can without them.
 CHECKPOINT_WAIT: Final = 0.02
@@ -153,6 +157,7 @@ class SqlitePersistence:
                 self.path, check_same_thread=False, isolation_level=None, timeout=commit_timeout
             )
             self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
             self._migrate()
         self._inline_db = None if read_only else self._connect_inline()
         self._uncheckpointed = 0  # inline commits since the last checkpoint ended
@@ -160,9 +165,12 @@ class SqlitePersistence:
         self._busy_ms = round(commit_timeout * 1000)
         self._wal_fd = -1
         self._wal_synced = False  # in the writer's batch: no commit since its last fdatasync
+        self._level = "FULL"  # the writer connection's synchronous, as set above
         self._rows = Rows(self.path, "sessions", "batches", "?", "another process")
         self._locks = Path(self.path + ".locks")
-        self.writer: Writer[Job] = Writer(self._batch, deadline=commit_timeout, where=self.path)
+        self.writer: Writer[Job] = Writer(
+            self._batch, deadline=commit_timeout, gather=GATHER, where=self.path
+        )
 
     @property
     def where(self) -> str:
@@ -357,21 +365,24 @@ class SqlitePersistence:
 
     def _commit(self, appends: Sequence[Append]) -> None:
         self._wal_synced = False
-        wanted = "FULL" if any(job.sync for job in appends) else self._quiet_sync()
-        self._db.execute(f"PRAGMA synchronous={wanted}")
+        self._synchronous("FULL" if any(job.sync for job in appends) else self._quiet_sync())
         try:
             with self._transaction():
-                for number, job in enumerate(appends):
-                    self._db.execute(f"SAVEPOINT append{number}")
+                for job in appends:
                     try:
                         self._rows.append(self._db, job)
-                    except PersistenceError as exc:
+                    except PersistenceError as exc:  # refused before it wrote anything
                         job.error = exc
-                        self._db.execute(f"ROLLBACK TO append{number}")
-                    self._db.execute(f"RELEASE append{number}")
         except sqlite3.Error as exc:
             for job in appends:
                 job.error = job.error or PersistenceError(f"{self.path}: {exc}")
+
+    def _synchronous(self, level: str) -> None:
+        """The writer's connection commits at `level` from now on (a statement only when
+        that changes it)."""
+        if level != self._level:
+            self._db.execute(f"PRAGMA synchronous={level}")
+            self._level = level
 
     def _quiet_sync(self) -> str:
         return "OFF" if self.sync == "os" else "NORMAL"
@@ -385,7 +396,7 @@ class SqlitePersistence:
         os.fdatasync(self._wal_fd)
 
     def _create(self, header: SessionHeader) -> None:
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._synchronous("FULL")
         try:
             with self._transaction():
                 self._db.execute(
@@ -397,7 +408,7 @@ class SqlitePersistence:
             raise SessionExists(f"session {header.id!r} is stored already in {self.path}") from None
 
     def _delete(self, session_id: str) -> None:
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._synchronous("FULL")
         with self._transaction():
             self._db.execute("DELETE FROM batches WHERE session_id = ?", (session_id,))
             self._db.execute("DELETE FROM sessions WHERE id = ?", (session_id,))
@@ -405,7 +416,7 @@ class SqlitePersistence:
     def _open(
         self, session_id: str, interrupted: Interruption
     ) -> tuple[SessionHeader, Events, int]:
-        self._db.execute("PRAGMA synchronous=FULL")
+        self._synchronous("FULL")
         with self._transaction():
             header, events = self._read(session_id)
             epoch = self._db.execute(

@@ -17,12 +17,22 @@ reached it never runs, one it was running may still land. While a job past
 its deadline is still running, the writer is *stuck*: every job submitted
 meanwhile fails at once (it could only queue behind), so a teardown pays the
 deadline once, not once per operation.
+
+**Gathering.** With a ``gather`` time, the batch after one that settled n
+jobs with m queued behind it waits for n + m jobs: the submitters it
+answered, woken, often come straight back with their next, and so share one
+batch (one commit, one fsync) with those that waited. The wait ends at n + m
+jobs, or once no job has come for ``gather`` seconds. Without it, sessions
+that flush back to back split into groups that take turns at the batch, each
+paying a commit and an fsync for a part of them. A lone session's next job
+is the one its batch waits for: it never waits.
 """
 
 from __future__ import annotations
 
 import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -88,14 +98,20 @@ class Writer(Generic[J]):
 
     `work` sets ``job.error`` on each job that failed; if it raises, every
     job of the batch without an error gets that exception. ``deadline`` is
-    the seconds each job may take from its submission (see the module
-    docstring); ``where``, if given, names the store in its `OperationTimeout`s.
+    the seconds each job may take from its submission, ``gather`` the seconds
+    a batch may wait for more jobs (both: see the module docstring); ``where``,
+    if given, names the store in its `OperationTimeout`s.
     """
 
     __slots__ = (
         "__weakref__",
         "_draining",
+        "_expected",
+        "_gather",
+        "_gather_until",
+        "_gathering",
         "_lock",
+        "_more",
         "_queue",
         "_stuck",
         "_unsettled",
@@ -109,12 +125,20 @@ class Writer(Generic[J]):
         work: Callable[[Sequence[J]], None],
         *,
         deadline: float = math.inf,
+        gather: float = 0.0,
         where: str = "",
     ) -> None:
         self._work = work
         self.deadline = deadline
         self.where = where
+        self._gather = gather
         self._lock = threading.Lock()
+        self._more = threading.Condition(self._lock)  # the queue reached what a gather waits for
+        self._gathering = 0  # while a gather waits: the queue length that ends it
+        # What the batch that ended last settled, with what was queued behind it, and until
+        # when the next batch waits for that many (their submitters may come straight back).
+        self._expected = 0
+        self._gather_until = 0.0
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
         self._draining = False  # a worker thread is taking batches off the queue
         self._stuck = False  # ... and the batch it runs holds a job past its deadline
@@ -145,6 +169,11 @@ class Writer(Generic[J]):
                 self._unsettled[token] = self._unsettled.get(token, 0) + 1
                 start = not self._draining
                 self._draining = True
+                if self._gathering:
+                    if len(self._queue) >= self._gathering:
+                        self._more.notify()
+                    else:  # they are coming back: give the next as long again
+                        self._gather_until = time.monotonic() + self._gather
         if stuck:
             job.error = OperationTimeout(
                 f"{self._prefix}not started, an earlier operation is still running"
@@ -173,10 +202,12 @@ class Writer(Generic[J]):
             return token in self._unsettled
 
     def _drain(self) -> None:
-        """The worker thread: batches until the queue is empty."""
+        """The worker thread: batches until the queue is empty (after any gather)."""
         while True:
             with self._lock:
                 self._stuck = False
+                if len(self._queue) < self._expected:
+                    self._gather_more()
                 batch, self._queue = self._queue, []
                 if not batch:
                     self._draining = False
@@ -188,11 +219,33 @@ class Writer(Generic[J]):
                 for job, _ in batch:
                     if job.error is None:
                         job.error = exc
+            if self._gather:
+                with self._lock:  # before a submitter it answers can come back
+                    expected = len(batch) + len(self._queue)
             for job, token in batch:
                 try:
                     token.run_sync_soon(self._settle, job, token)
                 except trio.RunFinishedError:  # the run that waited is gone
                     self._count_settled(token)
+            if self._gather:
+                with self._lock:
+                    self._expected = expected
+                    self._gather_until = time.monotonic() + self._gather
+
+    def _gather_more(self) -> None:
+        """Wait (holding the lock) until the queue holds what the last batch expects, or no
+        job came for the gather time (each one queued meanwhile gives the next that long
+        again: the submitters it answered come back one by one)."""
+        self._gathering = self._expected
+        try:
+            while len(self._queue) < self._expected:
+                left = self._gather_until - time.monotonic()
+                if left <= 0:
+                    break
+                self._more.wait(left)
+        finally:
+            self._gathering = 0
+            self._expected = 0
 
     def _settle(self, job: J, token: trio.lowlevel.TrioToken) -> None:
         self._count_settled(token)
