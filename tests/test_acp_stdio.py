@@ -1,4 +1,5 @@
-"""`greenroom.acp.stdio.FramesOut`: the frames' pipe, written at once, all of it, or an error."""
+"""`greenroom.acp.stdio`'s pipes: `FramesOut` writes at once, all of it, or fails; `FramesIn`
+reads at once, waits only on an empty pipe, and yields once a read whatever comes."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom.acp.stdio import FramesOut
+from greenroom.acp.stdio import FramesIn, FramesOut
 
 
 def _drain(fd: int, into: bytearray, pause: float) -> None:
@@ -72,3 +73,69 @@ async def test_a_closed_pipe_is_closed() -> None:
             await out.send_all(b"late\n")
     finally:
         os.close(read_end)
+
+
+async def test_input_waiting_is_read_with_a_yield_that_no_cancel_takes_it_from() -> None:
+    read_end, write_end = os.pipe()
+    frames_in = FramesIn(read_end)
+    runs = 0
+
+    async def other() -> None:
+        nonlocal runs
+        while True:
+            runs += 1
+            await trio.lowlevel.checkpoint()
+
+    try:
+        os.write(write_end, b"x" * 1000)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(other)
+            for _ in range(1000):  # input there at every read, as in a flood
+                assert await frames_in.receive_some(1) == b"x"
+            nursery.cancel_scope.cancel()
+        assert runs > 100  # each read yielded: a flood cannot starve the agents
+        os.write(write_end, b"two\n")
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            assert await frames_in.receive_some() == b"two\n"  # read, so returned
+        assert not scope.cancelled_caught
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await frames_in.receive_some()  # nothing waiting: the wait takes the cancel
+        assert scope.cancelled_caught
+    finally:
+        await frames_in.aclose()
+        os.close(write_end)
+
+
+async def test_a_read_of_an_empty_pipe_waits_for_input_then_its_end() -> None:
+    read_end, write_end = os.pipe()
+    frames_in = FramesIn(read_end)
+    got: list[bytes] = []
+
+    async def read_all() -> None:
+        while data := await frames_in.receive_some():
+            got.append(data)
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(read_all)
+            await trio.sleep(1)
+            os.write(write_end, b"late\n")
+            await trio.sleep(1)
+            assert got == [b"late\n"]
+            os.close(write_end)
+    finally:
+        await frames_in.aclose()
+    assert got == [b"late\n"]
+
+
+async def test_closed_input_is_closed() -> None:
+    read_end, write_end = os.pipe()
+    frames_in = FramesIn(read_end)
+    await frames_in.aclose()
+    try:
+        with pytest.raises(trio.ClosedResourceError):
+            await frames_in.receive_some()
+    finally:
+        os.close(write_end)
