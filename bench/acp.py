@@ -11,7 +11,10 @@ the official ACP Python SDK's client side (asyncio,
   ``--sync always``, reported beside it;
 * SDK agent: ``python -m bench._acp_sdk_agent``, the least an agent can do
   with the official SDK's agent side: one ``agent_message_chunk`` back per
-  prompt, then ``end_turn``; no model, no log, no persistence.
+  prompt, then ``end_turn``; no model, no log, no persistence;
+* the least agent: ``python -m bench._acp_null_agent``, the same answers with
+  no SDK and no event loop (blocking reads, one write per read): what the
+  client itself allows, the ceiling of every throughput ratio here (informational).
 
 Per repeat, each agent is spawned once, initialized, given 10 sessions and a
 few warm-up prompts on each, then measured for:
@@ -82,6 +85,7 @@ _AGENTS: dict[str, tuple[str, ...]] = {
     "greenroom": _GREENROOM,
     "greenroom always": (*_GREENROOM, "--sync", "always"),
     "sdk": (sys.executable, "-m", "bench._acp_sdk_agent"),
+    "least": (sys.executable, "-m", "bench._acp_null_agent"),
 }
 
 
@@ -478,6 +482,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
         over_acp.append(_run_flood_over_acp())
 
     ours, raw, always = results["greenroom"], results["sdk"], results["greenroom always"]
+    least = results["least"]
     baseline = "SDK agent (acp.run_agent)"
     each = n_throughput // _SESSIONS
     return [
@@ -539,6 +544,15 @@ def run(repeats: int, quick: bool) -> list[Row]:
             [r.p99_us for r in always],
             baseline=baseline,
             raw=[r.p99_us for r in raw],
+        ),
+        compare(
+            SCENARIO,
+            f"prompt throughput of the least agent (no SDK), {_SESSIONS} sessions x {each}: the"
+            " client's ceiling",
+            "prompts/s",
+            [r.prompts_per_s for r in least],
+            baseline=baseline,
+            raw=[r.prompts_per_s for r in raw],
         ),
         compare(
             SCENARIO,
