@@ -100,12 +100,11 @@ Inline: TypeAlias = Callable[[Append], bool]
 async def run_call(writer: Writer[Job], call: Callable[[], T]) -> T:
     """Run `call` on `writer`, in order with every append; its value, or its error.
 
-    The wait is shielded: the database work finishes either way.
+    The wait is shielded (`Job.wait`): the database work finishes either way.
     """
     job = Call(call)
     writer.submit(job)
-    with trio.CancelScope(shield=True):
-        await job.wait()
+    await job.wait()
     if job.error is not None:
         raise job.error
     return job.value  # type: ignore[return-value]
@@ -240,8 +239,7 @@ class BatchLog:
         if self._error is not None:
             raise self._error
         while self._in_flight is not None:
-            with trio.CancelScope(shield=True):
-                await self._in_flight.wait()
+            await self._in_flight.wait()
         if self._pending:
             job = Append(self.session_id, self._epoch, self._pending, sync=sync)
             # A durable commit goes to the writer: one transaction with its batch's others.
@@ -259,8 +257,7 @@ class BatchLog:
         self._in_flight = job
         self._pending = []
         self._database.writer.submit(job)
-        with trio.CancelScope(shield=True):  # the commit lands either way; the buffer follows it
-            await job.wait()
+        await job.wait()  # shielded: the commit lands either way; the buffer follows it
         self._in_flight = None
         if job.error is not None:
             self._pending[:0] = job.events
@@ -280,8 +277,7 @@ class BatchLog:
         """Make every commit up to seq `covers` durable: a `Sync` on the writer, awaited."""
         job = Sync(covers)
         self._database.writer.submit(job)
-        with trio.CancelScope(shield=True):  # the fsync runs to its end either way
-            await job.wait()
+        await job.wait()  # shielded: the fsync runs to its end either way
         error = job.error
         if isinstance(error, PersistenceError):  # a deadline passed
             raise error

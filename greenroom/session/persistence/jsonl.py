@@ -20,7 +20,7 @@ import logging
 import os
 import secrets
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 from typing import BinaryIO, Final, TypeAlias
@@ -303,6 +303,7 @@ class JsonlLog:
         "_size",
         "_sync",
         "_synced",
+        "append",
         "fd",
         "path",
         "session_id",
@@ -324,14 +325,14 @@ class JsonlLog:
         self._lock = lock
         self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
         self._size = os.fstat(self.fd).st_size
-        self._pending: list[SessionEvent] = []
+        self._pending: list[SessionEvent] = []  # one list for the log's life: see `append`
+        # The list's own append: one call per event, no frame of ours (the hottest call of a
+        # turn). It never blocks or raises.
+        self.append: Callable[[SessionEvent], None] = self._pending.append
         self.written = next_seq  # the seq after the last event written to the OS
         self._synced = next_seq  # ... and after the last one an fsync covered
         self._sync: _Fsync | None = None  # the latest fsync asked for
         self._closed = False
-
-    def append(self, event: SessionEvent) -> None:
-        self._pending.append(event)
 
     async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
         await self._persistence.put_blobs(self.session_id, blobs)
@@ -381,7 +382,9 @@ class JsonlLog:
             return
         data = _encoder.encode_lines(self._pending)
         try:
-            _write_all(self.fd, data)
+            written = os.write(self.fd, data)  # _write_all, inline: a turn's one write
+            if written < len(data):
+                _write_rest(self.fd, memoryview(data)[written:])
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.ftruncate(self.fd, self._size)  # leave no partial batch behind
@@ -390,7 +393,7 @@ class JsonlLog:
             ) from exc
         self._size += len(data)
         self.written = self._pending[-1].seq + 1
-        self._pending = []
+        self._pending.clear()
 
     def _fsync(self) -> _Fsync:
         """An fsync that will cover everything written so far (a queued one is shared)."""
@@ -416,8 +419,7 @@ class JsonlLog:
             job = self._fsync()
             if hurry:
                 self._persistence.hurry.set()
-            with trio.CancelScope(shield=True):  # the fsync runs to its end either way
-                await job.wait()
+            await job.wait()  # shielded: the fsync runs to its end either way
             if job.error is not None:
                 raise PersistenceError(
                     f"session {self.session_id!r}: cannot fsync {self.path}: {job.error}"
@@ -535,10 +537,14 @@ def _check_tail(path: Path, number: int, rest: list[bytes]) -> None:
 
 def _write_all(fd: int, data: bytes) -> None:
     written = os.write(fd, data)
-    if written < len(data):  # rare (a signal, a full disk): the rest, piece by piece
-        view = memoryview(data)[written:]
-        while view:
-            view = view[os.write(fd, view) :]
+    if written < len(data):
+        _write_rest(fd, memoryview(data)[written:])
+
+
+def _write_rest(fd: int, view: memoryview) -> None:
+    """What a short write left (rare: a signal, a full disk), piece by piece."""
+    while view:
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_directory(directory: Path) -> None:

@@ -58,8 +58,11 @@ class Job:
 
     `wait` returns once the job is settled (checkpoints), at the latest at its
     ``deadline`` (`trio.current_time`, set by `Writer.submit`): then it settles
-    the job as failed with `OperationTimeout`. ``on_settled``, if set, is
-    called on the Trio thread when it is settled, once.
+    the job as failed with `OperationTimeout`. The wait is shielded: a
+    cancelled caller still waits for the job (the work lands or fails either
+    way, and what the caller keeps follows it), never past the deadline.
+    ``on_settled``, if set, is called on the Trio thread when it is settled,
+    once.
     """
 
     __slots__ = ("_event", "_writer", "deadline", "error", "on_settled", "settled")
@@ -83,11 +86,12 @@ class Job:
 
     async def wait(self) -> None:
         if self.settled:
-            await trio.lowlevel.checkpoint()
+            await trio.lowlevel.cancel_shielded_checkpoint()
             return
         if self._event is None:
             self._event = trio.Event()
-        with trio.move_on_at(self.deadline):
+        # One scope for the shield and the deadline (its own cancel still ends the wait).
+        with trio.CancelScope(deadline=self.deadline, shield=True):
             await self._event.wait()
         if not self.settled and self._writer is not None:
             self._writer.abandon(self)
