@@ -525,3 +525,174 @@ async def test_a_child_whose_cleanup_raises_in_a_group_is_an_error_not_a_crash()
     assert trio.current_time() - started < 1  # no grace waited out
     assert sup.exits[-1].outcome == "error"
     assert "could not remove the temp dir" in (sup.exits[-1].exception or "")
+
+
+# -- children that stop when asked (ChildSpec.stop) ---------------------------------
+
+
+class Asked:
+    """A child that ends on its own once asked: it returns ``linger`` seconds after its
+    ``stop()``, unless ``deaf`` (then it never hears the ask). Notes what reached it."""
+
+    def __init__(self, probe: Probe, name: str, *, linger: float = 1.0, deaf: bool = False):
+        self.probe, self.name, self.linger, self.deaf = probe, name, linger, deaf
+        self.asked = trio.Event()
+        self.cancelled_by: list[str | None] = []
+
+    def stop(self) -> None:
+        self.probe.note("asked", self.name)
+        if not self.deaf:
+            self.asked.set()
+
+    async def __call__(self, *, task_status: trio.TaskStatus[str]) -> None:
+        self.probe.note("start", self.name)
+        task_status.started(self.name)
+        try:
+            await self.asked.wait()
+            await trio.sleep(self.linger)
+            self.probe.note("returned", self.name)
+        except trio.Cancelled as cancelled:
+            self.cancelled_by.append(cancelled.reason)
+            self.probe.note("cancelled", self.name)
+            raise
+
+    def spec(self, shutdown: float = 5.0) -> ChildSpec:
+        return ChildSpec(self.name, self, restart="temporary", shutdown=shutdown, stop=self.stop)
+
+
+async def test_an_asked_child_is_asked_in_the_shutdown_order_never_cancelled() -> None:
+    probe = Probe()
+    first, third = Asked(probe, "first"), Asked(probe, "third")
+    async with Supervisor([first.spec(), worker(probe, "second", cleanup=1), third.spec()]) as sup:
+        records = collect(sup)
+    # Last started first, each waited for before the next is stopped, asked or not.
+    assert [(t, kind, name) for t, kind, name in probe.events if kind != "start"] == [
+        (0, "asked", "third"),
+        (1, "returned", "third"),
+        (1, "stop", "second"),
+        (2, "cleaned", "second"),
+        (2, "asked", "first"),
+        (3, "returned", "first"),
+    ]
+    assert first.cancelled_by == third.cancelled_by == []
+    assert [(r.child, r.outcome) for r in records] == [
+        ("third", "shutdown"),
+        ("second", "shutdown"),
+        ("first", "shutdown"),
+    ]
+
+
+async def test_an_outer_cancel_does_not_reach_an_asked_child() -> None:
+    probe = Probe()
+    children = [Asked(probe, name) for name in "abc"]
+    with trio.move_on_after(3):
+        async with Supervisor([child.spec() for child in children]):
+            await trio.sleep_forever()
+    assert [(t, name) for t, kind, name in probe.events if kind == "asked"] == [
+        (3, "c"),
+        (4, "b"),
+        (5, "a"),
+    ]
+    assert probe.names("returned") == ["c", "b", "a"]
+    assert all(child.cancelled_by == [] for child in children)
+
+
+async def test_a_deaf_asked_child_is_killed_after_its_grace_then_cut_at_the_very_end() -> None:
+    probe = Probe()
+    deaf, heard = Asked(probe, "deaf", deaf=True), Asked(probe, "heard")
+    async with Supervisor([heard.spec(), deaf.spec(shutdown=2)], name="root") as sup:
+        records = collect(sup)
+    # Its grace over, the supervisor moved on; after the last child, it was cancelled.
+    assert probe.times("asked", "heard") == [2]
+    assert probe.times("cancelled", "deaf") == [3]
+    assert deaf.cancelled_by == ["supervisor 'root': shutdown"]
+    assert [(r.child, r.outcome, r.time) for r in records] == [
+        ("heard", "shutdown", 3),
+        ("deaf", "killed", 3),
+    ]
+    assert trio.current_time() == 3
+
+
+async def test_stop_child_asks_and_a_raising_stop_is_contained(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    probe = Probe()
+    polite = Asked(probe, "polite")
+
+    def broken_stop() -> None:
+        raise RuntimeError("no stop here")
+
+    async with Supervisor(name="root") as sup:
+        records = collect(sup)
+        await sup.start_child(polite.spec())
+        await sup.start_child(ChildSpec("rude", noop_start(), shutdown=1, stop=broken_stop))
+        await sup.stop_child("polite")
+        assert probe.times("returned", "polite") == [1]
+        assert [c.name for c in sup.tree().children] == ["rude"]
+        await sup.stop_child("rude")
+        assert trio.current_time() == 2  # its grace, then the supervisor moved on
+    assert "stop of child 'rude' raised" in caplog.text
+    assert [(r.child, r.outcome) for r in records] == [("polite", "shutdown"), ("rude", "killed")]
+
+
+async def test_a_cancelled_start_of_an_asked_child_leaves_nothing() -> None:
+    gate = trio.Event()
+
+    async def slow(*, task_status: trio.TaskStatus[None]) -> None:
+        await gate.wait()
+        task_status.started()
+        await trio.sleep_forever()
+
+    async with Supervisor(name="root") as sup:
+        # The first asked child starts their shared nursery: a cancelled starter of it
+        # (a hang if that start were not shielded) sees its cancel and leaves nothing.
+        with trio.CancelScope() as cancelled:
+            cancelled.cancel()
+            await sup.start_child(Asked(Probe(), "early").spec())
+        assert cancelled.cancelled_caught
+        assert sup.tree().children == []
+        with trio.move_on_after(1) as waited:
+            await sup.start_child(ChildSpec("slow", slow, stop=gate.set))
+        assert waited.cancelled_caught
+        assert sup.tree().children == []
+
+        # Its starter cancelled just before it calls started(): Trio leaves it where it
+        # is, and it ends at its next checkpoint, leaving no child and no exit behind.
+        async def racing(*, task_status: trio.TaskStatus[None]) -> None:
+            starter.cancel()
+            task_status.started()
+            await trio.sleep_forever()
+
+        with trio.CancelScope() as starter:
+            await sup.start_child(ChildSpec("racing", racing, stop=gate.set))
+        assert starter.cancelled_caught
+        assert sup.tree().children == []
+        assert list(sup.exits) == []
+
+
+async def test_a_start_of_an_asked_child_cut_by_the_shutdown_fails_and_leaves_nothing() -> None:
+    gate = trio.Event()
+    failure: list[BaseException] = []
+
+    async def never_up(*, task_status: trio.TaskStatus[None]) -> None:
+        await gate.wait()
+
+    async def start(sup: Supervisor) -> None:
+        try:
+            await sup.start_child(ChildSpec("never-up", never_up, stop=gate.set))
+        except RuntimeError as exc:
+            failure.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        async with Supervisor(name="root") as sup:
+            nursery.start_soon(start, sup)
+            await trio.testing.wait_all_tasks_blocked()
+    assert [str(exc) for exc in failure] == [
+        "supervisor 'root': start of child 'never-up' was cancelled"
+    ]
+    assert sup.tree().children == []
+
+
+def test_an_asked_child_stop_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="child 'w': stop must be a callable or None"):
+        ChildSpec("w", noop_start(), stop="now")  # type: ignore[arg-type]

@@ -400,7 +400,11 @@ class AgentFactory:
         )
         if isinstance(owner, Supervisor):
             spec = ChildSpec(
-                f"agent:{plan.agent_id}", life, restart="temporary", shutdown=CLOSING_GRACE
+                f"agent:{plan.agent_id}",
+                life,
+                restart="temporary",
+                shutdown=CLOSING_GRACE,
+                stop=life.stop,
             )
             handle = cast(AgentHandle, await owner.start_child(spec))
         else:

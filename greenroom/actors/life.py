@@ -14,10 +14,12 @@ says it with nesting::
 
 `AgentHandle.dispose` stops the loop (`LiveAgent.stop`: the inbox wakes the
 parked loop to return, and a turn in flight has its turns' scope cancelled
-with reason ``"disposed"``) and waits for the life's task to return; an
-owner closing cancels the same task from outside. Python unwinds the same
-nesting either way. The life has no cancel scope of its own: an idle agent
-pays for none (a `trio.CancelScope` and its status are ~550 B).
+with reason ``"disposed"``) and waits for the life's task to return. A
+supervisor owner closing stops it the same way (`stop` is its child spec's
+``stop``, so it runs with no cancel scope of the supervisor's either); a
+nursery owner closing cancels the task from outside. Python unwinds the
+same nesting either way. The life has no cancel scope of its own: an idle
+agent pays for none (a `trio.CancelScope` and its status are ~700 B).
 
 Children (`AgentHandle.spawn`, the ``task`` tool) are lives of their own,
 started under their parent's owner beside it, so that an idle agent pays

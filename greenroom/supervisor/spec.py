@@ -9,7 +9,7 @@ or into a log as they are.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Final, Literal, Protocol, TypeAlias
 
@@ -48,6 +48,13 @@ class ChildSpec:
       after its cancel, ``"brutal"`` (no grace: its cleanup scopes are cut off
       at once), or ``"infinity"`` (the supervisor waits as long as it takes;
       the default for nested supervisors).
+    * ``stop``: for a child that ends on its own when asked (an agent's life).
+      The supervisor then stops it by calling ``stop()`` (it must not
+      checkpoint) instead of cancelling it, and runs it without a cancel scope
+      of its own (~700 B less per child), shielded with the other such
+      children in one scope of the supervisor's. Its grace bounds the wait,
+      not its cleanup: `cleanup_scope` is not cut off in it, and the only
+      cancel it sees is the one at the supervisor's very end, if it still runs.
 
     Raises `ValueError` naming the child and the field when a value is out of range.
     """
@@ -56,12 +63,15 @@ class ChildSpec:
     start: ChildStart
     restart: Restart = "permanent"
     shutdown: Shutdown = 5.0
+    stop: Callable[[], object] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name:
             raise ValueError(f"ChildSpec.name must be a non-empty string, got {self.name!r}")
         if not callable(self.start):
             raise TypeError(f"child {self.name!r}: start must be an async callable")
+        if self.stop is not None and not callable(self.stop):
+            raise TypeError(f"child {self.name!r}: stop must be a callable or None")
         if self.restart not in RESTARTS:
             raise ValueError(
                 f"child {self.name!r}: unknown restart type {self.restart!r}"

@@ -5,7 +5,9 @@ supervisor's nursery. The shield is what makes shutdown ordered under any
 cancellation: a cancel of whatever encloses the supervisor cannot reach the
 children directly; it reaches the ``async with`` body, whose exit then stops
 the children one by one, last started first, each cancelled with a reason
-and given its grace.
+and given its grace. A child that stops when asked (`ChildSpec.stop`: an
+agent's life) has no scope of its own: it runs in a second nursery, shielded
+once for all such children, and is asked instead of cancelled.
 
 Unsolicited exits (a child returning or raising on its own) travel to one
 supervising task over a channel; that task alone applies the restart
@@ -15,6 +17,7 @@ other or with `start_child`/`stop_child`/`restart_child` (they share one lock).
 
 from __future__ import annotations
 
+import logging
 import math
 import random
 from collections import deque
@@ -44,6 +47,8 @@ from greenroom.supervisor.spec import (
 
 ExitListener = Callable[[ExitRecord], object]
 
+logger = logging.getLogger("greenroom.supervisor")
+
 #: How many exit records a supervisor keeps in `Supervisor.exits`.
 EXIT_HISTORY: Final = 256
 
@@ -72,8 +77,10 @@ class _Child:
         self.restarts = restarts
         self.state: ChildState = "starting"
         # Shielded once started (its supervisor alone stops it then); until then its
-        # starter's cancel reaches it, so a cancelled start ends at once.
-        self.scope = trio.CancelScope()
+        # starter's cancel reaches it, so a cancelled start ends at once. A child that
+        # stops when asked holds it only while it starts (around its start, in the
+        # starter), and None once up: it is asked, never cancelled, from then on.
+        self.scope: trio.CancelScope | None = trio.CancelScope()
         self.finished = False
         self.waiter: trio.Event | None = None  # made only when someone waits
         self.value: object = None
@@ -137,14 +144,22 @@ class _ChildStatus:
             raise RuntimeError(f"child {self._child.spec.name!r} called started() twice")
         child = self._child
         child.value = value
-        child.scope.shield = True
+        asked = child.spec.stop is not None
+        if not asked:
+            assert child.scope is not None
+            child.scope.shield = True
         inner.started(value)
         if trio.lowlevel.current_task().parent_nursery is not self._home:
             # Trio leaves a child where it is when its starter was cancelled, and the
             # start waits for it to exit: a shielded child never would. End it, so
-            # the start fails and nothing half-started stays behind.
-            child.scope.cancel(reason="its start was cancelled")
+            # the start fails and nothing half-started stays behind. (A child that is
+            # asked is not shielded: the cancel reaches it at its next checkpoint.)
+            if not asked:
+                assert child.scope is not None
+                child.scope.cancel(reason="its start was cancelled")
             return
+        if asked:
+            child.scope = None
         if child.state == "starting":
             child.state = "running"
 
@@ -201,6 +216,11 @@ class Supervisor:
       child (they unwind in no set order). A strategy's stops stay one at a
       time.
 
+    A child whose spec has a ``stop`` is asked to stop (``stop()``) instead of
+    being cancelled, and runs without a cancel scope of its own: shielded with
+    the other such children in one nursery, cancelled only at the very end of
+    the supervisor's shutdown if it is still running then.
+
     Not guaranteed: a child that shields its own cleanup with a bare
     ``CancelScope(shield=True)`` (instead of `cleanup_scope`) cannot be cut
     off; the supervisor records it ``killed`` and moves on when its grace runs
@@ -238,6 +258,10 @@ class Supervisor:
         self._closed = False
         self._nursery_manager: AbstractAsyncContextManager[trio.Nursery] = trio.open_nursery()
         self._nursery: trio.Nursery | None = None
+        # The nursery of the children that are asked to stop, and its shielded scope:
+        # started with the first such child.
+        self._asked: trio.Nursery | None = None
+        self._asked_scope: trio.CancelScope | None = None
         self._loop_scope = trio.CancelScope()
         self._loop_done = trio.Event()
         self._exits_in, self._exits_out = trio.open_memory_channel[tuple[_Child, ExitRecord]](
@@ -285,23 +309,26 @@ class Supervisor:
             raise
 
     async def _shutdown(self) -> None:
-        """Stop the supervising task, then every child, last started first."""
+        """Stop the supervising task, then every child, last started first; then cancel
+        what still runs of the children that were asked to stop."""
         self._closed = True
         reason = f"supervisor {self.name!r}: shutdown"
         self._loop_scope.cancel(reason=reason)
         for child in self._children.values():
-            if child.state == "starting":  # a start in flight holds its starter
+            if child.state == "starting" and child.scope is not None:  # it holds its starter
                 child.scope.cancel(reason=reason)
         await self._loop_done.wait()
         children = list(self._children.values())
         if not self.stop_together:
             await self._stop_all(children, "shutdown")
-            return
-        for child in reversed(children):
-            self._cancel(child, "shutdown")
-        async with trio.open_nursery() as stopping:
-            for child in children:
-                stopping.start_soon(self._wait_out, child)
+        else:
+            for child in reversed(children):
+                self._cancel(child, "shutdown")
+            async with trio.open_nursery() as stopping:
+                for child in children:
+                    stopping.start_soon(self._wait_out, child)
+        if self._asked_scope is not None:
+            self._asked_scope.cancel(reason=reason)
 
     # -- the public verbs --------------------------------------------------
 
@@ -395,31 +422,86 @@ class Supervisor:
 
     async def _start(self, child: _Child, *, forget_on_failure: bool) -> None:
         assert self._nursery is not None
+        name = child.spec.name
         try:
-            await self._nursery.start(self._run_child, child, name=child.spec.name)
+            if child.spec.stop is None:
+                await self._nursery.start(self._run_child, child, self._nursery, name=name)
+            else:
+                await self._start_asked(child)
         except BaseException:
             if forget_on_failure and self._placed(child):
-                del self._children[child.spec.name]
+                del self._children[name]
             await trio.lowlevel.checkpoint_if_cancelled()  # a cancelled starter sees its cancel
             raise
 
-    async def _run_child(self, child: _Child, *, task_status: trio.TaskStatus[object]) -> None:
-        assert self._nursery is not None
-        _current_child.set(child)
+    async def _start_asked(self, child: _Child) -> None:
+        """Start a child that is asked to stop: its scope wraps its start here, in the
+        starter, and the child leaves it once up (Trio moves it to the nursery of the
+        asked), so that it keeps no scope of its own."""
+        home = await self._asked_home()
+        assert child.scope is not None
+        with child.scope as starting:
+            await home.start(self._run_child, child, home, name=child.spec.name)
+        if starting.cancelled_caught:
+            raise RuntimeError(
+                f"supervisor {self.name!r}: start of child {child.spec.name!r} was cancelled"
+            )
+
+    async def _asked_home(self) -> trio.Nursery:
+        """The nursery of the children that are asked to stop (started at the first)."""
+        if self._asked is None:
+            assert self._nursery is not None
+            # Shielded: Trio would leave a host whose starter was cancelled in the start's
+            # nursery, and the start would wait forever for its shielded sleep to end.
+            with trio.CancelScope(shield=True):
+                self._asked = await self._nursery.start(
+                    self._host_asked, name=f"{self.name}:asked"
+                )
+        return self._asked
+
+    async def _host_asked(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
+        # One shield for all of them, as each other child has its own: only the end of
+        # `_shutdown` cancels it, once each of them was asked and waited out.
+        with trio.CancelScope(shield=True) as self._asked_scope:
+            async with trio.open_nursery() as asked:
+                task_status.started(asked)
+                await trio.sleep_forever()
+
+    async def _run_child(
+        self, child: _Child, home: trio.Nursery, *, task_status: trio.TaskStatus[object]
+    ) -> None:
+        asked = child.spec.stop is not None
+        if not asked:  # `cleanup_scope` finds its child (an asked child bounds its own)
+            _current_child.set(child)
         error: Exception | None = None
-        status = _ChildStatus(task_status, child, self._nursery)
+        status = _ChildStatus(task_status, child, home)
         del task_status  # only `status` may keep it, and only until started()
         try:
             # The child's frames alone hold its status: they can drop it once started
             # (an agent's life does), so a long-lived child does not keep it (~120 B).
             starting = child.spec.start(task_status=status)
             del status
-            # The scope strips its own Cancelled, also out of a group, before the
-            # except sees what is left (an error a nursery in the child wrapped).
-            with child.scope:
+            if asked:
                 await starting
+            else:
+                # The scope strips its own Cancelled, also out of a group, before the
+                # except sees what is left (an error a nursery in the child wrapped).
+                assert child.scope is not None
+                with child.scope:
+                    await starting
         except Exception as exc:
             error = exc
+        except BaseException:
+            # An asked child's cancel (its start's, or the supervisor's very last) goes
+            # on up to whoever cancelled; its exit is recorded all the same.
+            if not asked:
+                raise
+            if child.state != "starting":
+                self._child_exited(child, None)
+                raise
+            child.state = "exited"
+            child.finish()
+            raise
         if child.state == "starting":
             child.state = "exited"
             child.finish()
@@ -428,7 +510,7 @@ class Supervisor:
                 raise RuntimeError(
                     f"supervisor {self.name!r}: child {name!r} failed to start: {error!r}"
                 ) from error
-            if child.scope.cancelled_caught:
+            if child.scope is not None and child.scope.cancelled_caught:
                 raise RuntimeError(
                     f"supervisor {self.name!r}: start of child {name!r} was cancelled"
                 )
@@ -504,12 +586,22 @@ class Supervisor:
             child.cutoff = trio.current_time()
         elif grace != "infinity":
             child.cutoff = trio.current_time() + grace
-        if because:
+        if child.scope is None:  # it is up, and stops when asked
+            self._ask_to_stop(child)
+        elif because:
             child.scope.cancel(
                 reason=f"supervisor {self.name!r}: restarting after {because!r} exited"
             )
         else:
             child.scope.cancel(reason=f"supervisor {self.name!r}: {outcome}")
+
+    def _ask_to_stop(self, child: _Child) -> None:
+        """Call the child's ``stop``; one that raises is logged, and its grace runs all the same."""
+        assert child.spec.stop is not None
+        try:
+            child.spec.stop()
+        except Exception:
+            logger.exception("supervisor %r: stop of child %r raised", self.name, child.spec.name)
 
     async def _wait_out(self, child: _Child) -> None:
         """The second half: wait for `child` within its grace, then cut its cleanup off."""
