@@ -4,8 +4,8 @@
   up in `ROUTES` (its params Struct, its handler). What must keep arrival
   order runs inline in the reader: ``session/prompt`` queues its text on
   the agent's inbox, ``session/cancel`` cancels, ``_session/steering``
-  steers. Requests that wait (new, load, resume, fork, list, close, delete)
-  run in tasks of their own.
+  steers. Requests that wait (new, load, resume, fork, list, close, delete:
+  `starts`) run in tasks of their own.
 * **One writer** (`outbox.Outbox`). Every frame goes through one channel to
   one writer task, so a turn's ``session/update``s (sent as the log grows)
   are on the wire before that prompt's answer.
@@ -29,38 +29,33 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
-import uuid
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, NamedTuple
 
 import msgspec
 import trio
 
 import greenroom
-from greenroom.acp import frames
+from greenroom.acp import frames, starts
 from greenroom.acp.client import session_client
 from greenroom.acp.commands import COMPACT, MODE, MODEL, Command, SessionCommands, arguments
 from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import (
     RpcError,
-    check_cwd,
-    check_roots,
     decode,
-    offset,
     prompt_result,
     prompt_text,
     servers_from_acp,
 )
-from greenroom.acp.presenter import Presenter, iso_time
+from greenroom.acp.presenter import Presenter
 from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.prompts import prompt_content
 from greenroom.acp.sessions import InFlight, SessionRecord
+from greenroom.acp.starts import LIST_PAGE, SERVER_WAIT, Started
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
-from greenroom.actors.life import AgentHandle
 from greenroom.actors.prompt import Answer, Prompt
 from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
@@ -79,15 +74,11 @@ from greenroom.protocol.acp import (
     InitializeParams,
     InitializeResult,
     ListSessionsParams,
-    ListSessionsResult,
     LoadSessionParams,
-    LoadSessionResult,
     NewSessionParams,
-    NewSessionResult,
     PromptParams,
     PromptResult,
     RequestId,
-    SessionInfo,
     SessionParams,
     SetConfigOptionParams,
     SetConfigOptionResult,
@@ -101,17 +92,13 @@ from greenroom.protocol.events import (
     ToolProgress,
     ToolResult,
     TurnEnd,
-    TurnResumed,
     TurnStart,
 )
-from greenroom.protocol.mcp import McpServer, McpStatus
+from greenroom.protocol.mcp import McpStatus
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
 from greenroom.session.persistence import (
     Interruption,
-    PersistenceError,
-    SessionLocked,
-    SessionNotFound,
 )
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
@@ -120,6 +107,7 @@ from greenroom.tools.subagents import SUBAGENT_STARTED
 
 __all__ = [
     "LIST_PAGE",
+    "SERVER_WAIT",
     "TEARDOWN_GRACE",
     "AcpConnection",
     "RpcError",
@@ -132,18 +120,6 @@ logger = logging.getLogger("greenroom.acp")
 INITIALIZED: Final = InitializeResult(
     PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
 )
-#: Sessions per page of ``session/list``.
-LIST_PAGE: Final = 50
-#: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
-#: answer; a server not ready by then goes on starting (the editor is told).
-SERVER_WAIT: Final = 2.0
-
-
-class Started(NamedTuple):
-    """What a request that starts a session returns: its answer, then the session's notices."""
-
-    answer: object
-    record: SessionRecord
 
 
 class AcpConnection:
@@ -301,7 +277,7 @@ class AcpConnection:
         )
 
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
-        record = self._live(params.session_id)
+        record = self.live_record(params.session_id)
         agent = record.handle.agent  # type: ignore[union-attr]
         content = prompt_content(params.prompt, agent.session.header)
         command = None
@@ -457,211 +433,9 @@ class AcpConnection:
         if scope is not None:
             scope.cancel(reason="$/cancel_request")
 
-    # -- spawned: requests that wait -----------------------------------------------------------
-
-    async def _new(self, params: NewSessionParams) -> Started:
-        check_cwd(params.cwd, must_exist=True)
-        check_roots(params.additional_directories)
-        servers = servers_from_acp(params.mcp_servers)
-        self._require_open()
-        session_id = str(uuid.uuid4())
-        record = await self._go_live(
-            session_id,
-            lambda: self.runtime.agents.create(
-                agent_id=session_id,
-                session_id=session_id,
-                cwd=params.cwd,
-                additional_directories=params.additional_directories,
-                owner=self.owner,
-                client=self._client(session_id),
-                mcp_servers=servers,
-                wait_for_servers=SERVER_WAIT,
-            ),
-        )
-        return self._new_session_result(record)
-
-    async def _load(self, params: LoadSessionParams) -> Started:
-        return await self._take_stored(params, replay=True)
-
-    async def _resume(self, params: LoadSessionParams) -> Started:
-        return await self._take_stored(params, replay=False)
-
-    async def _take_stored(self, params: LoadSessionParams, *, replay: bool) -> Started:
-        session_id = params.session_id
-        self._check_stored_id(session_id)
-        check_cwd(params.cwd, must_exist=False)
-        check_roots(params.additional_directories)
-        servers = servers_from_acp(params.mcp_servers)
-        self._require_open()
-
-        async def start() -> AgentHandle:
-            # The roots are the ones sent now (none if omitted), never the stored ones.
-            handle = await self._resume_stored(session_id, servers, params.additional_directories)
-            stored_cwd = handle.agent.session.header.cwd
-            if stored_cwd != params.cwd:
-                await handle.dispose()
-                raise RpcError(
-                    INVALID_PARAMS,
-                    f"session {session_id!r} belongs to cwd {stored_cwd!r}, not {params.cwd!r}",
-                )
-            return handle
-
-        record = await self._go_live(session_id, start)
-        assert record.handle is not None
-        session = record.handle.agent.session
-        events = session.events
-        stored = len(events)
-        if record.handle.resumed is not None:  # a cut turn goes on: shown after the answer
-            stored = next(
-                (i for i in range(len(events) - 1, -1, -1) if type(events[i]) is TurnResumed),
-                stored,
-            )
-            record.held = [
-                update
-                for event in events[stored:]
-                for update in self.presenter.present(session, event, replay=False)
-            ]
-        if replay and session.blobs_wanted:  # its prompts' images, to send back
-            with contextlib.suppress(PersistenceError):  # then each is a marker
-                await session.hold_blobs({})
-        if replay:  # the log as it was stored: the cut turn as it stands
-            for event in events[:stored]:
-                for update in self.presenter.present(session, event, replay=True):
-                    self.outbox.update(session_id, update)
-        answer = LoadSessionResult(
-            self.presenter.modes(session), self.presenter.config_options(session)
-        )
-        return Started(answer, record)
-
-    async def _fork(self, params: ForkSessionParams) -> Started:
-        """A new session holding the stored one's whole log, taken live here (not replayed:
-        the client has the original's history)."""
-        self._check_stored_id(params.session_id)
-        check_cwd(params.cwd, must_exist=True)
-        check_roots(params.additional_directories)
-        servers = servers_from_acp(params.mcp_servers)
-        self._require_open()
-        session_id = str(uuid.uuid4())
-        try:
-            await self.runtime.agents.fork(
-                params.session_id,
-                session_id,
-                cwd=params.cwd,
-                additional_directories=params.additional_directories,
-            )
-        except SessionNotFound as exc:
-            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
-        except PersistenceError as exc:
-            raise RpcError(INTERNAL_ERROR, str(exc)) from None
-        record = await self._go_live(session_id, lambda: self._resume_stored(session_id, servers))
-        return self._new_session_result(record)
-
-    async def _go_live(
-        self, session_id: str, start: Callable[[], Awaitable[AgentHandle]]
-    ) -> SessionRecord:
-        """Start `session_id` (`start`: a create or a resume) under a record of its own, kept
-        once it is live; what its servers do meanwhile is told after the answer. A session
-        loaded or loading here is refused; one started while teardown began is disposed."""
-        if session_id in self.sessions:
-            raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
-        record = self.sessions[session_id] = SessionRecord(session_id)
-        try:
-            handle = await start()
-        except BaseException:
-            del self.sessions[session_id]
-            raise
-        if self.closed:  # the teardown left it to this request
-            del self.sessions[session_id]
-            await handle.dispose()
-            raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
-        record.handle = handle
-        return record
-
-    def _new_session_result(self, record: SessionRecord) -> Started:
-        assert record.handle is not None
-        session = record.handle.agent.session
-        answer = NewSessionResult(
-            record.session_id, self.presenter.modes(session), self.presenter.config_options(session)
-        )
-        return Started(answer, record)
-
-    def _check_stored_id(self, session_id: str) -> None:
-        """Refuse, as the protocol answers it, a stored session this bridge could not read."""
-        if self.persistence is None:
-            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
-        try:
-            self.persistence.check_session_id(session_id)
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
-
-    async def _resume_stored(
-        self,
-        session_id: str,
-        servers: list[McpServer],
-        additional_directories: list[str] | None = None,
-    ) -> AgentHandle:
-        """Take a stored session live here, owned by this connection (with the stored
-        additional roots unless others are given)."""
-        try:
-            return await self.runtime.agents.resume(
-                agent_id=session_id,
-                session_id=session_id,
-                owner=self.owner,
-                client=self._client(session_id),
-                mcp_servers=servers,
-                wait_for_servers=SERVER_WAIT,
-                additional_directories=additional_directories,
-                interrupted=self.interrupted,
-            )
-        except SessionNotFound as exc:
-            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
-        except PersistenceError as exc:
-            raise RpcError(INTERNAL_ERROR, str(exc)) from None
-
-    async def _list(self, params: ListSessionsParams) -> ListSessionsResult:
-        """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
-        if self.persistence is None:
-            return ListSessionsResult([])
-        stored = [
-            s
-            for s in await self.persistence.list()
-            if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
-        ]
-        start = offset(params.cursor)
-        page = stored[start : start + LIST_PAGE]
-        more = start + LIST_PAGE < len(stored)
-        return ListSessionsResult(
-            [
-                SessionInfo(s.header.id, s.header.cwd, s.title, iso_time(s.updated_at))
-                for s in page
-                if s.header.cwd is not None
-            ],
-            str(start + LIST_PAGE) if more else None,
-        )
-
-    async def _delete(self, params: SessionParams) -> Empty:
-        """Idempotent: a session open here is closed first; one live elsewhere is refused."""
-        self._check_stored_id(params.session_id)
-        assert self.persistence is not None
-        record = self.sessions.get(params.session_id)
-        if record is not None and record.handle is not None:
-            del self.sessions[params.session_id]
-            await self._release(record)
-        try:
-            await self.persistence.delete(params.session_id)
-        except SessionLocked as exc:
-            raise RpcError(INTERNAL_ERROR, str(exc)) from None
-        return Empty()
-
-    async def _close(self, params: SessionParams) -> Empty:
-        record = self._live(params.session_id)
-        del self.sessions[params.session_id]
-        await self._release(record)
-        return Empty()
-
     # -- sessions --------------------------------------------------------------------------------
 
-    def _live(self, session_id: str) -> SessionRecord:
+    def live_record(self, session_id: str) -> SessionRecord:
         """The record of a live session here; -32002 for any other id."""
         record = self.sessions.get(session_id)
         if record is None or record.handle is None:
@@ -669,17 +443,19 @@ class AcpConnection:
         return record
 
     def _agent(self, session_id: str) -> Agent:
-        handle = self._live(session_id).handle
+        handle = self.live_record(session_id).handle
         assert handle is not None
         return handle.agent
 
-    def _client(self, session_id: str) -> SessionClient:
+    def client_for(self, session_id: str) -> SessionClient:
+        """What the tools of `session_id` get from this client (`client.session_client`)."""
         read, write = self._files
         return session_client(
             self.outbox.requests, session_id, read=read, write=write, ask=self._ask
         )
 
-    def _require_open(self) -> None:
+    def require_open(self) -> None:
+        """Refuse a session start once the teardown began."""
         if self.closed:
             raise RpcError(INTERNAL_ERROR, "the connection is closing")
 
@@ -762,7 +538,7 @@ class AcpConnection:
             return
         record.notice(self.outbox, status.describe() + "\n")
 
-    async def _release(self, record: SessionRecord) -> None:
+    async def release(self, record: SessionRecord) -> None:
         """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
         self.commands.pop(record.session_id, None)
         self._abandon(record)
@@ -833,13 +609,13 @@ ROUTES: Final[dict[str, Inline | Waiting]] = {
     "_session/steering": Inline(PromptParams, AcpConnection._steer),
     "session/set_mode": Inline(SetModeParams, AcpConnection._set_mode),
     "session/set_config_option": Inline(SetConfigOptionParams, AcpConnection._set_config_option),
-    "session/new": Waiting(NewSessionParams, AcpConnection._new),
-    "session/load": Waiting(LoadSessionParams, AcpConnection._load),
-    "session/resume": Waiting(LoadSessionParams, AcpConnection._resume),
-    "session/fork": Waiting(ForkSessionParams, AcpConnection._fork),
-    "session/list": Waiting(ListSessionsParams, AcpConnection._list),
-    "session/close": Waiting(SessionParams, AcpConnection._close),
-    "session/delete": Waiting(SessionParams, AcpConnection._delete),
+    "session/new": Waiting(NewSessionParams, starts.new),
+    "session/load": Waiting(LoadSessionParams, starts.load),
+    "session/resume": Waiting(LoadSessionParams, starts.resume),
+    "session/fork": Waiting(ForkSessionParams, starts.fork),
+    "session/list": Waiting(ListSessionsParams, starts.list_sessions),
+    "session/close": Waiting(SessionParams, starts.close),
+    "session/delete": Waiting(SessionParams, starts.delete),
 }
 #: Each notification acted on (any other is ignored).
 NOTIFICATIONS: Final[dict[str, Acting]] = {
