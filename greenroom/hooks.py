@@ -2,17 +2,22 @@
 
 A hook is a small named object typed by what its listeners receive, so a
 listener of the wrong shape is a mypy error and an emit with no listeners
-costs one dict lookup. The named hooks themselves live with their
-vocabulary (``greenroom.actors.events``, ``greenroom.session.store``); this
-module knows no agent or session. Hooks are for observers and for the
-waterfalls that shape a turn; nothing that must not be lost (the session
-log's write path) goes through them.
+costs one dict lookup. On a hot path the emitter checks ``hook in
+hooks.listened`` first, which costs that lookup and nothing else (no call,
+no arguments packed); `Emitter` is that check and the emit, bound to one
+hook. The named hooks themselves live with their vocabulary
+(``greenroom.actors.events``, ``greenroom.session.store``); this module
+knows no agent or session. Hooks are for observers and for the waterfalls
+that shape a turn; nothing that must not be lost (the session log's write
+path) goes through them.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
+from functools import partial
+from types import MappingProxyType
 from typing import Any, Concatenate, Generic, ParamSpec, Protocol, TypeVar
 
 P = ParamSpec("P")
@@ -64,10 +69,13 @@ class Hooks:
       shapes what happens next, so its failure is the caller's failure.
     """
 
-    __slots__ = ("_table",)
+    __slots__ = ("_table", "listened")
 
     def __init__(self) -> None:
         self._table: dict[object, tuple[Callable[..., Any], ...]] = {}
+        #: The hooks something listens to now (a live, read-only view): ``hook in
+        #: listened`` is the check an emitter on a hot path makes before it emits.
+        self.listened: Mapping[object, object] = MappingProxyType(self._table)
 
     def on(
         self,
@@ -131,6 +139,20 @@ class Hooks:
         if scope is not None:
             scope.add(remove)
         return remove
+
+
+class Emitter(Generic[P]):
+    """One hook of one `Hooks`, bound, for an object that emits it on every step of a hot
+    path (a session's appends): ``if emitter.hook in emitter.listened:
+    emitter.emit(*args)`` costs one lookup while nothing listens, and one call (the
+    emit, with its guarantees) while something does."""
+
+    __slots__ = ("emit", "hook", "listened")
+
+    def __init__(self, hooks: Hooks, hook: EmitHook[P]) -> None:
+        self.hook = hook
+        self.listened = hooks.listened
+        self.emit: Callable[P, None] = partial(hooks.emit, hook)
 
 
 class Listeners(Generic[T]):

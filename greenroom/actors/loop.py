@@ -31,7 +31,7 @@ the owner's cancel).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Generator, Mapping, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar, overload
 
@@ -471,7 +471,9 @@ class LoopAgent:
                     self._turns = scope
                     if self._resumed is not None:
                         resumed, self._resumed = self._resumed, None
-                        await self._carry_on(resumed)
+                        turn, start = _open_turn_of(self._session)
+                        self._set_status("running")
+                        await self._turn(turn, start, resumed)
                         self._after_turn()
                     else:
                         await self._wake()
@@ -502,15 +504,18 @@ class LoopAgent:
         if self._compactor.requested and not inbox.queued:
             await self._compaction_turn(self._session.last_turn + 1)
             return
-        if self._cancelled_before_turn() or not inbox.queued:  # window 1: since the wake
+        # Each window looks at the marker before it takes it: no call while it is not armed.
+        if (
+            self._cancel_reason is not None and self._cancelled_before_turn()
+        ) or not inbox.queued:  # window 1: since the wake
             return
         self._set_status("running")
-        if self._cancelled_before_turn():  # window 2: an agent/status listener
-            return
+        if self._cancel_reason is not None and self._cancelled_before_turn():  # window 2
+            return  # (a cancel from an agent/status listener)
         if not inbox.queued:  # ... or it withdrew everything: no turn to run
             self._set_status("idle")
             return
-        await self._turn(self._session.last_turn + 1)
+        await self._turn(self._session.last_turn + 1, self._session.next_seq)
         self._after_turn()
 
     def _after_turn(self) -> None:
@@ -544,61 +549,40 @@ class LoopAgent:
             self._release_idle_waiters()
         return True
 
-    async def _turn(self, turn: int) -> None:
-        """Run one turn over the queued burst; its `TurnEnd` is always written, and every
-        prompt it took (steering too) settles with it."""
-        prompts = self._inbox.drain()
+    async def _turn(self, turn: int, start: int, carried: Prompt[None] | None = None) -> None:
+        """Run turn `turn` (its events from seq `start` on): a new one over the queued
+        burst, or, given `carried` (`continued_prompt`), the turn a crash cut, carried on
+        from where its log stops. Its `TurnEnd` is always written, with the reason it ends
+        with whatever happens (a cancel, a failure, disposal), and every prompt it took
+        (steering too) settles with it. It runs in the turns' scope. The body is inline,
+        not a closure: a turn's frames are the larger part of its cost."""
+        output: OutputTurn | None = None
+        if carried is None:
+            prompts = self._inbox.drain()
+            kind = prompts[0].output
+            if kind is not None:
+                output = OutputTurn(output_spec(kind))
+        else:
+            prompts = [carried]
         take(prompts, turn)
-        kind = prompts[0].output
-        output = None if kind is None else OutputTurn(output_spec(kind))
-        start = self._session.next_seq
-
-        async def body() -> TurnEndReason:
-            self._session.append(TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source)))
-            messages, blobs = _user_messages(prompts)
-            try:
-                if blobs or self._session.blobs_wanted:
-                    await self._session.hold_blobs(blobs)
-            finally:  # logged whatever happened: a blob the store lacks is shown as missing
-                for message in messages:
-                    self._session.append(message)
-            self._hooks.emit(AGENT_TURN_START, self, turn)
-            return await self._steps(turn, prompts, output)
-
-        await self._run_turn(turn, prompts, start, output, body)
-
-    async def _carry_on(self, prompt: Prompt[None]) -> None:
-        """The turn a crash cut, carried on from where its log stops (`continued_prompt`
-        made `prompt` of it); it ends like any turn, its `TurnEnd` always written."""
-        turn, start = _open_turn_of(self._session)
-        take((prompt,), turn)
-        self._set_status("running")
-
-        async def body() -> TurnEndReason:
-            self._hooks.emit(AGENT_TURN_START, self, turn)
-            if self._session.blobs_wanted:  # its prompt's images, for the model
-                await self._session.hold_blobs({})
-            step = await self._mend_cut_step(turn, start)
-            if step is None:  # its last reply was logged whole, and nothing asked for more
-                return COMPLETED
-            return await self._steps(turn, [prompt], None, step)
-
-        await self._run_turn(turn, [prompt], start, None, body)
-
-    async def _run_turn(
-        self,
-        turn: int,
-        prompts: list[Prompt[Any]],
-        start: int,
-        output: OutputTurn | None,
-        body: Callable[[], Awaitable[TurnEndReason]],
-    ) -> None:
-        """Run `body` (the turn's steps) in the turns' scope; the reason it ends with is
-        logged by `_close_turn` whatever happens (a cancel, a failure, disposal)."""
         reason: TurnEndReason = COMPLETED
         self._turn_scope = self._turns
         try:
-            reason = await body()
+            if carried is None:
+                session = self._session
+                session.append(TurnStart(turn=turn, trigger=MessageTrigger(prompts[0].source)))
+                messages, blobs = _user_messages(prompts)
+                try:
+                    if blobs or session.blobs_wanted:
+                        await session.hold_blobs(blobs)
+                finally:  # logged whatever happened: a blob the store lacks is shown as missing
+                    for message in messages:
+                        session.append(message)
+                if AGENT_TURN_START in self._hooks.listened:
+                    self._hooks.emit(AGENT_TURN_START, self, turn)
+                reason = await self._steps(turn, prompts, output)
+            else:
+                reason = await self._carry_on(turn, start, carried)
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self._open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self, turn, self._open_step, exc)
@@ -610,6 +594,17 @@ class LoopAgent:
         finally:
             self._turn_scope = None
             await self._close_turn(turn, reason, prompts, start, output)
+
+    async def _carry_on(self, turn: int, start: int, prompt: Prompt[None]) -> TurnEndReason:
+        """The steps of the turn a crash cut (`_turn` with ``carried``), from where its log
+        stops."""
+        self._hooks.emit(AGENT_TURN_START, self, turn)
+        if self._session.blobs_wanted:  # its prompt's images, for the model
+            await self._session.hold_blobs({})
+        step = await self._mend_cut_step(turn, start)
+        if step is None:  # its last reply was logged whole, and nothing asked for more
+            return COMPLETED
+        return await self._steps(turn, [prompt], None, step)
 
     async def _cut(
         self, exc: BaseException, turn: int, step: int
@@ -762,11 +757,12 @@ class LoopAgent:
                     )
                 )
                 self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
-            if (cancelled := self._take_cancel()) is not None:  # window 3: before the step
-                return Aborted(cancelled)
+            if self._cancel_reason is not None:  # window 3: before the step
+                return Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
             self._open_step = step
             self._session.append(StepStart(turn=turn, step=step))
-            self._hooks.emit(AGENT_STEP_START, self, turn, step)
+            if AGENT_STEP_START in self._hooks.listened:
+                self._hooks.emit(AGENT_STEP_START, self, turn, step)
             try:
                 called_tools, finish, text = await self._step(turn, step, tools)
             except StepFailed as failure:
@@ -798,13 +794,13 @@ class LoopAgent:
             else:
                 default = called_tools or self._inbox.steering > 0
                 go_on = default
-                if self._hooks.has(AGENT_TURN_CONTINUATION):
+                if AGENT_TURN_CONTINUATION in self._hooks.listened:
                     go_on = await self._hooks.waterfall(
                         AGENT_TURN_CONTINUATION, default, self, turn
                     )
                 go_on = go_on or self._inbox.steering > 0  # waiting steering forces a step
-            if (cancelled := self._take_cancel()) is not None:  # window 4: the continuation
-                return Aborted(cancelled)
+            if self._cancel_reason is not None:  # window 4: the continuation
+                return Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
             if not go_on:
                 if output is not None and not output.given and reason is COMPLETED:
                     return Errored(
@@ -820,7 +816,7 @@ class LoopAgent:
         """One model call and its tool calls. Returns (called tools, how the model finished,
         its text)."""
         request = await self._compactor.fit(self._request(tools), *self._model_now(), turn, step)
-        if self._hooks.has(AGENT_REQUEST):
+        if AGENT_REQUEST in self._hooks.listened:
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
         await self._write_ahead(
             "the model call"
@@ -854,7 +850,7 @@ class LoopAgent:
             usage=reply.usage,
             thoughts=reply.thoughts,
         )
-        if self._hooks.has(AGENT_STEP_RESULT):
+        if AGENT_STEP_RESULT in self._hooks.listened:
             message = await self._hooks.waterfall(AGENT_STEP_RESULT, message, self, turn, step)
         if message.content or message.reasoning or message.tool_calls or message.usage:
             self._session.append(message)
@@ -1013,10 +1009,22 @@ class LoopAgent:
         """Log and emit each chunk of the model's reply as it arrives."""
         reply = _Reply()
         stream = self._models[self.model].stream(request)
-        append, emit = self._session.append, self._hooks.emit
+        append, listened = self._session.append, self._hooks.listened
         try:
             async for chunk in stream:
-                if type(chunk) is Retry:  # no part of the reply: the adapter tries again
+                # Told apart by exact type: a class pattern, or an isinstance, of a Struct
+                # class that fails costs a slow subclass check each.
+                if type(chunk) is TextDelta:
+                    reply.text.append(chunk.text)
+                elif type(chunk) is Finish:
+                    reply.finish = chunk
+                elif type(chunk) is ToolCallChunk:
+                    reply.calls.append(chunk)
+                elif type(chunk) is ReasoningDelta:
+                    reply.reasoning.append(chunk.text)
+                elif type(chunk) is Usage:
+                    reply.usage = chunk
+                elif type(chunk) is Retry:  # no part of the reply: the adapter tries again
                     append(
                         ModelRetry(
                             turn=turn,
@@ -1028,13 +1036,14 @@ class LoopAgent:
                         )
                     )
                     continue
-                if type(chunk) is Thought:  # kept whole on the step's message, not as a chunk
+                elif type(chunk) is Thought:  # kept whole on the step's message, not as a chunk
                     reply.thoughts.append(chunk)
                     continue
-                if not reply.take(chunk):
+                else:
                     break
                 append(AssistantChunk(turn=turn, step=step, chunk=chunk))
-                emit(AGENT_STREAM_CHUNK, self, turn, step, chunk)
+                if AGENT_STREAM_CHUNK in listened:
+                    self._hooks.emit(AGENT_STREAM_CHUNK, self, turn, step, chunk)
             else:
                 return reply  # run to its end: a generator is closed already
         except BaseException:
@@ -1046,7 +1055,8 @@ class LoopAgent:
     def _close_step(self, turn: int) -> None:
         step, self._open_step = self._open_step, 0
         self._session.append(StepEnd(turn=turn, step=step))
-        self._hooks.emit(AGENT_STEP_END, self, turn, step)
+        if AGENT_STEP_END in self._hooks.listened:
+            self._hooks.emit(AGENT_STEP_END, self, turn, step)
 
     async def _close_turn(
         self,
@@ -1072,7 +1082,8 @@ class LoopAgent:
             value = output.value if output is not None and output.given else None
             outcome = TurnOutcome(turn, reason, start, end, structured=structured, output=value)
             settle(prompts, outcome)
-        self._hooks.emit(AGENT_TURN_END, self, turn, reason)
+        if AGENT_TURN_END in self._hooks.listened:
+            self._hooks.emit(AGENT_TURN_END, self, turn, reason)
 
     async def _write_ahead(self, before: str) -> None:
         """Get the log to the OS before `before` happens; a failure fails the step.
@@ -1128,7 +1139,8 @@ class LoopAgent:
         self._status = status
         if leaving_running or status == "disposed":
             self._release_idle_waiters()
-        self._hooks.emit(AGENT_STATUS, self, status)
+        if AGENT_STATUS in self._hooks.listened:
+            self._hooks.emit(AGENT_STATUS, self, status)
 
     def _release_idle_waiters(self) -> None:
         waiters, self._idle_waiters = self._idle_waiters or (), None
@@ -1146,7 +1158,8 @@ class LoopAgent:
         else:
             prompt = self._blocks_prompt(content, source, output)
         self._inbox.push(prompt)
-        self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)
+        if AGENT_QUEUED in self._hooks.listened:
+            self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)
         return prompt
 
     def _prompt(
@@ -1299,23 +1312,6 @@ class _Reply:
         self.thoughts: list[Thought] = []
         self.usage: Usage | None = None
         self.finish: Finish | None = None
-
-    def take(self, chunk: object) -> bool:
-        """Add `chunk`; False if it is not a stream chunk at all."""
-        match chunk:
-            case TextDelta(text=delta):
-                self.text.append(delta)
-            case ReasoningDelta(text=delta):
-                self.reasoning.append(delta)
-            case ToolCallChunk():
-                self.calls.append(chunk)
-            case Usage():
-                self.usage = chunk
-            case Finish():
-                self.finish = chunk
-            case _:
-                return False
-        return True
 
 
 class _Wait:

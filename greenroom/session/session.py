@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar, overload
 
 import trio
 from msgspec.structs import force_setattr
 
+from greenroom.hooks import Emitter
 from greenroom.protocol.content import ImageRef, Part, Resource, ResourceRef, referenced
 from greenroom.protocol.events import (
     AssistantChunk,
@@ -172,7 +173,8 @@ class Session:
         #: root governs this session's mode, and their remembered answers apply here.
         self.parent: Session | None = None
         self._sink = sink
-        self.on_append: Callable[[Session, SessionEvent], None] | None = None
+        #: The ``session/event`` observers, wired by the store that publishes the session.
+        self.on_append: Emitter[[Session, SessionEvent]] | None = None
         #: The settings in force (``config/set``: the last one of each key), read off the log.
         self.config: Mapping[str, str] = _NOTHING
         #: The "always" permission answers by tool name (``permission/rule``), read off the log.
@@ -226,7 +228,8 @@ class Session:
         return self._open_turn
 
     def append(self, event: E) -> E:
-        """Stamp ``seq`` and ``time`` (wall seconds), log `event`, sink it, tell ``on_append``."""
+        """Stamp ``seq`` and ``time`` (wall seconds), log `event`, sink it, tell ``on_append``
+        (when something listens to it)."""
         events = self._events
         force_setattr(event, "seq", len(events))
         force_setattr(event, "time", _now())
@@ -240,8 +243,8 @@ class Session:
         if live is not None and isinstance(event, ToolResult):
             live.end(event.call_id)  # its result stands for every notice it showed
         on_append = self.on_append
-        if on_append is not None:
-            on_append(self, event)
+        if on_append is not None and on_append.hook in on_append.listened:
+            on_append.emit(self, event)
         readers = self._readers
         if readers is not None:
             readers.unpark_all()
@@ -386,37 +389,47 @@ class Session:
         self._added = sum(map(message_size, messages))
 
     def _read(self, event: SessionEvent) -> None:
-        """Take from `event` what the session reads off its log."""
-        match event:
-            case TurnStart(turn=turn):
-                self._open_turn = self._last_turn = turn
-                self._turn_messages = len(self._messages)
-            case TurnEnd(reason=reason):
-                self._open_turn = None
-                if type(reason) is Refused:
-                    self._forget_refused_turn()
-            case ConfigSet(key=key, value=value):
-                self.config = {**self.config, key: value}
-            case PermissionRule(tool=tool, allow=allow):
-                self.permissions = {**self.permissions, tool: allow}
-            case Compacted():
-                self._compact(event)
-            case _:
-                message = message_of(event)
-                if message is None:
-                    return
-                self._messages.append(message)
-                usage = event.usage if type(event) is AssistantMessage else None
-                if usage is not None:  # the reply and everything before it, as counted
-                    self._reported = usage.input_tokens + usage.output_tokens
-                    self._added = 0
-                else:
-                    self._added += message_size(message)
-                if type(event) is UserMessage:
-                    if event.parts:
-                        self._want(event.parts)
-                    if self.title is None:
-                        self.title, self.title_seq = title_of(event.content), event.seq
+        """Take from `event` what the session reads off its log.
+
+        Dispatched on the exact type (events are final classes): a class pattern
+        or an `isinstance` of a Struct class costs a slow subclass check each."""
+        if type(event) is TurnStart:
+            self._open_turn = self._last_turn = event.turn
+            self._turn_messages = len(self._messages)
+        elif type(event) is TurnEnd:
+            self._open_turn = None
+            if type(event.reason) is Refused:
+                self._forget_refused_turn()
+        elif type(event) is UserMessage:
+            message: Message = UserTurn(event.content, event.parts)
+            self._messages.append(message)
+            self._added += message_size(message)
+            if event.parts:
+                self._want(event.parts)
+            if self.title is None:
+                self.title, self.title_seq = title_of(event.content), event.seq
+        elif type(event) is AssistantMessage:
+            if not event.content and not event.tool_calls:
+                return
+            message = AssistantTurn(event.content, event.tool_calls, event.thoughts)
+            self._messages.append(message)
+            usage = event.usage
+            if usage is not None:  # the reply and everything before it, as counted
+                self._reported = usage.input_tokens + usage.output_tokens
+                self._added = 0
+            else:
+                self._added += message_size(message)
+        elif type(event) is ConfigSet:
+            self.config = {**self.config, event.key: event.value}
+        elif type(event) is PermissionRule:
+            self.permissions = {**self.permissions, event.tool: event.allow}
+        elif type(event) is Compacted:
+            self._compact(event)
+        else:
+            other = message_of(event)
+            if other is not None:
+                self._messages.append(other)
+                self._added += message_size(other)
 
     def _want(self, parts: Sequence[Part]) -> None:
         wanted = [digest for digest in referenced(parts) if digest not in self._blobs]
@@ -429,17 +442,18 @@ class Session:
 def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
     """The message `event` puts in the model's history, if any; with `kept`, its text cut
     to that many characters with a marker saying how much was cut."""
-    match event:
-        case UserMessage(content=content, parts=parts):
-            return UserTurn(_shortened(content, kept), parts)
-        case AssistantMessage(content=content, tool_calls=calls) if content or calls:
-            return AssistantTurn(_shortened(content, kept), calls, event.thoughts)
-        case ToolResult(call_id=call_id, content=content, is_error=is_error):
-            return ToolTurn(call_id, _shortened(content, kept), is_error)
-        case ContextMessage(content=content, source=source):
-            return UserTurn(_wrap("context", source, _shortened(content, kept)))
-        case SteeringMessage(content=content, source=source):
-            return UserTurn(_wrap("steering", source, _shortened(content, kept)))
+    if type(event) is UserMessage:
+        return UserTurn(_shortened(event.content, kept), event.parts)
+    if type(event) is AssistantMessage:
+        if not event.content and not event.tool_calls:
+            return None
+        return AssistantTurn(_shortened(event.content, kept), event.tool_calls, event.thoughts)
+    if type(event) is ToolResult:
+        return ToolTurn(event.call_id, _shortened(event.content, kept), event.is_error)
+    if type(event) is ContextMessage:
+        return UserTurn(_wrap("context", event.source, _shortened(event.content, kept)))
+    if type(event) is SteeringMessage:
+        return UserTurn(_wrap("steering", event.source, _shortened(event.content, kept)))
     return None
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
-from greenroom.hooks import EmitHook, Hooks
+from greenroom.hooks import EmitHook, Emitter, Hooks
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.session.session import Session, SessionSink
 
@@ -29,13 +29,13 @@ class SessionStore:
     async create, so two racing creates cannot both publish it.
     """
 
-    __slots__ = ("_emit", "_hooks", "_live", "_reserved")
+    __slots__ = ("_hooks", "_live", "_observers", "_reserved")
 
     def __init__(self, hooks: Hooks) -> None:
         self._hooks = hooks
         self._live: dict[str, Session] = {}
         self._reserved: set[str] = set()
-        self._emit = self._emit_event  # one bound method for every session's appends
+        self._observers = Emitter(hooks, SESSION_EVENT)  # one for every session's appends
 
     def get(self, session_id: str) -> Session | None:
         return self._live.get(session_id)
@@ -78,16 +78,13 @@ class SessionStore:
         if session.id in self._live:
             raise SessionIdInUse(f"session {session.id!r} is already live")
         self._live[session.id] = session
-        session.on_append = self._emit
+        session.on_append = self._observers
         self._hooks.emit(SESSION_CREATED, session)
 
     def leave(self, session: Session) -> None:
         """Unwire `session`'s appends and take it out of the store."""
         session.on_append = None
         del self._live[session.id]
-
-    def _emit_event(self, session: Session, event: SessionEvent) -> None:
-        self._hooks.emit(SESSION_EVENT, session, event)
 
 
 def new_header(
