@@ -449,15 +449,16 @@ class Supervisor:
 
     async def _asked_home(self) -> trio.Nursery:
         """The nursery of the children that are asked to stop (started at the first)."""
-        if self._asked is None:
+        home = self._asked
+        if home is None:
             assert self._nursery is not None
             # Shielded: Trio would leave a host whose starter was cancelled in the start's
             # nursery, and the start would wait forever for its shielded sleep to end.
             with trio.CancelScope(shield=True):
-                self._asked = await self._nursery.start(
-                    self._host_asked, name=f"{self.name}:asked"
-                )
-        return self._asked
+                home = await self._nursery.start(self._host_asked, name=f"{self.name}:asked")
+            assert home is not None  # a shield catches no cancel: the start returned
+            self._asked = home
+        return home
 
     async def _host_asked(self, *, task_status: trio.TaskStatus[trio.Nursery]) -> None:
         # One shield for all of them, as each other child has its own: only the end of
