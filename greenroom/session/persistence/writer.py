@@ -226,11 +226,17 @@ class Writer(Generic[J]):
             if self._gather:
                 with self._lock:  # before a submitter it answers can come back
                     expected = len(batch) + len(self._queue)
+            # One wake-up of each run for the whole batch: a wake per job would hand the GIL
+            # back and forth with a run already resuming the jobs settled before.
+            runs: dict[trio.lowlevel.TrioToken, list[J]] = {}
             for job, token in batch:
+                runs.setdefault(token, []).append(job)
+            for token, jobs in runs.items():
                 try:
-                    token.run_sync_soon(self._settle, job, token)
+                    token.run_sync_soon(self._settle, jobs, token)
                 except trio.RunFinishedError:  # the run that waited is gone
-                    self._count_settled(token)
+                    for _ in jobs:
+                        self._count_settled(token)
             if self._gather:
                 with self._lock:
                     self._expected = expected
@@ -251,9 +257,10 @@ class Writer(Generic[J]):
             self._gathering = 0
             self._expected = 0
 
-    def _settle(self, job: J, token: trio.lowlevel.TrioToken) -> None:
-        self._count_settled(token)
-        job.settle()
+    def _settle(self, jobs: list[J], token: trio.lowlevel.TrioToken) -> None:
+        for job in jobs:
+            self._count_settled(token)
+            job.settle()
 
     def _count_settled(self, token: trio.lowlevel.TrioToken) -> None:
         with self._lock:
