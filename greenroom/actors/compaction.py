@@ -100,28 +100,25 @@ class Compactor:
     Not shared between agents: a sub-agent has its own, over its own session.
     """
 
-    __slots__ = ("_instructions", "_policy", "_requested", "_schemas", "_session")
+    __slots__ = ("_instructions", "_policy", "_schemas", "_session", "requested")
 
     def __init__(self, session: Session, policy: CompactionPolicy) -> None:
         self._session = session
         self._policy = policy
-        self._requested = False
+        #: True while a compaction asked for (`request`) has not run yet (read-only: an
+        #: attribute, not a property, since the agent reads it at every wake-up and turn end).
+        self.requested = False
         self._instructions: str | None = None
         self._schemas: tuple[list[ToolSchema], int] | None = None  # the last tools' bytes
 
-    @property
-    def requested(self) -> bool:
-        """True while a compaction asked for (`request`) has not run yet."""
-        return self._requested
-
     def request(self, instructions: str | None) -> None:
         """Compact before the next model call (the last instructions asked for win)."""
-        self._requested = True
+        self.requested = True
         self._instructions = instructions
 
     def withdraw(self) -> None:
         """Forget a compaction asked for and not run yet (a cancel)."""
-        self._requested, self._instructions = False, None
+        self.requested, self._instructions = False, None
 
     def estimate(self, request: ModelRequest) -> int:
         """The input tokens of `request` as the module docstring's rule counts them."""
@@ -152,7 +149,7 @@ class Compactor:
         the summarizing call appends nothing: the log is as it was.
         """
         window = _window_of(model)
-        due = self._requested or overflowed
+        due = self.requested or overflowed
         if not due and not window:
             return request
         estimate = self.estimate(request)
@@ -173,7 +170,7 @@ class Compactor:
         except Exception:  # a fault here must not fail every later step: send as it is
             logger.exception("session %r: the compaction failed", self._session.id)
             event = None
-        self._requested, self._instructions = False, None
+        self.requested, self._instructions = False, None
         if event is None:
             return request
         if instructions is not None:
@@ -199,7 +196,7 @@ class Compactor:
         start = previous.kept_seq if previous is not None else 0
         budget = int(keep * window * BYTES_PER_TOKEN)
         verbatim = budget  # what the verbatim part is planned to fit
-        if self._requested:  # asked for: summarize at least two thirds of what is there
+        if self.requested:  # asked for: summarize at least two thirds of what is there
             verbatim = min(budget, _bytes_from(events, start, {}) // 3)
         kept_seq, kept_bytes = _plan(events, start, verbatim)
         carried = [c for c in previous.cuts if c.seq >= kept_seq] if previous else []

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 import secrets
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import trio
@@ -86,8 +86,13 @@ class Inbox:
         drained, self._queued = queued[:end], queued[end:]
         return drained
 
-    def drain_steering(self) -> list[Prompt[Any]]:
-        drained, self._steering = self._steering, []
+    def drain_steering(self) -> Sequence[Prompt[Any]]:
+        """The steering FIFO, emptied (an empty tuple when it was: a step that was not
+        steered allocates nothing here)."""
+        drained = self._steering
+        if not drained:
+            return ()
+        self._steering = []
         return drained
 
     def requeue_steering(self) -> None:

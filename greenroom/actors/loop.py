@@ -210,7 +210,7 @@ class LoopAgent:
         self._unflushed = False  # the last flush failed
         self._held: list[ContextMessage] | None = None  # injected while tools run
         self._compactor = Compactor(session, self._options.compaction or compaction)
-        self._idle_waiters: list[trio.Event] | None = None  # made by the first wait
+        self._idle_waiters: list[_Wait] | None = None  # made by the first wait
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
 
     def __repr__(self) -> str:
@@ -435,15 +435,15 @@ class LoopAgent:
         On a disposed agent it resolves once the agent's task has exited
         (after its unregister and session detach).
         """
-        if self.status == "disposed":
-            return _Wait(None, self._life)
+        if self._status == "disposed" or self._life.disposing:
+            return _Wait(self._life, released=True)
         if self._status == "idle" and not self._inbox.queued and not self._compactor.requested:
-            return _Wait(None, None)
-        waiter = trio.Event()
+            return _Wait(None, released=True)
+        waiter = _Wait(self._life)
         if self._idle_waiters is None:
             self._idle_waiters = []
         self._idle_waiters.append(waiter)
-        return _Wait(waiter, self._life)
+        return waiter
 
     # -- the task --------------------------------------------------------------
 
@@ -685,7 +685,8 @@ class LoopAgent:
                 if call.call_id not in logged:
                     self._log_call(turn, cut.step, call, view)
                     logged.add(call.call_id)
-                await self._write_ahead(f"tool call {call.name!r}")
+                if self._session.persistent:
+                    await self._write_ahead(f"tool call {call.name!r}")
                 await self._run_call(turn, cut.step, call, results, self._tools)
         except BaseException as exc:  # every call gets a result: the history stays valid
             cancel = cancelled_in(exc)
@@ -792,13 +793,10 @@ class LoopAgent:
                             )
                         )
             else:
-                default = called_tools or self._inbox.steering > 0
-                go_on = default
+                go_on = called_tools or self._inbox.steering > 0
                 if AGENT_TURN_CONTINUATION in self._hooks.listened:
-                    go_on = await self._hooks.waterfall(
-                        AGENT_TURN_CONTINUATION, default, self, turn
-                    )
-                go_on = go_on or self._inbox.steering > 0  # waiting steering forces a step
+                    go_on = await self._hooks.waterfall(AGENT_TURN_CONTINUATION, go_on, self, turn)
+                    go_on = go_on or self._inbox.steering > 0  # waiting steering forces a step
             if self._cancel_reason is not None:  # window 4: the continuation
                 return Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
             if not go_on:
@@ -818,9 +816,8 @@ class LoopAgent:
         request = await self._compactor.fit(self._request(tools), *self._model_now(), turn, step)
         if AGENT_REQUEST in self._hooks.listened:
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
-        await self._write_ahead(
-            "the model call"
-        )  # the prompt, steering: before the model sees them
+        if self._session.persistent:  # the prompt, steering: before the model sees them
+            await self._write_ahead("the model call")
         try:
             try:
                 reply = await self._stream(request, turn, step)
@@ -905,7 +902,8 @@ class LoopAgent:
             results: set[str] = set()
             try:
                 names = ", ".join(repr(call.name) for call in batch)
-                await self._write_ahead(f"tool call {names}")  # the calls: before they run
+                if self._session.persistent:
+                    await self._write_ahead(f"tool call {names}")  # the calls: before they run
                 if len(batch) == 1:
                     await self._run_call(turn, step, batch[0], results, tools)
                 else:
@@ -1090,10 +1088,9 @@ class LoopAgent:
 
         Nothing the outside world may act on goes ahead of its log: a crash
         after it leaves the log holding it (repair closes it ``interrupted``).
-        Without a sink it returns without a checkpoint.
+        Only for a session with a sink: the callers check `Session.persistent` first,
+        which spares a coroutine per step without one.
         """
-        if not self._session.persistent:
-            return
         try:
             await self._session.write_ahead()
         except PersistenceError as exc:
@@ -1145,7 +1142,7 @@ class LoopAgent:
     def _release_idle_waiters(self) -> None:
         waiters, self._idle_waiters = self._idle_waiters or (), None
         for waiter in waiters:
-            waiter.set()
+            waiter.release()
 
     def _queue(
         self, content: Content, source: MessageSource | None, output: type[T] | None
@@ -1182,7 +1179,7 @@ class LoopAgent:
         )
 
     def _checked(self, content: str, source: MessageSource | None) -> tuple[str, MessageSource]:
-        if self.status == "disposed":
+        if self._status == "disposed" or self._life.disposing:  # `status`, without its call
             raise AgentDisposed(self._id)
         if not isinstance(content, str):
             raise TypeError(
@@ -1315,21 +1312,40 @@ class _Reply:
 
 
 class _Wait:
-    """What `when_idle` returns: awaits its event, then the life's exit if it was disposed."""
+    """What `when_idle` returns: awaited, returns once released (at once if it is), then
+    after the life's exit if the agent was disposed by then. Any number of tasks may
+    await it, any number of times; a cancelled awaiter leaves nothing behind.
 
-    __slots__ = ("_event", "_life")
+    It parks its awaiters itself (no `trio.Event`, no coroutine of its own): the wait
+    is in every ``send`` + ``when_idle`` turn."""
 
-    def __init__(self, event: trio.Event | None, life: AgentLife | None) -> None:
-        self._event = event
+    __slots__ = ("_life", "_parked", "_released")
+
+    def __init__(self, life: AgentLife | None, *, released: bool = False) -> None:
         self._life = life
+        self._released = released
+        self._parked: list[trio.lowlevel.Task] | None = None  # made by the first to park
 
-    def __await__(self) -> Generator[object, None, None]:
-        return self._wait().__await__()
+    def release(self) -> None:
+        self._released = True
+        parked, self._parked = self._parked, None
+        for task in parked or ():
+            trio.lowlevel.reschedule(task)
 
-    async def _wait(self) -> None:
-        if self._event is None:
-            await trio.lowlevel.checkpoint()
+    def __await__(self) -> Generator[Any, Any, None]:
+        if self._released:
+            yield from trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 (awaited: yield from)
         else:
-            await self._event.wait()
+            task = trio.lowlevel.current_task()
+            parked = self._parked
+            if parked is None:
+                parked = self._parked = []
+            parked.append(task)
+
+            def abort(_: object) -> trio.lowlevel.Abort:
+                parked.remove(task)
+                return trio.lowlevel.Abort.SUCCEEDED
+
+            yield from trio.lowlevel.wait_task_rescheduled(abort).__await__()  # noqa: ASYNC105
         if self._life is not None and self._life.disposing:
-            await self._life.wait_exited()
+            yield from self._life.wait_exited().__await__()

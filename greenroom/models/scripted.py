@@ -143,26 +143,58 @@ class ScriptedModel:
                     return
         yield Finish("tool-calls" if called else "stop")
 
-    async def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
-        last = request.messages[-1] if request.messages else None
-        call = _asked_call(last, request) if isinstance(last, UserTurn) else None
-        if call is not None:
-            self._calls += 1
-            yield ToolCallChunk(f"echo-{self._calls}", *call)
-            yield Finish("tool-calls")
-            return
-        if isinstance(last, ToolTurn):
+    def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        messages = request.messages
+        last = messages[-1] if len(messages) else None
+        if type(last) is UserTurn:
+            call = _asked_call(last, request) if last.content.startswith(_ASKING) else None
+            if call is not None:
+                self._calls += 1
+                return _Echo([ToolCallChunk(f"echo-{self._calls}", *call), _CALLED], 0)
+            prompt = last.content
+        elif type(last) is ToolTurn:
             prompt = last.content
         else:
-            prompt = next(
-                (m.content for m in reversed(request.messages) if isinstance(m, UserTurn)), ""
-            )
+            prompt = next((m.content for m in reversed(messages) if type(m) is UserTurn), "")
         words = prompt.split(" ")
-        for index, word in enumerate(words):
-            if self._delay:
-                await trio.sleep(self._delay)
-            yield TextDelta(word if index == len(words) - 1 else word + " ")
-        yield Finish("stop")
+        chunks: list[StreamChunk] = [TextDelta(word + " ") for word in words[:-1]]
+        chunks += (TextDelta(words[-1]), _STOPPED)
+        return _Echo(chunks, self._delay)
+
+
+#: The prompts `_asked_call` reads; any other is echoed without a look at the tools.
+_ASKING: Final = (BASH_PROMPT, TOOL_PROMPT, TODO_PROMPT, ASK_PROMPT)
+_CALLED: Final = Finish("tool-calls")
+_STOPPED: Final = Finish("stop")
+
+
+class _Echo:
+    """The echo's reply: its chunks, each text delta after ``delay`` seconds.
+
+    An async iterator rather than an async generator: a generator is registered with
+    Trio's generator hooks at its first step and again when collected, which cost the
+    echo more than its words did.
+    """
+
+    __slots__ = ("_chunks", "_delay", "_next")
+
+    def __init__(self, chunks: list[StreamChunk], delay: float) -> None:
+        self._chunks = chunks
+        self._delay = delay
+        self._next = 0
+
+    def __aiter__(self) -> _Echo:
+        return self
+
+    async def __anext__(self) -> StreamChunk:
+        index = self._next
+        if index == len(self._chunks):
+            raise StopAsyncIteration
+        self._next = index + 1
+        chunk = self._chunks[index]
+        if self._delay and type(chunk) is TextDelta:
+            await trio.sleep(self._delay)
+        return chunk
 
 
 def _asked_call(last: UserTurn, request: ModelRequest) -> tuple[str, str] | None:

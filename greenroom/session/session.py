@@ -157,6 +157,7 @@ class Session:
         "on_append",
         "parent",
         "permissions",
+        "persistent",
         "title",
         "title_seq",
     )
@@ -173,6 +174,8 @@ class Session:
         #: root governs this session's mode, and their remembered answers apply here.
         self.parent: Session | None = None
         self._sink = sink
+        #: True if the session has a sink: a flush has somewhere to go (read-only).
+        self.persistent = sink is not None
         #: The ``session/event`` observers, wired by the store that publishes the session.
         self.on_append: Emitter[[Session, SessionEvent]] | None = None
         #: The settings in force (``config/set``: the last one of each key), read off the log.
@@ -305,11 +308,6 @@ class Session:
             await self._sink.put_blobs(blobs)
         if wanted:
             self._blobs.update(await self._sink.read_blobs(sorted(wanted - self._blobs.keys())))
-
-    @property
-    def persistent(self) -> bool:
-        """True if the session has a sink: a flush has somewhere to go."""
-        return self._sink is not None
 
     async def write_ahead(self) -> None:
         """Get everything appended so far to the OS, before the side effect the caller is
