@@ -276,3 +276,23 @@ def test_acp_without_elicitation_does_not_offer_the_tool(tmp_path: Path) -> None
     )
     assert editor.asked == []
     assert not any(isinstance(u, schema.ToolCallStart) for u in editor.updates)
+
+
+async def test_an_unaskable_session_is_offered_each_tool_list_without_the_tool() -> None:
+    # The copy without ask_user is kept per tool list: each list, new or seen before, is
+    # offered as itself minus ask_user, and a list without it is offered unchanged.
+    from greenroom.protocol.model import ModelRequest, ToolSchema
+    from greenroom.tools.ask import _Unaskable
+
+    class Alone:
+        client = None
+
+    unaskable = _Unaskable()
+    first = [ToolSchema("bash", "", {}), ToolSchema("ask_user", "", {})]
+    second = [ToolSchema("ask_user", "", {}), ToolSchema("read", "", {})]
+    plain = [ToolSchema("bash", "", {})]
+    for tools in [first, second, first, plain, second]:
+        request = ModelRequest(messages=[], tools=tools)
+        offered = await unaskable.offer(request, Alone())  # type: ignore[arg-type]
+        assert offered.tools == [t for t in tools if t.name != "ask_user"]
+        assert (offered is request) is (tools is plain)

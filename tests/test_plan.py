@@ -190,3 +190,19 @@ def test_acp_sends_each_plan_live_and_replays_them_on_load(tmp_path: Path) -> No
     ]
     assert live.plans() == expected
     assert loaded.plans() == expected
+
+
+async def test_the_note_follows_each_tool_list_a_request_offers() -> None:
+    # The answer is kept per tool list: a session whose tools change (a new list) is told
+    # of todo exactly when the new list offers it, and an older list keeps its own answer.
+    from greenroom.protocol.model import ModelRequest, ToolSchema
+    from greenroom.tools.todo import _Offered
+
+    offered = _Offered()
+    with_todo = [ToolSchema("bash", "", {}), ToolSchema("todo", "", {})]
+    without = [ToolSchema("bash", "", {})]
+    for tools, told in [(with_todo, True), (without, False), (with_todo, True), (without, False)]:
+        request = ModelRequest(messages=[], system="be brief", tools=tools)
+        shown = await offered.tell_the_model(request)
+        assert (shown.system == f"be brief\n\n{TODO_NOTE}") is told
+        assert (shown is request) is not told

@@ -18,12 +18,14 @@ import msgspec
 from greenroom.actors.events import AGENT_REQUEST
 from greenroom.actors.types import Agent, Question, ToolInvocation, ToolOutcome, ToolView
 from greenroom.protocol.events import ToolError
-from greenroom.protocol.model import ModelRequest
+from greenroom.protocol.model import ModelRequest, ToolSchema
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
 PLUGIN: Final = "tool-ask"
 NAME: Final = "ask_user"
+#: Tool lists whose ``ask_user``-less copy `_Unaskable` keeps, at most (then it starts over).
+_KEPT: Final = 64
 #: Characters of a question, and of one choice, at most; choices of one question at most.
 MAX_QUESTION: Final = 2_000
 MAX_CHOICE: Final = 200
@@ -93,17 +95,42 @@ ASK: Final[Tool[Any]] = Tool(
 )
 
 
-async def _offer_only_if_askable(request: ModelRequest, agent: Agent, *_: object) -> ModelRequest:
-    client = agent.client
-    if client is not None and client.questions is not None:
-        return request
-    if not any(tool.name == NAME for tool in request.tools):
-        return request
-    tools = [tool for tool in request.tools if tool.name != NAME]
-    return msgspec.structs.replace(request, tools=tools)
+class _Unaskable:
+    """What a session that cannot be asked is offered: its tools without ``ask_user``.
+
+    The copy is made once per tool list, not per request: a session's tool list is one
+    list object until its tools change (`ToolExecutor.schemas`), so the list held here,
+    compared by identity, says the copy is still right. A list built afresh per request
+    still gets a right copy, just not a kept one. At most `_KEPT` lists are held.
+    """
+
+    __slots__ = ("_copies",)
+
+    def __init__(self) -> None:
+        self._copies: dict[int, tuple[list[ToolSchema], list[ToolSchema]]] = {}
+
+    async def offer(self, request: ModelRequest, agent: Agent, *_: object) -> ModelRequest:
+        client = agent.client
+        if client is not None and client.questions is not None:
+            return request
+        tools = self._without(request.tools)
+        return request if tools is request.tools else msgspec.structs.replace(request, tools=tools)
+
+    def _without(self, tools: list[ToolSchema]) -> list[ToolSchema]:
+        """`tools` without ``ask_user``: `tools` itself if it has none."""
+        known = self._copies.get(id(tools))
+        if known is not None and known[0] is tools:
+            return known[1]
+        kept = [tool for tool in tools if tool.name != NAME]
+        if len(kept) == len(tools):
+            kept = tools
+        if len(self._copies) >= _KEPT:
+            self._copies.clear()
+        self._copies[id(tools)] = (tools, kept)
+        return kept
 
 
 def ask_plugin(ctx: PluginContext) -> None:
     """The ``tool-ask`` plugin: the tool, offered only to sessions whose client can be asked."""
     ctx.register_tool(ASK)
-    ctx.hooks.intercept(AGENT_REQUEST, _offer_only_if_askable, scope=ctx.scope)
+    ctx.hooks.intercept(AGENT_REQUEST, _Unaskable().offer, scope=ctx.scope)

@@ -17,11 +17,13 @@ import msgspec
 from greenroom.actors.events import AGENT_REQUEST
 from greenroom.actors.types import Agent, ToolInvocation, ToolOutcome, ToolView
 from greenroom.protocol.events import PlanEntry, PlanSet, ToolError
-from greenroom.protocol.model import ModelRequest
+from greenroom.protocol.model import ModelRequest, ToolSchema
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
 
 PLUGIN: Final = "tool-todo"
+#: Tool lists whose answer `_Offered` keeps, at most (then it starts over).
+_KEPT: Final = 64
 #: Entries of one plan, at most.
 MAX_ENTRIES: Final = 100
 #: Characters of one entry's content, at most.
@@ -88,14 +90,35 @@ TODO: Final[Tool[Any]] = Tool(
 )
 
 
-async def _tell_the_model(request: ModelRequest, *_: object) -> ModelRequest:
-    if not any(tool.name == "todo" for tool in request.tools):
-        return request
-    system = f"{request.system}\n\n{TODO_NOTE}" if request.system else TODO_NOTE
-    return msgspec.structs.replace(request, system=system)
+class _Offered:
+    """Whether a request offers ``todo``, worked out once per tool list, not per request: a
+    session's tool list is one list object until its tools change (`ToolExecutor.schemas`),
+    so a list held here, compared by identity, keeps its answer. A list built afresh per
+    request is looked through each time, as before. At most `_KEPT` lists are held."""
+
+    __slots__ = ("_answers",)
+
+    def __init__(self) -> None:
+        self._answers: dict[int, tuple[list[ToolSchema], bool]] = {}
+
+    async def tell_the_model(self, request: ModelRequest, *_: object) -> ModelRequest:
+        if not self._offers(request.tools):
+            return request
+        system = f"{request.system}\n\n{TODO_NOTE}" if request.system else TODO_NOTE
+        return msgspec.structs.replace(request, system=system)
+
+    def _offers(self, tools: list[ToolSchema]) -> bool:
+        known = self._answers.get(id(tools))
+        if known is not None and known[0] is tools:
+            return known[1]
+        offers = any(tool.name == "todo" for tool in tools)
+        if len(self._answers) >= _KEPT:
+            self._answers.clear()
+        self._answers[id(tools)] = (tools, offers)
+        return offers
 
 
 def todo_plugin(ctx: PluginContext) -> None:
     """The ``tool-todo`` plugin: the tool, and its note in the system prompt."""
     ctx.register_tool(TODO)
-    ctx.hooks.intercept(AGENT_REQUEST, _tell_the_model, scope=ctx.scope)
+    ctx.hooks.intercept(AGENT_REQUEST, _Offered().tell_the_model, scope=ctx.scope)
