@@ -61,7 +61,7 @@ from greenroom.protocol.acp import (
     UsageUpdate,
     UserMessageChunk,
 )
-from greenroom.protocol.arguments import arguments_value
+from greenroom.protocol.arguments import decode_arguments
 from greenroom.protocol.content import (
     ImageRef,
     Part,
@@ -99,6 +99,8 @@ TEXT_CHARS: Final = 250_000
 ITEM_CHARS: Final = 64
 _MARKER_ROOM: Final = 10_000  # room left for a cut's marker line
 _REST: Final = "the rest is in the session's log"
+#: A call's arguments checked as one JSON value and kept as their text (`_arguments`).
+_raw: Final = msgspec.json.Decoder(msgspec.Raw)
 
 
 class Presenter:
@@ -451,9 +453,10 @@ def _absolute(cwd: str | None, path: str) -> str:
 
 
 def _arguments(arguments: str) -> object:
-    """The call's JSON arguments as a value; as they are if they are not JSON (or nest too
-    deep to decode)."""
+    """The call's JSON arguments as the model wrote them (blank as ``{}``), checked to be one
+    JSON value and passed into the frame whole (`msgspec.Raw`: not decoded and encoded
+    again); as text if they are not JSON (or nest too deep to decode)."""
     try:
-        return arguments_value(arguments)
+        return decode_arguments(arguments, _raw.decode)
     except msgspec.DecodeError:
         return arguments
