@@ -32,7 +32,8 @@ session, asked every time), against one client round trip: ``initialize`` again,
 the same parameters (the one request every ACP agent must answer, and answers without side
 effects when repeated alike; ``authenticate`` was used before and is refused by an agent that
 advertises no auth method, as greenroom does). The three prompts are timed in
-turn (one of each, then again), the client round trip alone after them. Beside
+turn (one of each, then again), each `_GAP` after the one before (its turn's fsync done),
+the client round trip alone after them, back to back. Beside
 it, informational, the same question asked by the SDK agent (a prompt ``ask``)
 through the same client against its own client round trip: what the client
 itself charges to answer one (the floor of the row above).
@@ -244,16 +245,30 @@ class _Approver:
         pass
 
 
+#: Seconds between two timed prompts: past the end of a turn's background work (under the
+#: default sync policy its fsync starts 2 ms after the turn ends), so no prompt is timed
+#: beside the one before's. Without it the previous turn's fdatasync lands inside the
+#: next prompt's bash spawn at a place that depends on the order of the prompts (the
+#: asking one, coming after the approved one, had it mid-spawn: 50-350 us more to spawn),
+#: charged to what asking adds. Not between client round trips: the one a prompt asks is
+#: taken with both processes awake, as back-to-back round trips are (after a pause each
+#: also pays both processes' wake-up, ~150 us on this machine).
+_GAP = 0.005
+
+
 async def _interleaved(
-    n: int, calls: Mapping[str, Callable[[], Awaitable[object]]]
+    n: int, calls: Mapping[str, Callable[[], Awaitable[object]]], gap: float = 0.0
 ) -> dict[str, float]:
     """Median microseconds of `n` sequential calls of each of `calls`, taken in turn (one of
     each, then again), so a change of the machine's load lands on all alike: what asking
     adds is a difference of two medians of a ~3 ms bash call, and ~150 us of it is lost in
-    the drift between two phases run one after the other."""
+    the drift between two phases run one after the other. Each call starts `gap` seconds
+    after the one before it ended."""
     samples: dict[str, list[int]] = {name: [] for name in calls}
     for _ in range(n):
         for name, call in calls.items():
+            if gap:
+                await asyncio.sleep(gap)
             t0 = time.perf_counter_ns()
             await call()
             samples[name].append(time.perf_counter_ns() - t0)
@@ -290,6 +305,7 @@ async def _tools(n: int, tmp: Path, stderr: int) -> dict[str, float]:
                 "approved": lambda: prompt(approved, "bash: true"),
                 "asking": lambda: prompt(asking, "bash: true"),
             },
+            _GAP,
         )
         # Alone: taken between prompts it would carry their leftovers (a bash call's
         # reaping), a baseline made larger than one round trip.
@@ -416,6 +432,7 @@ async def _sdk_asking(n: int, work: Path, stderr: int) -> dict[str, float]:
                 "no tool": lambda: _prompt(conn, session),
                 "asking": lambda: _prompt(conn, session, "ask"),
             },
+            _GAP,
         )
         rounds = {"client round trip": lambda: conn.initialize(protocol_version=1)}
         figures |= await _interleaved(n, rounds)
