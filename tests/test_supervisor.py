@@ -683,10 +683,9 @@ async def test_a_start_of_an_asked_child_cut_by_the_shutdown_fails_and_leaves_no
         except RuntimeError as exc:
             failure.append(exc)
 
-    async with trio.open_nursery() as nursery:
-        async with Supervisor(name="root") as sup:
-            nursery.start_soon(start, sup)
-            await trio.testing.wait_all_tasks_blocked()
+    async with trio.open_nursery() as nursery, Supervisor(name="root") as sup:
+        nursery.start_soon(start, sup)
+        await trio.testing.wait_all_tasks_blocked()
     assert [str(exc) for exc in failure] == [
         "supervisor 'root': start of child 'never-up' was cancelled"
     ]

@@ -5,9 +5,9 @@ on one connection. The appends of a batch, from however many sessions, go
 in one transaction (one fsync when the batch needs one: group commit); a
 fenced append is refused before it writes anything, so it cannot undo
 another's. The writer gathers (`GATHER`): sessions that flush back to back
-share a batch instead of taking turns at it. A drain is one row: the JSON lines of its events, keyed by
-(session id, first seq), so a resume fetches one row per drain and decodes
-the whole log in one call.
+share a batch instead of taking turns at it. A drain is one row: the JSON
+lines of its events, keyed by (session id, first seq), so a resume fetches
+one row per drain and decodes the whole log in one call.
 
 One live writer per session: `create` and `open` take the session's lock
 file (`SessionLock`, in ``<db>.locks/``) and bump its **epoch**; every
