@@ -128,6 +128,15 @@ class Compactor:
             added += len((request.system or "").encode()) + self._schema_bytes(request.tools)
         return session.reported_tokens + -(-added // BYTES_PER_TOKEN)
 
+    def due(self, request: ModelRequest, model: ModelAdapter) -> bool:
+        """Whether `fit` would compact before `request` (it was asked for, or the estimate
+        passes the threshold of `model`'s window). Never checkpoints: a step that needs no
+        compaction, nearly every one, need not enter `fit` at all."""
+        if self.requested:
+            return True
+        window = _window_of(model)
+        return bool(window) and self.estimate(request) > self._policy.threshold * window
+
     async def fit(
         self,
         request: ModelRequest,
@@ -148,13 +157,10 @@ class Compactor:
         model without one is compacted only in the first two cases). A cancel during
         the summarizing call appends nothing: the log is as it was.
         """
+        if not overflowed and not self.due(request, model):
+            return request
         window = _window_of(model)
-        due = self.requested or overflowed
-        if not due and not window:
-            return request
         estimate = self.estimate(request)
-        if not due and estimate <= self._policy.threshold * window:
-            return request
         if overflowed:  # the provider refused `estimate` tokens (as counted here): less fits
             window = min(window, estimate) if window else estimate
         elif not window:  # asked for, of a model with no window: measure against what is there

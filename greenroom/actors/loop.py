@@ -813,7 +813,10 @@ class LoopAgent:
     ) -> tuple[bool, FinishReason | None, str]:
         """One model call and its tool calls. Returns (called tools, how the model finished,
         its text)."""
-        request = await self._compactor.fit(self._request(tools), *self._model_now(), turn, step)
+        request = self._request(tools)
+        model, model_id = self._model_now()
+        if self._compactor.due(request, model):
+            request = await self._compactor.fit(request, model, model_id, turn, step)
         if AGENT_REQUEST in self._hooks.listened:
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
         if self._session.persistent:  # the prompt, steering: before the model sees them
@@ -822,8 +825,8 @@ class LoopAgent:
             try:
                 reply = await self._stream(request, turn, step)
             except ContextOverflow:  # the estimate was wrong: compact, try once more
-                model = self._model_now()
-                request = await self._compactor.fit(request, *model, turn, step, overflowed=True)
+                now = self._model_now()
+                request = await self._compactor.fit(request, *now, turn, step, overflowed=True)
                 reply = await self._stream(request, turn, step)
         except (StepFailed, trio.Cancelled):
             raise
