@@ -7,7 +7,6 @@ global state.
 from __future__ import annotations
 
 import importlib
-import logging
 import os
 import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping
@@ -18,14 +17,12 @@ from typing import Any
 import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
-from greenroom.actors.events import AGENT_TURN_END
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, Permissions, SpawnLimits
+from greenroom.actors.types import Permissions, SpawnLimits
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
-from greenroom.protocol.events import Errored, TurnEndReason
 from greenroom.session import SessionStore
 from greenroom.session.persistence import Persistence
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
@@ -36,8 +33,6 @@ from greenroom.tools.bash.tools import release_owner
 from greenroom.tools.mcp import McpHub
 from greenroom.tools.plugins import Plugin, PluginContext
 from greenroom.tools.typed import as_tool
-
-logger = logging.getLogger("greenroom.agent")
 
 
 class Runtime:
@@ -190,7 +185,6 @@ async def open_runtime(
     `TypeError` saying what a tool is, before anything starts.
     """
     hooks = Hooks()
-    hooks.on(AGENT_TURN_END, _warn_of_failed_turn)
     sessions = SessionStore(hooks)
     tool_registry = ToolRegistry(hooks, permissions, max_tool_result=max_tool_result)
     if models is None:
@@ -231,17 +225,4 @@ async def open_runtime(
             bash=bash,
             supervisor=supervisor,
             plugins=plugins,
-        )
-
-
-def _warn_of_failed_turn(agent: Agent, turn: int, reason: TurnEndReason) -> None:
-    """A turn that ended ``error`` is a warning naming the agent, its session and the error:
-    an embedder who reads no answer still sees it (the log holds it too)."""
-    if isinstance(reason, Errored):
-        logger.warning(
-            "agent %r (session %r): turn %d failed: %s",
-            agent.id,
-            agent.session.id,
-            turn,
-            reason.message,
         )

@@ -1083,6 +1083,14 @@ class LoopAgent:
             value = output.value if output is not None and output.given else None
             outcome = TurnOutcome(turn, reason, start, end, structured=structured, output=value)
             settle(prompts, outcome)
+        if type(reason) is Errored:  # an embedder who reads no answer still sees it
+            logger.warning(
+                "agent %r (session %r): turn %d failed: %s",
+                self.id,
+                self._session.id,
+                turn,
+                reason.message,
+            )
         if AGENT_TURN_END in self._hooks.listened:
             self._hooks.emit(AGENT_TURN_END, self, turn, reason)
 
