@@ -73,11 +73,8 @@ class FramesOut(trio.abc.SendStream):
         await trio.lowlevel.wait_writable(self._fd)
 
     async def aclose(self) -> None:
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
-        await trio.lowlevel.checkpoint()
+        fd, self._fd = self._fd, -1
+        await _close(fd)
 
 
 class FramesIn(trio.abc.ReceiveStream):
@@ -118,11 +115,8 @@ class FramesIn(trio.abc.ReceiveStream):
             return data
 
     async def aclose(self) -> None:
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            trio.lowlevel.notify_closing(fd)
-            os.close(fd)
-        await trio.lowlevel.checkpoint()
+        fd, self._fd = self._fd, -1
+        await _close(fd)
 
 
 def run_stdio(
@@ -164,3 +158,12 @@ async def _serve(
                 nursery.start_soon(stop_on_signal)
                 await serve_connection(runtime, stream, interrupted=interrupted)
                 nursery.cancel_scope.cancel(reason="end of input")
+
+
+async def _close(fd: int) -> None:
+    """Close `fd` once (-1: closed already), told to Trio first so that a task waiting on
+    it wakes with `ClosedResourceError`; then checkpoint, as every ``aclose`` does."""
+    if fd >= 0:
+        trio.lowlevel.notify_closing(fd)
+        os.close(fd)
+    await trio.lowlevel.checkpoint()
