@@ -123,13 +123,19 @@ def _turns(count: int) -> list[Turn]:
 # -- (a) durable append -----------------------------------------------------------------------
 
 
+def _raw_log(root: Path) -> int:
+    """A raw log file for the floors, its header written and synced: its fd."""
+    fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    os.write(fd, msgspec.json.encode(_header()) + b"\n")
+    os.fsync(fd)
+    return fd
+
+
 def _raw_append(root: Path, turns: Sequence[Turn], *, fsync: bool) -> float:
     """Events per second: encode each turn's lines, ``os.write`` them (and ``os.fsync``)."""
     encoder = msgspec.json.Encoder()
-    fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = _raw_log(root)
     try:
-        os.write(fd, msgspec.json.encode(_header()) + b"\n")
-        os.fsync(fd)
         t0 = time.perf_counter()
         for events in turns:
             data = encoder.encode_lines(events)
@@ -147,10 +153,8 @@ async def _raw_append_threaded(root: Path, turns: Sequence[Turn]) -> float:
     """Events per second: `_raw_append` with each turn's fsync (``fdatasync``, as JSONL's)
     in ``trio.to_thread.run_sync``."""
     encoder = msgspec.json.Encoder()
-    fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = _raw_log(root)
     try:
-        os.write(fd, msgspec.json.encode(_header()) + b"\n")
-        os.fsync(fd)
         t0 = time.perf_counter()
         for events in turns:
             data = encoder.encode_lines(events)
@@ -166,10 +170,8 @@ async def _raw_append_threaded(root: Path, turns: Sequence[Turn]) -> float:
 def _raw_write_then_fsync(root: Path, turns: Sequence[Turn]) -> float:
     """Events per second: `_raw_append` without fsyncs, and one ``os.fsync`` at the end."""
     encoder = msgspec.json.Encoder()
-    fd = os.open(root / "raw.jsonl", os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = _raw_log(root)
     try:
-        os.write(fd, msgspec.json.encode(_header()) + b"\n")
-        os.fsync(fd)
         t0 = time.perf_counter()
         for events in turns:
             data = encoder.encode_lines(events)
