@@ -137,6 +137,10 @@ class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     #: The bytes of the images and blob resources the messages' parts name, by SHA-256
     #: (one missing is sent as a marker saying so).
     blobs: Mapping[str, bytes] = {}
+    #: The most output tokens this call may spend, thinking included (None: the adapter's
+    #: own maximum). An adapter takes the smaller of this and its own, and keeps any
+    #: thinking budget under it.
+    max_output_tokens: int | None = None
 
 
 #: The ``thought_level`` setting's values (ACP's ``thought_level`` config category).
