@@ -334,6 +334,56 @@ async def test_a_steered_prompts_events_are_those_of_the_turn_it_joins() -> None
         assert any(isinstance(e, AssistantChunk) and e.chunk == TextDelta("b") for e in seen)
 
 
+class _Steps(trio.abc.Instrument):
+    """Counts the steps one task takes (each a scheduler pass that ran it); past `most`, it
+    cancels `scope`, so that a task that spins fails the test instead of hanging it (under
+    the autojump clock a spinning task stops virtual time)."""
+
+    def __init__(self, scope: trio.CancelScope, most: int) -> None:
+        self.task: trio.lowlevel.Task | None = None
+        self.steps = 0
+        self._scope = scope
+        self._most = most
+
+    def before_task_step(self, task: trio.lowlevel.Task) -> None:
+        if task is self.task:
+            self.steps += 1
+            if self.steps > self._most:
+                self._scope.cancel()
+
+
+async def test_a_reader_of_a_queued_prompt_parks_until_a_turn_takes_it() -> None:
+    """Behind a long turn that keeps logging, a reader of the prompt queued after it is not
+    run once until that turn ends and the next takes its prompt."""
+    chunks = [item for _ in range(50) for item in (Say("x"), Wait(1))]
+    async with open_runtime(model=ScriptedModel([chunks, [Say("mine")]])) as rt:
+        agent = await new_agent(rt)
+        agent.send("long")
+        await trio.sleep(0.5)
+        queued = agent.send("queued")
+        seen: list[SessionEvent] = []
+        with trio.CancelScope() as bounded:
+            steps = _Steps(bounded, most=100)
+            trio.lowlevel.add_instrument(steps)
+            try:
+                async with trio.open_nursery() as nursery:
+
+                    async def read(task_status: trio.TaskStatus[None]) -> None:
+                        steps.task = trio.lowlevel.current_task()
+                        task_status.started()
+                        await collect(queued.events(), seen)  # parks in this first step
+
+                    await nursery.start(read)
+                    await trio.sleep(10)  # ten of the long turn's chunks are logged meanwhile
+                    assert steps.steps == 0  # not run once since it parked
+                    await queued
+            finally:
+                trio.lowlevel.remove_instrument(steps)
+        assert not bounded.cancelled_caught, f"the reader spun ({steps.steps} steps)"
+        assert seen == turn_events(list(agent.session.events), 2)
+        assert any(isinstance(e, AssistantChunk) and e.chunk == TextDelta("mine") for e in seen)
+
+
 # -- every prompt settles once, with the right stop reason ----------------------------------
 
 TEXTS = st.sampled_from(["alpha beta", "gamma", "delta epsilon zeta"])
@@ -375,6 +425,9 @@ def fates(events: list[SessionEvent]) -> tuple[dict[str, int], dict[int, TurnEnd
 @hypothesis.example(ops=[("send", "gamma"), ("sleep", 0.03), ("read", 0), ("sleep", 0.1)])
 # Steering into a turn that asked for an output (the steer has none of its own).
 @hypothesis.example(ops=[("send", _Echo), ("sleep", 0.03), ("steer", "alpha beta"), ("sleep", 0.1)])
+# A reader of a prompt queued behind a running turn (seeds 1 and 103 shrank to it): it spun
+# on the log the running turn grew, and virtual time never moved.
+@hypothesis.example(ops=[("send", "alpha beta"), ("send", _Echo), ("read", 0), ("sleep", 0.01)])
 async def test_random_interleavings_settle_every_prompt_once_with_its_fate(
     ops: list[tuple[str, object]], autojump_clock: trio.testing.MockClock
 ) -> None:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 import msgspec
 import trio
 
+from greenroom.parking import Parking
 from greenroom.protocol.content import ContentBlock
 from greenroom.protocol.events import (
     Aborted,
@@ -150,6 +151,7 @@ class Prompt(Generic[T]):
     __slots__ = (
         "_on_settled",
         "_outcome",
+        "_readers",
         "_session",
         "_turn",
         "_waiters",
@@ -180,6 +182,7 @@ class Prompt(Generic[T]):
         self._turn: int | None = None  # the turn that took it
         self._outcome: TurnOutcome | Answer[T] | None = None
         self._waiters: list[trio.lowlevel.Task] | None = None  # made by the first awaiter
+        self._readers: Parking | None = None  # readers waiting for a turn to take it
         self._on_settled: Callable[[Answer[T]], None] | None = None
 
     def __repr__(self) -> str:
@@ -280,14 +283,21 @@ class PromptEvents:
         await trio.lowlevel.checkpoint_if_cancelled()  # a cancel lands before any event is read
         while not self._finished:
             turn = prompt._turn
-            if turn is not None:  # until a turn takes it, what it will be is unknown
-                event = self._next_of(session, turn)
-                if event is None and self._current == turn:
-                    event = self._progress_of(session)
-                if event is not None:
-                    await trio.lowlevel.cancel_shielded_checkpoint()  # read: it is returned
-                    return event
-            if prompt._outcome is not None:  # no turn took it, or its end is behind the call
+            if turn is None:  # until a turn takes it, what it will be is unknown: park
+                if prompt._outcome is not None:  # no turn took it
+                    break
+                readers = prompt._readers
+                if readers is None:
+                    readers = prompt._readers = Parking()
+                await readers.park()  # until `take` or `settle`
+                continue
+            event = self._next_of(session, turn)
+            if event is None and self._current == turn:
+                event = self._progress_of(session)
+            if event is not None:
+                await trio.lowlevel.cancel_shielded_checkpoint()  # read: it is returned
+                return event
+            if prompt._outcome is not None:  # its end is behind the call
                 break
             await session.wait_for_append(self._position)
         self._finished = True
@@ -327,15 +337,19 @@ class PromptEvents:
 
 
 def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:
-    """`prompts` joined `turn` (the agent logs their messages next)."""
+    """`prompts` joined `turn` (the agent logs their messages next); their readers go on
+    reading the log."""
     for prompt in prompts:
         prompt._turn = turn
+        if prompt._readers is not None:
+            prompt._readers.wake()
 
 
 def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -> None:
-    """Give each prompt of `prompts` its fate, call its settle callback, wake its awaiters,
-    and wake the session's readers. Once per prompt: the agent settles a prompt as it takes
-    it out of the one place it was (a FIFO of the inbox, or the turn that took it)."""
+    """Give each prompt of `prompts` its fate, call its settle callback, wake its awaiters
+    and the readers no turn let in. Once per prompt: the agent settles a prompt as it takes
+    it out of the one place it was (a FIFO of the inbox, or the turn that took it). The
+    readers of a turn's prompts need no wake: its ``turn/end`` was appended before."""
     for prompt in prompts:
         prompt._outcome = outcome
         callback, prompt._on_settled = prompt._on_settled, None
@@ -344,8 +358,8 @@ def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -
         waiters, prompt._waiters = prompt._waiters, None
         for task in waiters or ():
             trio.lowlevel.reschedule(task)
-    if prompts:
-        prompts[0]._session.wake_readers()
+        if prompt._readers is not None:
+            prompt._readers.wake()
 
 
 def _call(callback: Callable[[Answer[T]], None], answer: Answer[T]) -> None:

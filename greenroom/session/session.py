@@ -12,6 +12,7 @@ import trio
 from msgspec.structs import force_setattr
 
 from greenroom.hooks import Emitter
+from greenroom.parking import Parking
 from greenroom.protocol.content import ImageRef, Part, Resource, ResourceRef, referenced
 from greenroom.protocol.events import (
     AssistantChunk,
@@ -196,7 +197,7 @@ class Session:
         self._added = 0  # UTF-8 bytes of the history's messages since then
         self._last_turn = 0
         self._open_turn: int | None = None
-        self._readers: trio.lowlevel.ParkingLot | None = None  # made by the first reader
+        self._readers: Parking | None = None  # made by the first reader
         #: The running calls' progress (`show_progress`), made by the first notice.
         self.live: LiveCalls | None = None
         for index, event in enumerate(seed):
@@ -250,13 +251,14 @@ class Session:
             on_append.emit(self, event)
         readers = self._readers
         if readers is not None:
-            readers.unpark_all()
+            readers.wake()
         return event
 
     async def wait_for_append(self, position: int) -> None:
         """Return once the log holds an event at `position` (after a checkpoint, at once if
-        it does), or at `wake_readers`, whichever comes first: a reader of the log keeps its
-        own position and calls this when it has read up to the end.
+        it does), or a running call shows progress (`show_progress`), whichever comes
+        first: a reader of the log keeps its own position and calls this when it has read
+        up to the end.
 
         The wake-up is made by the first reader of the session; a session nobody reads
         pays for none. A cancelled waiter leaves nothing behind.
@@ -265,14 +267,8 @@ class Session:
             await trio.lowlevel.checkpoint()
             return
         if self._readers is None:
-            self._readers = trio.lowlevel.ParkingLot()
+            self._readers = Parking()
         await self._readers.park()
-
-    def wake_readers(self) -> None:
-        """Wake every `wait_for_append` now, without an append: something a reader also
-        waits for changed (a prompt of the session was settled)."""
-        if self._readers is not None:
-            self._readers.unpark_all()
 
     def show_progress(self, progress: ToolProgress) -> None:
         """Keep `progress` as its running call's latest notice (never logged: see
@@ -281,7 +277,8 @@ class Session:
         if live is None:
             live = self.live = LiveCalls()
         live.publish(progress)
-        self.wake_readers()
+        if self._readers is not None:
+            self._readers.wake()
 
     @property
     def blobs(self) -> Mapping[str, bytes]:
