@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,14 @@ class AcpProcess:
         while True:
             for frame in self.frames:
                 if frame.get("id") == request_id and "method" not in frame:
+                    return frame
+            await self._read()
+
+    async def until(self, check: Callable[[dict[str, Any]], bool]) -> dict[str, Any]:
+        """The first frame (read so far or from now on) that `check` accepts."""
+        while True:
+            for frame in self.frames:
+                if check(frame):
                     return frame
             await self._read()
 

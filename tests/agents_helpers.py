@@ -9,6 +9,7 @@ from greenroom import Agent, Runtime
 from greenroom.protocol.events import (
     SessionEvent,
     StepStart,
+    TurnAnswered,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -47,11 +48,16 @@ def steps_of(events: Sequence[SessionEvent], turn: int) -> int:
 
 
 def assert_enclosed(events: Sequence[SessionEvent]) -> None:
-    """Every event sits between a turn/start and its turn/end; seqs run 0, 1, 2, ..."""
+    """Every event sits between a turn/start and its turn/end, but a turn/answered, which
+    follows the turn/end of the turn it names; seqs run 0, 1, 2, ..."""
     open_turn: int | None = None
     for index, event in enumerate(events):
         assert event.seq == index, f"event {index} has seq {event.seq}"
-        if isinstance(event, TurnStart):
+        if isinstance(event, TurnAnswered):
+            before = events[index - 1] if index else None
+            assert isinstance(before, TurnEnd), f"turn/answered at seq {index} follows no turn/end"
+            assert before.turn == event.turn, f"turn/answered {event.turn} follows another turn"
+        elif isinstance(event, TurnStart):
             assert open_turn is None, f"turn {event.turn} opened inside turn {open_turn}"
             open_turn = event.turn
         elif isinstance(event, TurnEnd):

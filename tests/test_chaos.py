@@ -27,6 +27,7 @@ from greenroom import open_runtime
 from greenroom.acp.connection import TEARDOWN_GRACE
 from greenroom.actors.events import AGENT_ERROR
 from greenroom.actors.loop import CLOSING_GRACE
+from greenroom.actors.prompt import Answer
 from greenroom.models import ScriptedModel
 from greenroom.models.scripted import CallTool, Say, Wait
 from greenroom.protocol.events import (
@@ -37,6 +38,7 @@ from greenroom.protocol.events import (
     SessionEvent,
     StepEnd,
     StepStart,
+    TurnAnswered,
     TurnEnd,
     TurnStart,
 )
@@ -44,6 +46,7 @@ from greenroom.session.persistence import PersistenceError, SessionLocked
 from greenroom.session.persistence.postgres import PostgresPersistence
 from greenroom.tools.typed import tool
 from tests.acp_process import acp_process
+from tests.agents_helpers import assert_enclosed
 from tests.pg_server import PgServer
 
 pytestmark = pytest.mark.real_clock
@@ -336,6 +339,183 @@ async def test_turns_complete_through_a_200_ms_delay_per_packet(
             assert stored == held
             await _close(node)
             nursery.cancel_scope.cancel()
+
+
+def assert_answers_stored(answers: list[Answer[object]], stored: list[SessionEvent]) -> None:
+    """The promise of a reported turn end: every prompt answered as its turn ended has that
+    turn's ``turn/end`` in the stored log, with that reason; every other answer (the store
+    did not take the end) is an error naming why, and the log records it right after the
+    turn's end (``turn/answered``)."""
+    assert_enclosed(stored)
+    ends = {e.turn: e for e in stored if isinstance(e, TurnEnd)}
+    answered = {e.turn: e for e in stored if isinstance(e, TurnAnswered)}
+    for answer in answers:
+        assert answer.turn is not None, answer
+        assert answer.turn in ends, (answer, "its end is not stored")
+        end = ends[answer.turn]
+        told = answered.get(answer.turn)
+        if told is None:
+            assert answer.stop_reason == type(end.reason).__struct_config__.tag, (answer, end)
+        else:
+            assert stored[end.seq + 1] is told  # right after the end it stands beside
+            assert told.reason == Errored(step=0, message=answer.reason or "", code="persistence")
+            assert answer.stop_reason == "error"
+            assert "the turn's end was not stored" in (answer.reason or "")
+
+
+@pytest.mark.parametrize("sync", ["turn", "always", "os"])
+async def test_a_turn_end_the_store_did_not_take_is_answered_error_and_logged_later(
+    pg_server: PgServer, postgres_dsn: str, sync: str
+) -> None:
+    """A black hole between a turn's write-ahead and its closing flush: its prompt is
+    answered an error naming the store's deadline (it was answered as the turn ended, with
+    no turn end in the store), and once the store is back, its end and what was answered
+    are both written."""
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            port = await nursery.start(proxy.serve)
+            dsn = _via(postgres_dsn, port, statement_timeout=f"{STATEMENT:g}s")
+            node = await trio.to_thread.run_sync(
+                partial(PostgresPersistence, dsn, node="node", lease_ttl=30.0, sync=sync)  # type: ignore[arg-type]
+            )
+            model = ScriptedModel([[Say("one")], [Say("cut "), Wait(0.5), Say("off")], [Say("3")]])
+            async with open_runtime(model=model, persistence=node) as rt:
+                handle = await rt.agents.create(agent_id="a", session_id="s")
+                agent = handle.agent
+                answers = [await agent.run("first")]
+                prompt = agent.send("second")
+                while not isinstance(agent.session.events[-1], AssistantChunk):
+                    await trio.sleep(0.01)
+                proxy.black_hole()  # written ahead already: the closing flush hangs
+                answers.append(await prompt)
+                proxy.heal()
+                await trio.to_thread.run_sync(_until, lambda: not node.writer.stuck)
+                answers.append(await agent.run("third"))
+                await handle.dispose()
+                held = list(agent.session.events)
+            _, stored = await node.load("s")
+            await _close(node)
+            nursery.cancel_scope.cancel()
+    assert [a.stop_reason for a in answers] == ["completed", "error", "completed"]
+    assert f"past its deadline ({STATEMENT:g} s)" in (answers[1].reason or "") or (
+        f"no answer within {STATEMENT:g} s" in (answers[1].reason or "")
+    ), answers[1]
+    assert stored == held
+    assert [type(e.reason) for e in stored if isinstance(e, TurnEnd)] == [Completed] * 3
+    assert_answers_stored(answers, stored)
+
+
+async def test_greenroom_acp_never_answers_end_turn_for_a_turn_the_store_did_not_take(
+    tmp_path: Path, pg_server: PgServer, postgres_dsn: str
+) -> None:
+    """The issue's measurement: a black hole one step into a prompt under ``greenroom acp
+    --sync always``. The prompt was answered ``end_turn`` while the store had none of its
+    turn; now it is a JSON-RPC error naming the store, and once the store is back the next
+    holder's log has the turn's end and what was answered."""
+    with trio.fail_after(LIMIT):
+        async with trio.open_nursery() as nursery:
+            proxy = Proxy(pg_server.root / ".s.PGSQL.5432")
+            port = await nursery.start(proxy.serve)
+            store = _via(postgres_dsn, port, statement_timeout=f"{STATEMENT:g}s")
+            args = ("--store", store, "--sync", "always", "--model", "scripted:0.3")
+            async with acp_process(tmp_path / "home", *args) as node:
+                session = await node.new_session(str(tmp_path))
+                prompted = await node.request(
+                    "session/prompt",
+                    {"sessionId": session, "prompt": [{"type": "text", "text": "one two three"}]},
+                )
+                await node.until(
+                    lambda frame: (
+                        frame.get("method") == "session/update"
+                        and frame["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                    )
+                )
+                proxy.black_hole()  # its write-ahead is in; its closing flush is not
+                answer = await node.response(prompted)
+                assert "result" not in answer, answer
+                assert "the turn's end was not stored" in answer["error"]["message"], answer
+                proxy.heal()
+                await trio.sleep(STATEMENT)  # the held statement lands at once: unstuck
+                assert (await node.prompt(session, "again"))["result"]["stopReason"] == "end_turn"
+                assert await node.close() == 0
+            other = await _store(postgres_dsn, "node-2")
+            _, stored = await other.load(session)
+            await _close(other)
+            nursery.cancel_scope.cancel()
+    ends = [e for e in stored if isinstance(e, TurnEnd)]
+    assert [(e.turn, type(e.reason)) for e in ends] == [(1, Completed), (2, Completed)]
+    told = stored[ends[0].seq + 1]
+    assert isinstance(told, TurnAnswered)
+    assert told.turn == 1
+    assert isinstance(told.reason, Errored)
+    assert told.reason.message in answer["error"]["message"]
+
+
+@pytest.mark.parametrize("sync", ["turn", "always", "os"])
+def test_a_full_disk_at_the_closing_flush_answers_error_and_the_end_lands_later(
+    tmp_path: Path, sync: str
+) -> None:
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from tests.test_chaos import disk_full_at_the_end;"
+            f" disk_full_at_the_end({str(tmp_path)!r}, {sync!r})",
+        ],
+        cwd=Path(__file__).parent.parent,
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+    )
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout.splitlines()[-1])
+    assert seen["stop_reasons"] == ["completed", "error", "completed"]
+    path = str(tmp_path / "sessions" / "s.jsonl")
+    assert f"cannot write {path}: [Errno 27] File too large" in seen["reason"]
+    assert seen["stored"] == seen["held"]
+    assert seen["promise"] == "kept"
+
+
+def disk_full_at_the_end(root: str, sync: str) -> None:
+    """The child: the file may not grow between a turn's write-ahead and its closing flush."""
+    import resource
+    import signal
+
+    from greenroom.session.persistence import JsonlPersistence
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG)
+    store = JsonlPersistence(Path(root) / "sessions", sync=sync)  # type: ignore[arg-type]
+    model = ScriptedModel([[Say("one")], [Say("cut "), Wait(0.2), Say("x" * 4000)], [Say("3")]])
+
+    async def run() -> dict[str, object]:
+        async with open_runtime(model=model, persistence=store) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s")
+            agent = handle.agent
+            answers = [await agent.run("first")]
+            prompt = agent.send("second")
+            while not isinstance(agent.session.events[-1], AssistantChunk):
+                await trio.sleep(0.01)
+            size = os.path.getsize(store.path("s"))  # its write-ahead is in
+            resource.setrlimit(resource.RLIMIT_FSIZE, (size + 100, resource.RLIM_INFINITY))
+            answers.append(await prompt)
+            resource.setrlimit(
+                resource.RLIMIT_FSIZE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY)
+            )
+            answers.append(await agent.run("third"))
+            await handle.dispose()
+            held = [json.loads(line) for line in _encode(agent.session.events)]
+        _, stored = await store.load("s")
+        assert_answers_stored(answers, list(stored))
+        return {
+            "stop_reasons": [a.stop_reason for a in answers],
+            "reason": answers[1].reason,
+            "held": held,
+            "stored": [json.loads(line) for line in _encode(stored)],
+            "promise": "kept",
+        }
+
+    print(json.dumps(trio.run(run)))
 
 
 def _until(check: object) -> None:

@@ -107,6 +107,7 @@ from greenroom.protocol.events import (
     ToolProgress,
     ToolResult,
     ToolStart,
+    TurnAnswered,
     TurnEnd,
     TurnEndReason,
     TurnResumed,
@@ -142,6 +143,9 @@ DISPOSED_REASON: Final = "disposed"
 OUTPUT_SOURCE: Final = PluginSource("output")
 #: The error code of a turn whose structured output never validated.
 INVALID_OUTPUT: Final = "invalid-output"
+#: The error code of a step whose write-ahead failed, and of the answer of a turn whose
+#: closing events the store did not take.
+PERSISTENCE: Final = "persistence"
 
 T = TypeVar("T")
 
@@ -1069,15 +1073,26 @@ class LoopAgent:
     ) -> None:
         """Append the turn's closing events (no checkpoint: nothing can cut them), flush,
         settle the turn's prompts, then report the end (``agent/turn-end``): under
-        ``sync="always"`` both only once it is fsynced."""
+        ``sync="always"`` both only once it is fsynced.
+
+        What is reported is what the store holds: when the flush fails (within the
+        store's deadline), the prompts are answered an error naming the store instead,
+        and that answer is logged after the ``turn/end`` (``turn/answered``), to be
+        written with it by the next write that gets through."""
+        session = self._session
         if self._open_step:
             self._close_step(turn)
-        if (usage := turn_usage(self._session.events, start, turn)) is not None:
-            self._session.append(usage)
-        end = self._session.append(TurnEnd(turn=turn, reason=reason)).seq
+        if (usage := turn_usage(session.events, start, turn)) is not None:
+            session.append(usage)
+        end = session.append(TurnEnd(turn=turn, reason=reason)).seq
         try:
-            if self._session.persistent:
-                await self._flush(turn)
+            if session.persistent and (failure := await self._flush(turn)) is not None:
+                reason = Errored(
+                    step=0,
+                    message=f"the turn's end was not stored: {failure}",
+                    code=PERSISTENCE,
+                )
+                session.append(TurnAnswered(turn=turn, reason=reason))
         finally:
             structured = output is not None
             value = output.value if output is not None and output.given else None
@@ -1106,11 +1121,11 @@ class LoopAgent:
             await self._session.write_ahead()
         except PersistenceError as exc:
             raise StepFailed(
-                f"the session log could not be written before {before}: {exc}", "persistence"
+                f"the session log could not be written before {before}: {exc}", PERSISTENCE
             ) from exc
 
-    async def _flush(self, turn: int) -> None:
-        """End the turn through the session's sink; report a failure.
+    async def _flush(self, turn: int) -> Exception | None:
+        """End the turn through the session's sink; report a failure, and return it.
 
         A cancel cannot cut it: a sink shields whatever it waits for (a
         write in a worker thread can only be abandoned, never interrupted).
@@ -1125,8 +1140,9 @@ class LoopAgent:
             self._unflushed = True
             logger.exception("flush of session %r failed", self._session.id)
             self._hooks.emit(AGENT_ERROR, self, turn, 0, exc)
-        else:
-            self._unflushed = False
+            return exc
+        self._unflushed = False
+        return None
 
     # -- status -----------------------------------------------------------------
 

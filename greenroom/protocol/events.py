@@ -153,6 +153,17 @@ class TurnEnd(Event, frozen=True, gc=False, tag="turn/end"):
     reason: TurnEndReason
 
 
+class TurnAnswered(Event, frozen=True, gc=False, tag="turn/answered"):
+    """What the prompts of turn `turn` were answered when the store could not take its
+    closing events in time (under ``sync="always"``: sync them): `reason`, an error naming
+    the store, instead of the ``turn/end`` the log holds. Appended right after that
+    ``turn/end``, and written with it once the store takes them again (never, if another
+    node fenced the log): the one event that follows the end of the turn it belongs to."""
+
+    turn: int
+    reason: TurnEndReason
+
+
 class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     """A turn a crash cut, carried on by the session's next holder (``resume(...,
     interrupted="continue")``), logged before anything it does.
@@ -366,6 +377,7 @@ class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
 SessionEvent: TypeAlias = (
     TurnStart
     | TurnEnd
+    | TurnAnswered
     | TurnResumed
     | StepStart
     | StepEnd

@@ -37,6 +37,7 @@ from greenroom.protocol.events import (
     SteeringMessage,
     ToolCall,
     ToolResult,
+    TurnAnswered,
     TurnEnd,
     TurnEndReason,
     TurnStart,
@@ -142,6 +143,8 @@ def transcript(
                 yield f"  {describe_compaction(event)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
+            case TurnAnswered(reason=reason):
+                yield f"  answered: {_shown(describe_reason(reason))}"
 
 
 def _part(part: Part, stored: Container[str] | None) -> str:
