@@ -2,10 +2,14 @@
 
 A hook is a small named object typed by what its listeners receive, so a
 listener of the wrong shape is a mypy error and an emit with no listeners
-costs one dict lookup. On a hot path the emitter checks ``hook in
-hooks.listened`` first, which costs that lookup and nothing else (no call,
-no arguments packed); `Emitter` is that check and the emit, bound to one
-hook. The named hooks themselves live with their vocabulary
+costs one dict lookup.
+
+The rule for emitters: an emit made once or more per prompt, turn, step,
+chunk or progress notice is guarded, ``if hook in hooks.listened:
+hooks.emit(hook, ...)``, which costs that lookup and nothing else while
+nobody listens (no call, no arguments packed); a rarer one (an error, a
+life's start or end, a carried-on turn) is made bare. `Emitter` is the
+guarded emit, bound to one hook. The named hooks themselves live with their vocabulary
 (``greenroom.actors.events``, ``greenroom.session.store``); this module
 knows no agent or session. Hooks are for observers and for the waterfalls
 that shape a turn; nothing that must not be lost (the session log's write
@@ -96,10 +100,6 @@ class Hooks:
     ) -> Callable[[], None]:
         """Pass the value of every ``waterfall(hook, value, *args)`` through ``handler``."""
         return self._add(hook, handler, scope)
-
-    def has(self, hook: object) -> bool:
-        """True if anything listens to `hook`: lets an emitter skip building a payload."""
-        return hook in self._table
 
     def emit(self, hook: EmitHook[P], *args: P.args, **kwargs: P.kwargs) -> None:
         listeners = self._table.get(hook)

@@ -10,6 +10,7 @@ from typing import Any
 import trio
 
 from greenroom.actors.prompt import Prompt
+from greenroom.parking import Parking
 
 _PROCESS = secrets.token_hex(4)
 _counter = itertools.count(1)
@@ -32,12 +33,12 @@ class Inbox:
     checkpoint.
     """
 
-    __slots__ = ("_parked", "_queued", "_steering", "closed", "flush_requested")
+    __slots__ = ("_queued", "_reader", "_steering", "closed", "flush_requested")
 
     def __init__(self) -> None:
         self._queued: list[Prompt[Any]] = []
         self._steering: list[Prompt[Any]] = []
-        self._parked: trio.lowlevel.Task | None = None
+        self._reader = Parking()
         self.flush_requested = False
         self.closed = False
 
@@ -116,14 +117,7 @@ class Inbox:
         """
         if self._queued or self.flush_requested or self.closed:
             return trio.lowlevel.checkpoint()  # noqa: ASYNC105 (the caller awaits it)
-        self._parked = trio.lowlevel.current_task()
-        return trio.lowlevel.wait_task_rescheduled(self._abort)  # noqa: ASYNC105 (as above)
-
-    def _abort(self, raise_cancel: object) -> trio.lowlevel.Abort:
-        self._parked = None
-        return trio.lowlevel.Abort.SUCCEEDED
+        return self._reader.park()
 
     def _wake(self) -> None:
-        task, self._parked = self._parked, None
-        if task is not None:
-            trio.lowlevel.reschedule(task)
+        self._reader.wake()

@@ -78,6 +78,7 @@ from greenroom.actors.types import (
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
 from greenroom.models.usage import turn_usage
+from greenroom.parking import Parking
 from greenroom.protocol.content import Content, Part, checked, stored, text_of
 from greenroom.protocol.events import (
     COMPLETED,
@@ -282,7 +283,8 @@ class LoopAgent:
             return self.send(content, source=source)
         prompt: Prompt[None] = self._prompt(content, source, None)
         self._inbox.push_steering(prompt)
-        self._hooks.emit(AGENT_QUEUED, self, prompt.id, True)
+        if AGENT_QUEUED in self._hooks.listened:
+            self._hooks.emit(AGENT_QUEUED, self, prompt.id, True)
         return prompt
 
     @overload
@@ -761,7 +763,8 @@ class LoopAgent:
                         message_id=steering.id,
                     )
                 )
-                self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
+                if AGENT_STEERING in self._hooks.listened:
+                    self._hooks.emit(AGENT_STEERING, self, turn, steering.content)
             if self._cancel_reason is not None:  # window 3: before the step
                 return Aborted(self._take_cancel() or DEFAULT_CANCEL_REASON)
             self._open_step = step
@@ -995,7 +998,8 @@ class LoopAgent:
     def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
         progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
         self._session.show_progress(progress)
-        self._hooks.emit(AGENT_TOOL_PROGRESS, self, progress)
+        if AGENT_TOOL_PROGRESS in self._hooks.listened:
+            self._hooks.emit(AGENT_TOOL_PROGRESS, self, progress)
 
     def _log_result(self, turn: int, step: int, call: ToolCallChunk, outcome: ToolOutcome) -> None:
         self._session.append(
@@ -1343,36 +1347,27 @@ class _Wait:
     after the life's exit if the agent was disposed by then. Any number of tasks may
     await it, any number of times; a cancelled awaiter leaves nothing behind.
 
-    It parks its awaiters itself (no `trio.Event`, no coroutine of its own): the wait
-    is in every ``send`` + ``when_idle`` turn."""
+    Not a coroutine: the wait is in every ``send`` + ``when_idle`` turn, and a parked
+    awaiter holds no frame of ours."""
 
     __slots__ = ("_life", "_parked", "_released")
 
     def __init__(self, life: AgentLife | None, *, released: bool = False) -> None:
         self._life = life
         self._released = released
-        self._parked: list[trio.lowlevel.Task] | None = None  # made by the first to park
+        self._parked: Parking | None = None  # made by the first to park
 
     def release(self) -> None:
         self._released = True
-        parked, self._parked = self._parked, None
-        for task in parked or ():
-            trio.lowlevel.reschedule(task)
+        if self._parked is not None:
+            self._parked.wake()
 
     def __await__(self) -> Generator[Any, Any, None]:
         if self._released:
             yield from trio.lowlevel.checkpoint().__await__()  # noqa: ASYNC105 (awaited: yield from)
         else:
-            task = trio.lowlevel.current_task()
-            parked = self._parked
-            if parked is None:
-                parked = self._parked = []
-            parked.append(task)
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                parked.remove(task)
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            yield from trio.lowlevel.wait_task_rescheduled(abort).__await__()  # noqa: ASYNC105
+            if self._parked is None:
+                self._parked = Parking()
+            yield from self._parked.park().__await__()
         if self._life is not None and self._life.disposing:
             yield from self._life.wait_exited().__await__()

@@ -181,7 +181,7 @@ class Prompt(Generic[T]):
         self._session = session
         self._turn: int | None = None  # the turn that took it
         self._outcome: TurnOutcome | Answer[T] | None = None
-        self._waiters: list[trio.lowlevel.Task] | None = None  # made by the first awaiter
+        self._waiters: Parking | None = None  # made by the first awaiter
         self._readers: Parking | None = None  # readers waiting for a turn to take it
         self._on_settled: Callable[[Answer[T]], None] | None = None
 
@@ -224,18 +224,11 @@ class Prompt(Generic[T]):
         return outcome  # type: ignore[return-value]
 
     async def _wait(self) -> Answer[T]:
-        if self._outcome is None:  # parked until `settle` reschedules it
-            task = trio.lowlevel.current_task()
+        if self._outcome is None:  # parked until `settle` wakes it
             waiters = self._waiters
             if waiters is None:
-                waiters = self._waiters = []
-            waiters.append(task)
-
-            def abort(_: object) -> trio.lowlevel.Abort:
-                waiters.remove(task)
-                return trio.lowlevel.Abort.SUCCEEDED
-
-            await trio.lowlevel.wait_task_rescheduled(abort)
+                waiters = self._waiters = Parking()
+            await waiters.park()
         else:
             await trio.lowlevel.checkpoint()
         return self._answer()
@@ -355,9 +348,8 @@ def settle(prompts: Sequence[Prompt[Any]], outcome: TurnOutcome | Answer[Any]) -
         callback, prompt._on_settled = prompt._on_settled, None
         if callback is not None:
             _call(callback, prompt._answer())
-        waiters, prompt._waiters = prompt._waiters, None
-        for task in waiters or ():
-            trio.lowlevel.reschedule(task)
+        if prompt._waiters is not None:
+            prompt._waiters.wake()
         if prompt._readers is not None:
             prompt._readers.wake()
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Final, TypeAlias
+from typing import Final, TypeAlias, final
 
 import msgspec
 
@@ -24,10 +24,12 @@ MAX_PROMPT_BYTES: Final = 20 * 1024 * 1024
 IMAGE_TYPES: Final = frozenset({"image/png", "image/jpeg", "image/gif", "image/webp"})
 
 
+@final
 class Text(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
     text: str
 
 
+@final
 class Image(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"):
     """An image's bytes (not base64) and its type, one of `IMAGE_TYPES`."""
 
@@ -35,6 +37,7 @@ class Image(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image"
     mime_type: str
 
 
+@final
 class Resource(
     msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource", omit_defaults=True
 ):
@@ -52,6 +55,7 @@ ContentBlock: TypeAlias = Text | Image | Resource
 Content: TypeAlias = str | Sequence[ContentBlock]
 
 
+@final
 class ImageRef(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="image-ref"):
     """An image in the log: its bytes are the blob `sha256` (hex) names, `size` long."""
 
@@ -60,6 +64,7 @@ class ImageRef(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="ima
     size: int
 
 
+@final
 class ResourceRef(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource-ref"):
     """A blob resource in the log: its bytes are the blob `sha256` (hex) names."""
 

@@ -7,7 +7,7 @@ the event is appended; until then they are -1 and 0.
 
 from __future__ import annotations
 
-from typing import Final, Literal, TypeAlias
+from typing import Any, Final, Literal, TypeAlias, final
 
 import msgspec
 
@@ -17,16 +17,19 @@ from greenroom.protocol.model import StreamChunk, Thought, ToolCallChunk, Usage
 # -- who a message came from -------------------------------------------------
 
 
+@final
 class UserSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="user"):
     """A person, through whatever front end (the default source)."""
 
 
+@final
 class PluginSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="plugin"):
     """A plugin of the runtime (a tool's completion notice, say)."""
 
     plugin: str
 
 
+@final
 class AgentSource(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="agent"):
     """Another agent."""
 
@@ -39,20 +42,24 @@ USER: Final = UserSource()
 # -- why a turn started ------------------------------------------------------
 
 
+@final
 class MessageTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="message"):
     source: MessageSource
 
 
+@final
 class InjectionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="injection"):
     source: MessageSource
 
 
+@final
 class ConfigTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="config"):
     """A one-shot turn that only records a setting changed while the agent was idle."""
 
     source: MessageSource
 
 
+@final
 class CompactionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="compaction"):
     """A one-shot turn that only compacts the history (`Agent.compact` while idle)."""
 
@@ -74,6 +81,7 @@ PermissionDecision: TypeAlias = Literal[
 ]
 
 
+@final
 class Location(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """A place a tool call works on: a path, and a 1-based line if it has one."""
 
@@ -81,6 +89,7 @@ class Location(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     line: int | None = None
 
 
+@final
 class FileDiff(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """An edit a tool made: the file's text before (None for a new file) and after."""
 
@@ -92,16 +101,19 @@ class FileDiff(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
 # -- why a turn ended --------------------------------------------------------
 
 
+@final
 class Completed(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="completed"):
     """The model stopped and nothing asked for another step."""
 
 
+@final
 class Aborted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="aborted"):
     """`Agent.cancel(reason)` stopped the turn."""
 
     reason: str
 
 
+@final
 class Errored(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="error"):
     """A step failed: the model raised, yielded garbage, or finished with an error."""
 
@@ -110,19 +122,23 @@ class Errored(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="erro
     code: str | None = None
 
 
+@final
 class Disposed(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="disposed"):
     """The agent was disposed (or its owner closed) while the turn ran."""
 
 
+@final
 class MaxTokens(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="max-tokens"):
     """A step hit the model's output limit; its tool calls were dropped."""
 
 
+@final
 class Refused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="refusal"):
     """The model refused (a content filter, a safety stop). The turn stays in the log,
     but the model never sees it again: the next request's history leaves it out."""
 
 
+@final
 class Interrupted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="interrupted"):
     """The process died mid-turn; written by crash repair on load, never live."""
 
@@ -139,20 +155,36 @@ REFUSED: Final = Refused()
 
 
 class Event(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type"):
+    """The base of the log's events. Each event class is final: readers tell events
+    apart by exact type (``type(event) is ToolResult``, a table keyed by type), which a
+    subclass would fall through silently, so subclassing one is a `TypeError`."""
+
     seq: int = -1
     time: float = 0.0
 
+    def __init_subclass__(cls, **options: Any) -> None:
+        super().__init_subclass__(**options)
+        for base in cls.__bases__:
+            if getattr(base, "__final__", False):
+                raise TypeError(
+                    f"{cls.__name__}: the event {base.__name__} is final; events are told"
+                    " apart by exact type, so a subclass would be read as no event at all"
+                )
 
+
+@final
 class TurnStart(Event, frozen=True, gc=False, tag="turn/start"):
     turn: int
     trigger: TurnTrigger
 
 
+@final
 class TurnEnd(Event, frozen=True, gc=False, tag="turn/end"):
     turn: int
     reason: TurnEndReason
 
 
+@final
 class TurnAnswered(Event, frozen=True, gc=False, tag="turn/answered"):
     """What the prompts of turn `turn` were answered when the store could not take its
     closing events in time (under ``sync="always"``: sync them): `reason`, an error naming
@@ -164,6 +196,7 @@ class TurnAnswered(Event, frozen=True, gc=False, tag="turn/answered"):
     reason: TurnEndReason
 
 
+@final
 class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     """A turn a crash cut, carried on by the session's next holder (``resume(...,
     interrupted="continue")``), logged before anything it does.
@@ -182,16 +215,19 @@ class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     interrupted: list[str] = []
 
 
+@final
 class StepStart(Event, frozen=True, gc=False, tag="step/start"):
     turn: int
     step: int
 
 
+@final
 class StepEnd(Event, frozen=True, gc=False, tag="step/end"):
     turn: int
     step: int
 
 
+@final
 class UserMessage(Event, frozen=True, gc=False, tag="user/message", omit_defaults=True):
     """A prompt: its text in `content`; `parts` its blocks when it was sent as blocks
     (an image or a blob resource as a reference to its bytes, kept beside the log)."""
@@ -202,12 +238,14 @@ class UserMessage(Event, frozen=True, gc=False, tag="user/message", omit_default
     parts: list[Part] = []
 
 
+@final
 class ContextMessage(Event, frozen=True, gc=False, tag="context/message"):
     content: str
     source: MessageSource
     message_id: str
 
 
+@final
 class SteeringMessage(Event, frozen=True, gc=False, tag="steering/message"):
     turn: int
     content: str
@@ -215,12 +253,14 @@ class SteeringMessage(Event, frozen=True, gc=False, tag="steering/message"):
     message_id: str
 
 
+@final
 class AssistantChunk(Event, frozen=True, gc=False, tag="assistant/chunk"):
     turn: int
     step: int
     chunk: StreamChunk
 
 
+@final
 class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
     turn: int
     step: int
@@ -231,6 +271,7 @@ class AssistantMessage(Event, frozen=True, gc=False, tag="assistant/message"):
     thoughts: list[Thought] = []  # the provider's thinking blocks, sent back as they came
 
 
+@final
 class ModelRetry(Event, frozen=True, gc=False, tag="model/retry"):
     """The step's model call failed before any of its reply was logged (`error`, its `code`)
     and is tried again after `wait` seconds; `attempt` is the failed one, from 1."""
@@ -243,6 +284,7 @@ class ModelRetry(Event, frozen=True, gc=False, tag="model/retry"):
     code: str | None = None
 
 
+@final
 class Cut(msgspec.Struct, frozen=True, gc=False):
     """A verbatim event the model sees shortened: the first `kept` characters of its text
     (a tool result's output, a message's content), then a marker saying how much was cut."""
@@ -251,6 +293,7 @@ class Cut(msgspec.Struct, frozen=True, gc=False):
     kept: int
 
 
+@final
 class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
     """The model's history from here on: `summary` stands for the events from `first_seq`
     up to `kept_seq` (turns `first_turn` to `last_turn`), and the events from `kept_seq` on
@@ -278,6 +321,7 @@ class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
     instructions: str | None = None
 
 
+@final
 class TurnUsage(Event, frozen=True, gc=False, tag="turn/usage"):
     """The tokens of a turn: `usage` its steps' summed, `session` every turn's of the session
     so far, this one's included. Just before ``turn/end``, when a step reported usage."""
@@ -287,6 +331,7 @@ class TurnUsage(Event, frozen=True, gc=False, tag="turn/usage"):
     session: Usage
 
 
+@final
 class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     """A call the model made; `kind`, `title` and `locations` say, for a reader, what it does."""
 
@@ -300,6 +345,7 @@ class ToolCall(Event, frozen=True, gc=False, tag="tool/call"):
     locations: list[Location] = []
 
 
+@final
 class ToolStart(Event, frozen=True, gc=False, tag="tool/start"):
     """The call was allowed to run and is running now."""
 
@@ -308,11 +354,13 @@ class ToolStart(Event, frozen=True, gc=False, tag="tool/start"):
     call_id: str
 
 
+@final
 class ToolError(msgspec.Struct, frozen=True, gc=False):
     name: str
     code: str | None = None
 
 
+@final
 class ToolResult(Event, frozen=True, gc=False, tag="tool/result"):
     turn: int
     step: int
@@ -327,6 +375,7 @@ PlanStatus: TypeAlias = Literal["pending", "in_progress", "completed"]
 PlanPriority: TypeAlias = Literal["high", "medium", "low"]
 
 
+@final
 class PlanEntry(msgspec.Struct, frozen=True, gc=False):
     """One task of an agent's plan, shaped like ACP's ``PlanEntry``."""
 
@@ -335,6 +384,7 @@ class PlanEntry(msgspec.Struct, frozen=True, gc=False):
     status: PlanStatus
 
 
+@final
 class PlanSet(Event, frozen=True, gc=False, tag="plan/set"):
     """The agent's plan is now `entries`, whole (the ``todo`` tool's call `call_id`); the
     last one of a session holds."""
@@ -344,6 +394,7 @@ class PlanSet(Event, frozen=True, gc=False, tag="plan/set"):
     entries: list[PlanEntry]
 
 
+@final
 class ToolProgress(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag="tool/progress"):
     """What a running call has shown so far: `output` the last `PROGRESS_BYTES` of it at
     most (UTF-8), `total` the bytes it wrote. A transient notice, never a log event: the
@@ -360,6 +411,7 @@ class ToolProgress(msgspec.Struct, frozen=True, gc=False, kw_only=True, tag="too
 PROGRESS_BYTES: Final = 8192
 
 
+@final
 class ConfigSet(Event, frozen=True, gc=False, tag="config/set"):
     """A setting of the session changed (``mode``, ``model``); the last one of a key holds."""
 
@@ -367,6 +419,7 @@ class ConfigSet(Event, frozen=True, gc=False, tag="config/set"):
     value: str
 
 
+@final
 class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
     """An "always" answer to a permission request: `tool` may (or may not) run unasked."""
 
@@ -402,6 +455,7 @@ StatusName: TypeAlias = Literal["idle", "running", "disposed"]
 SESSION_VERSION: Final = 0
 
 
+@final
 class SessionHeader(
     msgspec.Struct, frozen=True, gc=False, kw_only=True, tag_field="type", tag="session"
 ):

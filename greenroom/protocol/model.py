@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Final, Literal, TypeAlias
+from typing import Final, Literal, TypeAlias, final
 
 import msgspec
 
@@ -14,16 +14,19 @@ FinishReason: TypeAlias = Literal["stop", "tool-calls", "max-tokens", "refusal",
 # -- stream chunks -----------------------------------------------------------
 
 
+@final
 class TextDelta(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="text-delta"):
     text: str
 
 
+@final
 class ReasoningDelta(
     msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="reasoning-delta"
 ):
     text: str
 
 
+@final
 class Thought(
     msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="thought", omit_defaults=True
 ):
@@ -37,6 +40,7 @@ class Thought(
     redacted: str = ""
 
 
+@final
 class ToolCallChunk(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="tool-call"):
     """One whole tool call: adapters assemble the fragments a wire format splits it into."""
 
@@ -45,6 +49,7 @@ class ToolCallChunk(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag
     arguments: str  # JSON text
 
 
+@final
 class Usage(
     msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="usage", omit_defaults=True
 ):
@@ -70,6 +75,7 @@ class Usage(
         )
 
 
+@final
 class Retry(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="retry"):
     """Not part of the reply: the adapter's `attempt` (from 1) failed with `error` before
     any of its reply was streamed, and the call is tried again after `wait` seconds. The
@@ -81,6 +87,7 @@ class Retry(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="retry"
     code: str | None = None
 
 
+@final
 class Finish(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="finish"):
     reason: FinishReason
     message: str | None = None
@@ -93,6 +100,7 @@ StreamChunk: TypeAlias = (
 # -- requests ----------------------------------------------------------------
 
 
+@final
 class UserTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="user"):
     """A user message: `content` its text, or, when it has `parts`, what they say in text
     (each adapter then sends the parts, the blobs they name read off `ModelRequest.blobs`)."""
@@ -101,12 +109,14 @@ class UserTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="use
     parts: list[Part] = []
 
 
+@final
 class AssistantTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="assistant"):
     content: str
     tool_calls: list[ToolCallChunk] = []
     thoughts: list[Thought] = []
 
 
+@final
 class ToolTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="tool"):
     call_id: str
     content: str
@@ -116,12 +126,14 @@ class ToolTurn(msgspec.Struct, frozen=True, gc=False, tag_field="role", tag="too
 Message: TypeAlias = UserTurn | AssistantTurn | ToolTurn
 
 
+@final
 class ToolSchema(msgspec.Struct, frozen=True, gc=False):
     name: str
     description: str
     parameters: dict[str, object]  # JSON Schema of the arguments
 
 
+@final
 class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     """One model call. ``output``: the turn asked for a structured final answer; it is
     offered in ``tools`` under its name (every adapter sees it there), and an adapter

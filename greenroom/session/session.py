@@ -387,7 +387,9 @@ class Session:
         """Take from `event` what the session reads off its log.
 
         Dispatched on the exact type (events are final classes): a class pattern
-        or an `isinstance` of a Struct class costs a slow subclass check each."""
+        or an `isinstance` of a Struct class costs a slow subclass check each. The
+        messages the common kinds put in the history are built inline, for speed: they
+        must be what `message_of` gives (tests/test_session_history.py holds them to it)."""
         if type(event) is TurnStart:
             self._open_turn = self._last_turn = event.turn
             self._turn_messages = len(self._messages)

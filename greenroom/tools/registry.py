@@ -228,12 +228,15 @@ class ToolRegistry:
     async def _execute(
         self, invocation: ToolInvocation, extra: Mapping[str, ToolEntry]
     ) -> ToolOutcome:
-        try:
-            invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)
-        except Exception as exc:
-            return ToolOutcome.failed(
-                f"tool call {invocation.name!r} was refused: {exc}", "refused", type(exc).__name__
-            )
+        if TOOLS_EXECUTE in self._hooks.listened:
+            try:
+                invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)
+            except Exception as exc:
+                return ToolOutcome.failed(
+                    f"tool call {invocation.name!r} was refused: {exc}",
+                    "refused",
+                    type(exc).__name__,
+                )
         entry = extra.get(invocation.name) or self._entries.get(invocation.name)
         if entry is None:
             known = ", ".join(sorted({*self._entries, *extra})) or "none"
