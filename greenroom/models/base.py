@@ -31,6 +31,10 @@ DEFAULT_CONTEXT_WINDOW: Final = 128_000
 CONTEXT_WINDOWS: Final[Mapping[str, int]] = MappingProxyType(
     {
         "claude-": 200_000,
+        "deepseek-": 128_000,
+        "deepseek-v4": 1_000_000,
+        "gemini-": 1_048_576,
+        "gemini-1.5-pro": 2_097_152,
         "gpt-3.5-turbo": 16_385,
         "gpt-4": 8_192,
         "gpt-4-turbo": 128_000,
