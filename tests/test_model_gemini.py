@@ -28,6 +28,7 @@ from greenroom.protocol.model import (
     Finish,
     ModelRequest,
     ReasoningDelta,
+    Retry,
     StreamChunk,
     TextDelta,
     Thought,
@@ -389,6 +390,34 @@ async def test_an_unknown_model_a_bad_key_and_an_overlong_prompt_end_the_step() 
             with pytest.raises(ModelError, match="refused the credentials") as denied:
                 await collect(adapter)
     assert denied.value.code == "unauthorized"
+    assert len(server.requests) == 3
+
+
+def quota(delay: object) -> Reply:
+    """A 429 that asks, in its body as Gemini does, to wait `delay`."""
+    details = [
+        {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
+        {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": delay},
+    ]
+    body = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
+    body["error"]["details"] = details
+    return Reply(429, body=json.dumps(body).encode())
+
+
+@pytest.mark.real_clock
+async def test_a_rate_limit_waits_as_long_as_its_body_asks() -> None:
+    replies = [
+        quota(7),  # unreadable: the backoff's first delay, 0.01 s, instead
+        quota("0.005s"),
+        quota("34s"),
+        Reply(pieces=gem_sse(gem([{"text": "Hello"}], "STOP"))),
+    ]
+    chunks: list[StreamChunk] = []
+    with trio.fail_after(LIMIT):
+        async with sse_server(replies, tls=True) as server:
+            with pytest.raises(ModelError, match=r"the next wait of 34\.0 s would pass the 1 s"):
+                await collect_into(chunks, model(server.url + "/v1beta", retry_budget=1))
+    assert [c.wait for c in chunks if isinstance(c, Retry)] == [0.01, 0.005]
     assert len(server.requests) == 3
 
 

@@ -3,6 +3,7 @@ natively on Trio over httpx2 (see `greenroom.models.http`)."""
 
 from __future__ import annotations
 
+import math
 import ssl
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
@@ -52,6 +53,8 @@ THINKING_OFF: Final = ("gemini-2.5-flash",)
 #: The start of a call id greenroom made up for a function call that came without one (the
 #: Gemini API often sends none); such an id is never sent back to the API.
 MINTED: Final = "gemini-call-"
+#: The type of the error detail that says how long to wait before trying again.
+RETRY_INFO: Final = "type.googleapis.com/google.rpc.RetryInfo"
 #: Statuses of an error in a 200 stream worth another attempt when nothing was streamed yet.
 RETRIED_STATUSES: Final = frozenset(
     {"RESOURCE_EXHAUSTED", "UNAVAILABLE", "INTERNAL", "DEADLINE_EXCEEDED"}
@@ -130,6 +133,21 @@ class GeminiModel(HttpModel):
         """Gemini's over-long request: a 400 saying the input token count exceeds the
         maximum allowed."""
         return "exceeds the maximum number of tokens" in message
+
+    def asked_wait(self, error: dict[str, Any]) -> float | None:
+        """The wait a rate limit asks in its body: a ``google.rpc.RetryInfo`` detail's
+        ``retryDelay`` (a duration such as ``"34s"``)."""
+        details = error.get("details")
+        for detail in details if isinstance(details, list) else ():
+            if isinstance(detail, dict) and detail.get("@type") == RETRY_INFO:
+                delay = detail.get("retryDelay")
+                if isinstance(delay, str) and delay.endswith("s"):
+                    try:
+                        seconds = float(delay[:-1])
+                    except ValueError:
+                        return None
+                    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+        return None
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for `request`: ``generationConfig``, ``tools``,

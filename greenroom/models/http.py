@@ -344,7 +344,7 @@ class HttpModel:
                 yield response
                 return
             status = response.status_code
-            detail, kind = await _error_detail(response)
+            detail, kind, error = await _error_detail(response)
         finally:
             await response.aclose()
         if status in (401, 403):
@@ -352,10 +352,11 @@ class HttpModel:
                 f"{url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
             )
         if status in RETRIED_STATUSES:
+            wait = _retry_after(response.headers)
             raise RetryableError(
                 f"{url} answered HTTP {status}: {detail}",
                 f"http-{status}",
-                _retry_after(response.headers),
+                self.asked_wait(error) if wait is None else wait,
             )
         if status == 400 and self.overflowed(kind, detail):
             raise ContextOverflow(f"{url} answered HTTP 400: {detail}", "context-overflow")
@@ -365,6 +366,11 @@ class HttpModel:
         """True if a 400 whose error has `kind` (its ``code``, else its ``type``) and
         `message` says the request is longer than the model's context window."""
         return False
+
+    def asked_wait(self, error: dict[str, Any]) -> float | None:
+        """Seconds the `error` object of a retried status's body asks to wait, for a wire
+        format that says so in the body rather than in ``Retry-After`` (None: it does not)."""
+        return None
 
     def _object(self, event: SseEvent) -> dict[str, Any]:
         """The event's JSON object; an error naming the event for anything else."""
@@ -404,22 +410,23 @@ class HttpModel:
         return ModelError(text, kind)
 
 
-async def _error_detail(response: httpx2.Response) -> tuple[str, str | None]:
-    """An error body's message, and its error's ``code`` (else ``type``) if it has one."""
+async def _error_detail(response: httpx2.Response) -> tuple[str, str | None, dict[str, Any]]:
+    """An error body's message, its error's ``code`` (else ``type``) if it has one, and its
+    ``error`` object (empty when it has none)."""
     raw = await response.aread()
     try:
         payload = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         text = raw.decode("utf-8", "replace").strip()
-        return (f"non-JSON body {text[:200]!r}" if text else "empty body"), None
+        return (f"non-JSON body {text[:200]!r}" if text else "empty body"), None, {}
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             kind = error.get("code") or error.get("type")
-            return str(error["message"]), kind if isinstance(kind, str) else None
+            return str(error["message"]), kind if isinstance(kind, str) else None, error
         if isinstance(error, str):
-            return error, None
-    return msgspec.json.encode(payload).decode()[:200], None
+            return error, None, {}
+    return msgspec.json.encode(payload).decode()[:200], None, {}
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:
