@@ -337,6 +337,14 @@ async def test_unknown_fields_are_skipped_and_a_wrong_type_is_named() -> None:
     assert caught.value.code == "malformed"
 
 
+async def test_arguments_nested_past_the_decoders_depth_are_malformed() -> None:
+    deep = '{"candidates": [{"content": {"parts": [{"functionCall": {"name": "a", "args": {"x": '
+    deep += "[" * 100_000 + "]" * 100_000 + "}}}]}}]}"
+    with pytest.raises(ModelError, match="malformed 'message' event") as caught:
+        await read([f"data: {deep}\r\n\r\n".encode()])
+    assert caught.value.code == "malformed"
+
+
 async def test_an_error_in_the_stream_names_its_status() -> None:
     busy = {"error": {"code": 503, "message": "overloaded", "status": "UNAVAILABLE"}}
     with pytest.raises(RetryableError, match="error in the stream: UNAVAILABLE: overloaded"):

@@ -376,7 +376,7 @@ class HttpModel:
         """The event's JSON object; an error naming the event for anything else."""
         try:
             payload = msgspec.json.decode(event.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raise ModelError(
                 f"{self._url}: malformed {event.event!r} event, not JSON: {event.data[:120]!r}",
                 "malformed",
@@ -390,7 +390,7 @@ class HttpModel:
         (not JSON, or a field of the wrong type)."""
         try:
             return decoder.decode(event.data)
-        except msgspec.DecodeError as exc:
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested past the decoder's depth
             raise ModelError(
                 f"{self._url}: malformed {event.event!r} event ({exc}): {event.data[:120]!r}",
                 "malformed",
