@@ -61,6 +61,7 @@ class OpenAIChatModel(HttpModel):
     #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`), and
     #: the prefix of the environment variables the endpoint is read from.
     provider: ClassVar[str] = "openai"
+    #: The base URL when none is given or set.
     default_url: ClassVar[str] = DEFAULT_BASE_URL
 
     def __init__(
