@@ -1,4 +1,5 @@
-"""Models: the Anthropic adapter over TLS to a loopback server, against a raw pooled httpx2 client.
+"""Models: the adapters over TLS to a loopback server, against a raw pooled httpx2 client, and
+each adapter's event reader against the Chat Completions adapter's.
 
 * time to first token, steps 2..N: ours is `AnthropicModel.stream` with its pool
   held (as a runtime holds it), from the call to the first `TextDelta` (the
@@ -8,14 +9,21 @@
 * the same with a client per call (the adapter nobody holds, as every step was
   before the pool): the handshake and the TLS context each step pays;
 * connections the server saw for a session of N steps (one turn: N - 1 tool
-  calls, then an answer) through `open_runtime`;
+  calls, then an answer) through `open_runtime`, for the Anthropic, Responses and
+  Gemini adapters;
 * request build time (``body`` + JSON encoding) against the history's length:
   10, 100 and 1,000 messages, ours per request in microseconds, against
-  encoding the already built body alone.
+  encoding the already built body alone;
+* parse cost per event: each adapter's event reader (``_chunks``) over a
+  2,000-event text reply built from the suite's documented fixtures
+  (`tests.wire`), the events already split (no socket, no SSE framing), in
+  microseconds per event, against the Chat Completions adapter's over its own
+  2,000 events, measured in the same repeat.
 
 The loopback server speaks HTTP/1.1 over TLS (a `trustme` certificate),
 keeps connections alive, counts them and answers every request with the same
-recorded-style Anthropic stream (text, or a tool call for the session row).
+recorded-style stream of the adapter's wire format (text, or a tool call for
+the session rows).
 """
 
 from __future__ import annotations
@@ -25,7 +33,7 @@ import json
 import ssl
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from functools import partial
 
 import httpx2
@@ -37,6 +45,13 @@ from bench.report import Row, compare
 from greenroom import open_runtime
 from greenroom.actors.types import ToolInvocation
 from greenroom.models.anthropic import AnthropicModel
+from greenroom.models.base import ModelAdapter
+from greenroom.models.deepseek import DeepSeekModel
+from greenroom.models.gemini import GeminiModel
+from greenroom.models.http import HttpModel, SseEvent
+from greenroom.models.loopback import sse
+from greenroom.models.openai import OpenAIChatModel
+from greenroom.models.responses import OpenAIResponsesModel
 from greenroom.protocol.model import (
     AssistantTurn,
     ModelRequest,
@@ -46,6 +61,23 @@ from greenroom.protocol.model import (
     UserTurn,
 )
 from greenroom.tools import Tool
+from tests.wire import (
+    ant_block,
+    ant_delta,
+    ant_end,
+    ant_start,
+    ant_stop_block,
+    events,
+    gem,
+    gem_sse,
+    oai,
+    oai_usage,
+    rsp,
+    rsp_call,
+    rsp_created,
+    rsp_end,
+    rsp_message,
+)
 
 SCENARIO = "models"
 _KEY = "sk-bench"
@@ -225,18 +257,38 @@ async def _note(args: _Note, call: ToolInvocation) -> str:
     return "noted"
 
 
-async def _session_connections(steps: int) -> int:
+#: Per adapter: how it is made for a URL, its reply calling ``note``, and its text reply.
+_SESSIONS: dict[str, tuple[Callable[[str, ssl.SSLContext], ModelAdapter], bytes, bytes]] = {
+    "anthropic": (
+        lambda url, tls: AnthropicModel(url, _KEY, "claude-bench", verify=tls),
+        _CALL,
+        _TEXT,
+    ),
+    "responses": (
+        lambda url, tls: OpenAIResponsesModel(url, _KEY, "gpt-bench", verify=tls),
+        b"".join(rsp(*rsp_created(), *rsp_call(0, "c", "note", ['{"text": "x"}']), rsp_end())),
+        b"".join(rsp(*rsp_created(), *rsp_message(0, ["Done."]), rsp_end())),
+    ),
+    "gemini": (
+        lambda url, tls: GeminiModel(url, _KEY, "gemini-bench", verify=tls),
+        b"".join(gem_sse(gem([{"functionCall": {"name": "note", "args": {"text": "x"}}}], "STOP"))),
+        b"".join(gem_sse(gem([{"text": "Done."}], "STOP"))),
+    ),
+}
+
+
+async def _session_connections(adapter: str, steps: int) -> int:
+    make, call, text = _SESSIONS[adapter]
     tls = _Tls()
     async with trio.open_nursery() as nursery:
-        server, url = await _serving(nursery, tls, lambda n: _CALL if n < steps else _TEXT)
-        model = AnthropicModel(url, _KEY, "claude-bench", verify=tls.client)
+        server, url = await _serving(nursery, tls, lambda n: call if n < steps else text)
         tool = Tool("note", "take a note", _Note, _note)
-        async with open_runtime(model=model, tools=[tool]) as rt:
+        async with open_runtime(model=make(url, tls.client), tools=[tool]) as rt:
             handle = await rt.agents.create(agent_id="bench", session_id="bench")
             await handle.agent.send("take notes")
         nursery.cancel_scope.cancel()
     if server.requests != steps:
-        raise RuntimeError(f"the session made {server.requests} model calls, not {steps}")
+        raise RuntimeError(f"the {adapter} session made {server.requests} model calls, not {steps}")
     return server.connections
 
 
@@ -267,16 +319,84 @@ def _build(messages: int, calls: int) -> tuple[float, float]:
     return statistics.median(ours) * 1e6, statistics.median(raw) * 1e6
 
 
+#: Events in each reply whose reading is timed.
+_EVENTS = 2_000
+_WORD = " word"
+
+
+def _replies() -> dict[str, tuple[HttpModel, list[bytes]]]:
+    """Per adapter: the adapter, and a text reply of `_EVENTS` events in its wire format."""
+    chat = sse(
+        oai({"role": "assistant", "content": ""}),
+        *[oai({"content": _WORD}) for _ in range(_EVENTS - 4)],
+        oai(finish="stop"),
+        oai_usage(1200, _EVENTS),
+        "[DONE]",
+    )
+    anthropic = sse(
+        ant_start(),
+        ant_block(0, {"type": "text", "text": ""}),
+        *[ant_delta(0, {"type": "text_delta", "text": _WORD}) for _ in range(_EVENTS - 5)],
+        ant_stop_block(0),
+        *ant_end("end_turn"),
+    )
+    responses = rsp(*rsp_created(), *rsp_message(0, [_WORD] * (_EVENTS - 8)), rsp_end())
+    gemini = gem_sse(
+        *[gem([{"text": _WORD}]) for _ in range(_EVENTS - 1)], gem([{"text": _WORD}], "STOP")
+    )
+    url = "https://api.example.com"
+    return {
+        "chat completions": (OpenAIChatModel(url, _KEY, "gpt-bench"), chat),
+        "deepseek": (DeepSeekModel(url, _KEY, "deepseek-bench"), chat),
+        "anthropic": (AnthropicModel(url, _KEY, "claude-bench"), anthropic),
+        "responses": (OpenAIResponsesModel(url, _KEY, "gpt-bench"), responses),
+        "gemini": (GeminiModel(url, _KEY, "gemini-bench"), gemini),
+    }
+
+
+async def _split(pieces: list[bytes]) -> list[SseEvent]:
+    split = [event async for event in events(pieces)]
+    if len(split) != _EVENTS:
+        raise RuntimeError(f"a reply of {len(split)} events, not {_EVENTS}")
+    return split
+
+
+async def _read_once(model: HttpModel, split: list[SseEvent]) -> float:
+    async def feed() -> AsyncIterator[SseEvent]:
+        for event in split:
+            yield event
+
+    t0 = time.perf_counter()
+    async for _ in model._chunks(feed()):
+        pass
+    return time.perf_counter() - t0
+
+
+async def _parse_costs(rounds: int) -> dict[str, float]:
+    """Microseconds per event of each adapter's reader: the median of `rounds` reads, the
+    adapters taken in turn within each round."""
+    replies = {name: (model, await _split(pieces)) for name, (model, pieces) in _replies().items()}
+    for model, split in replies.values():
+        await _read_once(model, split)  # warm: the first read of each pays for imports, caches
+    took: dict[str, list[float]] = {name: [] for name in replies}
+    for _ in range(rounds):
+        for name, (model, split) in replies.items():
+            took[name].append(await _read_once(model, split))
+    return {name: statistics.median(times) / _EVENTS * 1e6 for name, times in took.items()}
+
+
 def run(repeats: int, quick: bool) -> list[Row]:
     steps = 20 if quick else 200
     session = 20 if quick else 100
-    ours, raw, fresh, connections = [], [], [], []
+    ours, raw, fresh = [], [], []
+    connections: dict[str, list[float]] = {adapter: [] for adapter in _SESSIONS}
     for _ in range(repeats):
         o, r, f = trio.run(_ttft, steps)
         ours.append(o)
         raw.append(r)
         fresh.append(f)
-        connections.append(float(trio.run(_session_connections, session)))
+        for adapter, counts in connections.items():
+            counts.append(float(trio.run(_session_connections, adapter, session)))
     rows = [
         compare(
             SCENARIO,
@@ -297,13 +417,16 @@ def run(repeats: int, quick: bool) -> list[Row]:
             raw=raw,
             note="each step a TCP connect, a TLS handshake and a TLS context",
         ),
+    ]
+    rows += [
         compare(
             SCENARIO,
-            f"connections opened by a {session}-step session",
+            f"connections opened by a {session}-step session, {adapter}",
             "connections",
-            connections,
+            counts,
             max_value=1,
-        ),
+        )
+        for adapter, counts in connections.items()
     ]
     calls = 21 if quick else 201
     for messages in (10, 100, 1000):
@@ -317,6 +440,22 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 baseline="encoding the built body alone",
                 raw=[b[1] for b in build],
                 note="linear in the history; compaction bounds the history",
+            )
+        )
+    costs = [trio.run(_parse_costs, 3 if quick else 15) for _ in range(repeats)]
+    for name in costs[0]:
+        if name == "chat completions":
+            continue
+        rows.append(
+            compare(
+                SCENARIO,
+                f"parse cost per event, {name}, a {_EVENTS:,}-event text reply",
+                "us",
+                [cost[name] for cost in costs],
+                baseline="the Chat Completions adapter's reader, its own 2,000 events",
+                raw=[cost["chat completions"] for cost in costs],
+                max_ratio=1.5,
+                note="the events already split; each reader decodes every event's JSON",
             )
         )
     return rows

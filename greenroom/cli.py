@@ -60,16 +60,29 @@ class Unkeyed:
         yield  # an async generator, as the seam streams
 
 
+#: The API model kinds ``--model KIND:MODEL`` takes, with the prefix of the environment
+#: variables each reads its key and base URL from.
+API_KINDS = {
+    "openai": "OPENAI",
+    "openai-responses": "OPENAI",
+    "anthropic": "ANTHROPIC",
+    "gemini": "GEMINI",
+    "deepseek": "DEEPSEEK",
+}
+
+
 def model_from_spec(
     spec: str, environ: Mapping[str, str], context_window: int | None = None
 ) -> ModelAdapter:
     """The adapter `spec` names; raises `ValueError` naming what is wrong or missing
     (`MissingKey` for a key not in `environ`).
 
-    ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (``OPENAI_API_KEY``,
-    ``OPENAI_BASE_URL``), ``anthropic:MODEL`` (``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``).
-    `context_window` (``--context-window``) is the tokens an API model holds, in place of
-    its family's default.
+    ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (Chat Completions) and
+    ``openai-responses:MODEL`` (the Responses API), both with ``OPENAI_API_KEY`` and
+    ``OPENAI_BASE_URL``, ``anthropic:MODEL`` (``ANTHROPIC_...``), ``gemini:MODEL``
+    (``GEMINI_...``), ``deepseek:MODEL`` (``DEEPSEEK_...``). `context_window`
+    (``--context-window``) is the tokens an API model holds, in place of its family's
+    default.
     """
     kind, _, detail = spec.partition(":")
     if kind == "scripted":
@@ -79,25 +92,36 @@ def model_from_spec(
             return ScriptedModel(delay=float(detail))
         except ValueError:
             raise ValueError(f"--model {spec!r}: the delay must be seconds >= 0") from None
-    if kind in ("openai", "anthropic"):
-        if not detail:
-            raise ValueError(f"--model {spec!r}: name the model, as in {kind}:MODEL")
-        prefix = kind.upper()
-        key = environ.get(f"{prefix}_API_KEY")
-        if not key:
-            raise MissingKey(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
-        # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
-        base = environ.get(f"{prefix}_BASE_URL")
-        if kind == "openai":
-            from greenroom.models.openai import OpenAIChatModel
+    prefix = API_KINDS.get(kind)
+    if prefix is None:
+        known = ", ".join(["scripted", *API_KINDS])
+        raise ValueError(f"--model {spec!r}: unknown model kind {kind!r} (known: {known})")
+    if not detail:
+        raise ValueError(f"--model {spec!r}: name the model, as in {kind}:MODEL")
+    key = environ.get(f"{prefix}_API_KEY")
+    if not key:
+        raise MissingKey(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
+    # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
+    base = environ.get(f"{prefix}_BASE_URL")
+    if kind == "openai":
+        from greenroom.models.openai import OpenAIChatModel
 
-            return OpenAIChatModel(base, key, detail, context_window=context_window)
-        from greenroom.models.anthropic import AnthropicModel
+        return OpenAIChatModel(base, key, detail, context_window=context_window)
+    if kind == "openai-responses":
+        from greenroom.models.responses import OpenAIResponsesModel
 
-        return AnthropicModel(base, key, detail, context_window=context_window)
-    raise ValueError(
-        f"--model {spec!r}: unknown model kind {kind!r} (known: scripted, openai, anthropic)"
-    )
+        return OpenAIResponsesModel(base, key, detail, context_window=context_window)
+    if kind == "gemini":
+        from greenroom.models.gemini import GeminiModel
+
+        return GeminiModel(base, key, detail, context_window=context_window)
+    if kind == "deepseek":
+        from greenroom.models.deepseek import DeepSeekModel
+
+        return DeepSeekModel(base, key, detail, context_window=context_window)
+    from greenroom.models.anthropic import AnthropicModel
+
+    return AnthropicModel(base, key, detail, context_window=context_window)
 
 
 def sessions_root(state_dir: Path) -> Path:
@@ -251,16 +275,18 @@ def main(argv: list[str] | None = None) -> int:
     acp.add_argument(
         "--model",
         action="append",
-        help="scripted (echo, 20 ms a word; the default), scripted:SECONDS, openai:MODEL or"
-        " anthropic:MODEL; give it more than once to offer the editor a choice (the first"
-        " is the default)",
+        help="scripted (echo, 20 ms a word; the default), scripted:SECONDS, openai:MODEL"
+        " (Chat Completions), openai-responses:MODEL (the Responses API), anthropic:MODEL,"
+        " gemini:MODEL or deepseek:MODEL, each with its KIND_API_KEY and KIND_BASE_URL"
+        " (OPENAI_ for both openai kinds); give it more than once to offer the editor a"
+        " choice (the first is the default)",
     )
     acp.add_argument(
         "--context-window",
         type=int,
         metavar="TOKENS",
-        help="the tokens an openai: or anthropic: model holds (default: its family's, else"
-        " 128000); a local OpenAI-compatible server's model usually needs it",
+        help="the tokens an API model holds (default: its family's, else 128000); a local"
+        " OpenAI-compatible server's model usually needs it",
     )
     acp.add_argument(
         "--sync",

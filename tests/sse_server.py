@@ -1,63 +1,43 @@
-"""A loopback HTTP/1.1 server that replays recorded-style responses, byte for byte.
-
-Real sockets on 127.0.0.1, plain or over TLS (a certificate from a test CA,
-`test_ca`). It answers at most the responses it was given, in order, then
-503; connections are kept alive as the real services keep them, and counted:
-`SseServer.connections` is how many the clients opened, and every request it
-saw (path, headers, raw and JSON body, the connection it came on) is kept.
-Stream bodies go out with chunked transfer encoding, as the real services
-send them, so a cut mid-body is a protocol error on the client's side.
-"""
+"""The loopback model server (`greenroom.models.loopback`), plain or over TLS with a certificate
+from the suite's test CA (`test_ca`; a client trusts it through `client_tls`)."""
 
 from __future__ import annotations
 
 import functools
-import json
 import ssl
-from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
 
-import trio
 import trustme
 
+from greenroom.models.loopback import (
+    Cut,
+    Hold,
+    LoopbackServer,
+    Pause,
+    Piece,
+    Reply,
+    Seen,
+    serve,
+    sse,
+)
 
-@dataclass
-class Pause:
-    seconds: float
+#: The suite's name for the server (it serves server-sent events).
+SseServer = LoopbackServer
 
-
-class Cut:
-    """Close the connection here, mid-body."""
-
-
-class Hold:
-    """Send nothing more; wait until the client goes away."""
-
-
-Piece = bytes | Pause | Cut | Hold
-
-
-@dataclass
-class Reply:
-    """One response; status 0 closes the connection without answering (as a server going away
-    does to a keep-alive connection); `close` closes it once the response is whole."""
-
-    status: int = 200
-    pieces: Sequence[Piece] = ()
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes | None = None  # a plain (non-streamed) body, for error statuses
-    close: bool = False
-
-
-@dataclass
-class Seen:
-    path: str
-    headers: dict[str, str]
-    body: Any
-    raw: bytes = b""
-    connection: int = 0  # which connection it came on, from 1
+__all__ = [
+    "Cut",
+    "Hold",
+    "Pause",
+    "Piece",
+    "Reply",
+    "Seen",
+    "SseServer",
+    "client_tls",
+    "sse",
+    "sse_server",
+    "test_ca",
+]
 
 
 @functools.cache
@@ -81,136 +61,8 @@ def _server_tls() -> ssl.SSLContext:
     return context
 
 
-class _Closed(Exception):
-    """The client closed the connection."""
-
-
-class _Connection:
-    """One accepted connection's byte stream, read request by request."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self._buffer = b""
-
-    async def _more(self) -> None:
-        try:
-            chunk = await self.stream.receive_some()
-        except trio.BrokenResourceError:
-            chunk = b""
-        if not chunk:
-            raise _Closed
-        self._buffer += chunk
-
-    async def request(self, connection: int) -> Seen:
-        while b"\r\n\r\n" not in self._buffer:
-            await self._more()
-        head, _, self._buffer = self._buffer.partition(b"\r\n\r\n")
-        lines = head.decode().split("\r\n")
-        path = lines[0].split(" ")[1]
-        headers = {k.lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
-        length = int(headers.get("content-length", "0"))
-        while len(self._buffer) < length:
-            await self._more()
-        body, self._buffer = self._buffer[:length], self._buffer[length:]
-        return Seen(path, headers, json.loads(body) if body else None, body, connection)
-
-    async def wait_closed(self) -> None:
-        """Read (and drop) until the client goes away."""
-        try:
-            while True:
-                await self._more()
-        except _Closed:
-            return
-
-
-class SseServer:
-    def __init__(self, replies: Sequence[Reply], *, tls: bool = False) -> None:
-        self.replies = list(replies)
-        self.requests: list[Seen] = []
-        self.connections = 0
-        self.client_left = trio.Event()
-        self.tls = tls
-        self.url = ""
-
-    async def handle(self, stream: trio.SocketStream) -> None:
-        self.connections += 1
-        number = self.connections
-        wire: trio.abc.Stream = stream
-        if self.tls:
-            wire = trio.SSLStream(stream, _server_tls(), server_side=True)
-        connection = _Connection(wire)
-        try:
-            while True:
-                seen = await connection.request(number)
-                self.requests.append(seen)
-                if not self.replies:
-                    await wire.send_all(
-                        b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
-                    )
-                    return
-                reply = self.replies.pop(0)
-                if not reply.status or not await self._answer(connection, reply) or reply.close:
-                    return
-        except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
-            self.client_left.set()
-        finally:
-            with trio.move_on_after(1) as cleanup:
-                cleanup.shield = True
-                with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
-                    await wire.aclose()
-
-    async def _answer(self, connection: _Connection, reply: Reply) -> bool:
-        """Send `reply`; False when the connection ends with it (a cut, a hold)."""
-        wire = connection.stream
-        reason = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests"}.get(reply.status, "X")
-        head = [f"HTTP/1.1 {reply.status} {reason}"]
-        head += [f"{k}: {v}" for k, v in reply.headers.items()]
-        if reply.body is not None:
-            head.append(f"Content-Length: {len(reply.body)}")
-            await wire.send_all("\r\n".join(head).encode() + b"\r\n\r\n" + reply.body)
-            return True
-        head += ["Content-Type: text/event-stream", "Transfer-Encoding: chunked"]
-        await wire.send_all("\r\n".join(head).encode() + b"\r\n\r\n")
-        for piece in reply.pieces:
-            if isinstance(piece, Pause):
-                await trio.sleep(piece.seconds)
-            elif isinstance(piece, Cut):
-                await wire.send_all(b"5\r\nda")  # half a chunk, then gone
-                return False
-            elif isinstance(piece, Hold):
-                await connection.wait_closed()
-                self.client_left.set()
-                return False
-            else:
-                await wire.send_all(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-        await wire.send_all(b"0\r\n\r\n")
-        return True
-
-
-@asynccontextmanager
-async def sse_server(replies: Sequence[Reply], *, tls: bool = False) -> AsyncIterator[SseServer]:
-    """An `SseServer` on a free port; with `tls`, https with a `test_ca` certificate (a client
-    trusts it through `client_tls`)."""
-    server = SseServer(replies, tls=tls)
-    async with trio.open_nursery() as nursery:
-        listeners = await nursery.start(
-            functools.partial(trio.serve_tcp, server.handle, 0, host="127.0.0.1")
-        )
-        port = listeners[0].socket.getsockname()[1]
-        server.url = f"{'https' if tls else 'http'}://127.0.0.1:{port}"
-        yield server
-        nursery.cancel_scope.cancel()
-
-
-def sse(*events: str | dict[str, Any] | tuple[str, dict[str, Any]]) -> list[bytes]:
-    """SSE pieces: a dict is ``data: <json>``, a (name, dict) pair also has ``event: <name>``."""
-    pieces = []
-    for event in events:
-        if isinstance(event, tuple):
-            name, payload = event
-            pieces.append(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
-        elif isinstance(event, dict):
-            pieces.append(f"data: {json.dumps(event)}\n\n".encode())
-        else:
-            pieces.append(f"data: {event}\n\n".encode())
-    return pieces
+def sse_server(
+    replies: Sequence[Reply], *, tls: bool = False
+) -> AbstractAsyncContextManager[LoopbackServer]:
+    """A server on a free port; with `tls`, https with a `test_ca` certificate."""
+    return serve(replies, _server_tls() if tls else None)

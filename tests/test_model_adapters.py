@@ -460,7 +460,7 @@ def test_the_key_never_shows_in_the_adapter_repr(make: Callable[..., ModelAdapte
 @pytest.mark.parametrize(
     ("spec", "environ", "message"),
     [
-        ("gemini:pro", {}, "unknown model kind 'gemini'"),
+        ("mistral:large", {}, "unknown model kind 'mistral'"),
         ("openai:gpt-4o", {}, "needs OPENAI_API_KEY"),
         ("anthropic:claude", {"OPENAI_API_KEY": "x"}, "needs ANTHROPIC_API_KEY"),
         ("openai:", {"OPENAI_API_KEY": "x"}, "name the model"),

@@ -883,6 +883,7 @@ class LoopAgent:
             output=tools.output if isinstance(tools, OutputTools) else None,
             thought_level=self._session.config.get("thought_level"),
             blobs=self._session.blobs,
+            session_id=self._session.id,
         )
 
     def _model_now(self) -> tuple[ModelAdapter, str]:

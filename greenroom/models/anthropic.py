@@ -149,7 +149,8 @@ class AnthropicModel(HttpModel):
                 case AssistantTurn(content=content, tool_calls=calls, thoughts=thoughts):
                     if budget:
                         for thought in thoughts:
-                            add("assistant", _thinking_block(thought))
+                            if not thought.source:  # another wire format's: not Anthropic's
+                                add("assistant", _thinking_block(thought))
                     if content:
                         add("assistant", {"type": "text", "text": content})
                     for call in calls:

@@ -31,6 +31,10 @@ DEFAULT_CONTEXT_WINDOW: Final = 128_000
 CONTEXT_WINDOWS: Final[Mapping[str, int]] = MappingProxyType(
     {
         "claude-": 200_000,
+        "deepseek-": 128_000,
+        "deepseek-v4": 1_000_000,
+        "gemini-": 1_048_576,
+        "gemini-1.5-pro": 2_097_152,
         "gpt-3.5-turbo": 16_385,
         "gpt-4": 8_192,
         "gpt-4-turbo": 128_000,
@@ -56,15 +60,49 @@ def context_window_of(model: str) -> int:
 
 
 class ModelAdapter(Protocol):
-    """Streams one model response for `request`.
+    """Streams one model response for `request`: the contract every adapter keeps.
 
-    The stream yields `StreamChunk`s and should end with a `Finish`. The
-    caller may stop iterating at any time (a cancel): an adapter that holds a
-    connection releases it when the iterator is closed or the task cancelled.
-    Raising (any `Exception`) ends the step with an error. A `Retry` chunk is no
-    part of the reply: it tells the caller an attempt failed and another follows.
-    An adapter may say how many tokens its model holds (``context_window``: an int);
-    one that does not is never compacted ahead of a call, only after a `ContextOverflow`.
+    *Chunks.* Text and reasoning stream as `TextDelta` / `ReasoningDelta` as they arrive; a
+    tool call streams once, whole (`ToolCallChunk`: an id, the name, the arguments as JSON
+    text), however its wire format splits it. What the provider needs back on a later call
+    (a signed thinking block, an encrypted reasoning item, a thought signature) streams as a
+    `Thought` whose ``source`` names the wire format; an adapter sends back only its own
+    format's thoughts. At most one `Usage`: ``input_tokens`` the whole prompt, cached parts
+    included, and every count the provider reports (cache reads and writes, reasoning
+    tokens), 0 where it reports none. The stream ends with one `Finish`.
+
+    *Failures.* Raising ends the step (and its turn) with an error: `ModelError` with a
+    ``code`` and a message naming the provider's endpoint and its own message,
+    `greenroom.models.http.ModelConfigError` for refused credentials, `ContextOverflow` for
+    a prompt longer than the model holds (the turn compacts and tries once more). A stream
+    that ends before its finish, or is cut, raises; what streamed before stays with the
+    caller.
+
+    *Retries.* A failure worth another attempt (a rate limit, an overload, a server fault, a
+    connection lost before the reply began) is tried again only while nothing of the reply
+    has streamed, within a wait budget, with the same request bytes; before each wait the
+    stream yields a `Retry` (the attempt, the wait, the error, its code: ``http-STATUS`` for
+    a status, the provider's code for an error event). A `Retry` is no part of the reply.
+
+    *Cancellation.* The caller may stop iterating at any time, or be cancelled: the
+    adapter then releases its connection at once (when the iterator is closed or the task
+    cancelled), and a wait between attempts ends at once.
+
+    *Connections.* An adapter that keeps connections is a `PooledModel`: whoever holds its
+    ``connections`` (the runtime, for its life: `open_models`) keeps them for reuse, and
+    none outlives the last holder.
+
+    *The request.* `ModelRequest.max_output_tokens` caps the reply: the adapter sends the
+    smaller of it and its own maximum, and keeps any thinking budget under it;
+    ``thought_level`` says how hard the model thinks (off / low / medium / high);
+    ``session_id`` may key the provider's prompt cache. An adapter may say how many tokens
+    its model holds (``context_window``: an int); one that does not is never compacted
+    ahead of a call, only after a `ContextOverflow`.
+
+    The conformance suite, `greenroom.models.conformance`, checks this contract against a
+    loopback server speaking the adapter's wire format: an adapter of an embedder's own
+    binds to it by a `greenroom.models.conformance.Binding` (its replies' bytes, how to read
+    its request body) and runs each of ``SCENARIOS`` on the real clock.
     """
 
     def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]: ...

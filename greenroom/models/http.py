@@ -4,7 +4,7 @@ and tell, errors without secrets.
 The adapters use httpx2, which runs natively under Trio (through anyio's Trio
 backend): no asyncio bridge and no thread left reading. It is the project's one
 HTTP stack (the MCP client's too). An official vendor SDK would pull in
-asyncio-only pieces, so greenroom speaks the two wire formats itself.
+asyncio-only pieces, so greenroom speaks each wire format itself.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import ssl
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing, asynccontextmanager
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 import httpx2
 import msgspec
@@ -30,6 +30,8 @@ from greenroom.models.parts import Encoded, WirePart, takes_images, wire_parts
 from greenroom.protocol.model import ModelRequest, Retry, StreamChunk, UserTurn
 
 logger = logging.getLogger("greenroom.models")
+
+T = TypeVar("T")
 
 #: The waits between attempts: 1, 2, 4, 8, 16, 20, 20 ... s, each stretched by up to 25 %.
 DEFAULT_BACKOFF: Final = Backoff(initial=1.0, maximum=20.0, multiplier=2.0, jitter=0.25)
@@ -92,6 +94,15 @@ def endpoint(
         raise ValueError(f"no API key for {provider}: pass api_key= or set {prefix}_API_KEY")
     url = base_url or os.environ.get(f"{prefix}_BASE_URL") or default_url
     return check_base_url(url), key
+
+
+def output_limit(asked: int | None, own: int | None) -> int | None:
+    """The most output tokens a call may spend: the smaller of what the request asks
+    (`ModelRequest.max_output_tokens`) and the adapter's own maximum, either of which may be
+    absent (None: neither, so the model's own limit)."""
+    if asked is None:
+        return own
+    return asked if own is None else min(asked, own)
 
 
 class SseEvent(msgspec.Struct, frozen=True, gc=False):
@@ -188,7 +199,8 @@ class ConnectionPool:
 
 
 class HttpModel:
-    """What both adapters share: one endpoint, the headers that carry the key, the pool, retries.
+    """What the HTTP adapters share: one endpoint, the headers that carry the key, the pool,
+    retries.
 
     A subclass builds the wire body (`body`) and turns the response's events into chunks
     (`_chunks`). ``context_window`` is the tokens the model holds: as the adapter was told,
@@ -229,6 +241,11 @@ class HttpModel:
     def body(self, request: ModelRequest) -> dict[str, Any]:
         raise NotImplementedError
 
+    def url_of(self, request: ModelRequest) -> str:
+        """Where `request` is posted: the adapter's one endpoint, unless its wire format names
+        the model in the path (Gemini's)."""
+        return self._url
+
     def _wire_parts(
         self, request: ModelRequest, message: UserTurn, current: bool
     ) -> Iterator[WirePart]:
@@ -257,7 +274,7 @@ class HttpModel:
         interrupts a wait at once. The body is encoded once: each attempt sends the
         same bytes.
         """
-        body = msgspec.json.encode(self.body(request))
+        url, body = self.url_of(request), msgspec.json.encode(self.body(request))
         attempt, waited = 0, 0.0
         while True:
             attempt += 1
@@ -265,7 +282,7 @@ class HttpModel:
             try:
                 async with (
                     self.connections.client() as client,
-                    self._response(client, body) as response,
+                    self._response(client, url, body) as response,
                     aclosing(sse_events(response)) as events,
                     aclosing(self._chunks(events)) as chunks,
                 ):
@@ -307,9 +324,9 @@ class HttpModel:
 
     @asynccontextmanager
     async def _response(
-        self, client: httpx2.AsyncClient, body: bytes
+        self, client: httpx2.AsyncClient, url: str, body: bytes
     ) -> AsyncIterator[httpx2.Response]:
-        """POST `body`; yield the streaming response once its status is 2xx.
+        """POST `body` to `url`; yield the streaming response once its status is 2xx.
 
         Raises `RetryableError` for a transport error before the response began and for a
         status in `RETRIED_STATUSES`, `ModelConfigError` for 401/403, `ModelError` for any
@@ -317,45 +334,49 @@ class HttpModel:
         log, an error or the session log. Leaving the block (a cancel included) closes the
         response.
         """
-        request = client.build_request("POST", self._url, headers=self._headers, content=body)
+        request = client.build_request("POST", url, headers=self._headers, content=body)
         try:
             response = await client.send(request, stream=True)
         except httpx2.TransportError as exc:
-            raise RetryableError(
-                f"{self._url}: {type(exc).__name__}: {exc}", "connection"
-            ) from None
+            raise RetryableError(f"{url}: {type(exc).__name__}: {exc}", "connection") from None
         try:
             if response.status_code < 300:
                 yield response
                 return
             status = response.status_code
-            detail, kind = await _error_detail(response)
+            detail, kind, error = await _error_detail(response)
         finally:
             await response.aclose()
         if status in (401, 403):
             raise ModelConfigError(
-                f"{self._url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
+                f"{url} refused the credentials (HTTP {status}): {detail}", "unauthorized"
             )
         if status in RETRIED_STATUSES:
+            wait = _retry_after(response.headers)
             raise RetryableError(
-                f"{self._url} answered HTTP {status}: {detail}",
+                f"{url} answered HTTP {status}: {detail}",
                 f"http-{status}",
-                _retry_after(response.headers),
+                self.asked_wait(error) if wait is None else wait,
             )
         if status == 400 and self.overflowed(kind, detail):
-            raise ContextOverflow(f"{self._url} answered HTTP 400: {detail}", "context-overflow")
-        raise ModelError(f"{self._url} answered HTTP {status}: {detail}", f"http-{status}")
+            raise ContextOverflow(f"{url} answered HTTP 400: {detail}", "context-overflow")
+        raise ModelError(f"{url} answered HTTP {status}: {detail}", f"http-{status}")
 
     def overflowed(self, kind: str | None, message: str) -> bool:
         """True if a 400 whose error has `kind` (its ``code``, else its ``type``) and
         `message` says the request is longer than the model's context window."""
         return False
 
+    def asked_wait(self, error: dict[str, Any]) -> float | None:
+        """Seconds the `error` object of a retried status's body asks to wait, for a wire
+        format that says so in the body rather than in ``Retry-After`` (None: it does not)."""
+        return None
+
     def _object(self, event: SseEvent) -> dict[str, Any]:
         """The event's JSON object; an error naming the event for anything else."""
         try:
             payload = msgspec.json.decode(event.data)
-        except msgspec.DecodeError:
+        except (msgspec.DecodeError, RecursionError):
             raise ModelError(
                 f"{self._url}: malformed {event.event!r} event, not JSON: {event.data[:120]!r}",
                 "malformed",
@@ -363,6 +384,17 @@ class HttpModel:
         if not isinstance(payload, dict):
             raise ModelError(f"{self._url}: {event.event!r} event is not an object", "malformed")
         return payload
+
+    def _decode(self, decoder: msgspec.json.Decoder[T], event: SseEvent) -> T:
+        """The event's data as `decoder`'s type; an error naming the event for anything else
+        (not JSON, or a field of the wrong type)."""
+        try:
+            return decoder.decode(event.data)
+        except (msgspec.DecodeError, RecursionError) as exc:  # nested past the decoder's depth
+            raise ModelError(
+                f"{self._url}: malformed {event.event!r} event ({exc}): {event.data[:120]!r}",
+                "malformed",
+            ) from None
 
     def _stream_error(self, error: object) -> Exception:
         """What an error event in a 200 stream raises: `RetryableError` for a kind in
@@ -378,22 +410,23 @@ class HttpModel:
         return ModelError(text, kind)
 
 
-async def _error_detail(response: httpx2.Response) -> tuple[str, str | None]:
-    """An error body's message, and its error's ``code`` (else ``type``) if it has one."""
+async def _error_detail(response: httpx2.Response) -> tuple[str, str | None, dict[str, Any]]:
+    """An error body's message, its error's ``code`` (else ``type``) if it has one, and its
+    ``error`` object (empty when it has none)."""
     raw = await response.aread()
     try:
         payload = msgspec.json.decode(raw)
     except msgspec.DecodeError:
         text = raw.decode("utf-8", "replace").strip()
-        return (f"non-JSON body {text[:200]!r}" if text else "empty body"), None
+        return (f"non-JSON body {text[:200]!r}" if text else "empty body"), None, {}
     if isinstance(payload, dict):
         error = payload.get("error")
         if isinstance(error, dict) and isinstance(error.get("message"), str):
             kind = error.get("code") or error.get("type")
-            return str(error["message"]), kind if isinstance(kind, str) else None
+            return str(error["message"]), kind if isinstance(kind, str) else None, error
         if isinstance(error, str):
-            return error, None
-    return msgspec.json.encode(payload).decode()[:200], None
+            return error, None, {}
+    return msgspec.json.encode(payload).decode()[:200], None, {}
 
 
 def _retry_after(headers: httpx2.Headers) -> float | None:

@@ -58,8 +58,11 @@ class OpenAIChatModel(HttpModel):
     image before any request is made.
     """
 
-    #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`).
+    #: The GenAI semantic conventions' ``gen_ai.provider.name`` (`greenroom.tracing`), and
+    #: the prefix of the environment variables the endpoint is read from.
     provider: ClassVar[str] = "openai"
+    #: The base URL when none is given or set.
+    default_url: ClassVar[str] = DEFAULT_BASE_URL
 
     def __init__(
         self,
@@ -74,8 +77,8 @@ class OpenAIChatModel(HttpModel):
         images: bool | None = None,
     ) -> None:
         if not model:
-            raise TypeError("OpenAIChatModel: name the model (model=...)")
-        base_url, api_key = endpoint(base_url, api_key, "openai", DEFAULT_BASE_URL)
+            raise TypeError(f"{type(self).__name__}: name the model (model=...)")
+        base_url, api_key = endpoint(base_url, api_key, self.provider, self.default_url)
         super().__init__(
             base_url + "/chat/completions",
             {"Authorization": f"Bearer {api_key}", "Content-Type": "application/json"},
@@ -191,13 +194,15 @@ def _part(part: WirePart) -> dict[str, Any]:
 
 
 def _usage(usage: dict[str, Any]) -> Usage:
-    """`Usage` of a chunk's ``usage`` (``prompt_tokens`` includes the cached ones)."""
+    """`Usage` of a chunk's ``usage`` (``prompt_tokens`` includes the cached ones: OpenAI's
+    ``prompt_tokens_details.cached_tokens``, DeepSeek's ``prompt_cache_hit_tokens``)."""
     prompt = usage.get("prompt_tokens_details")
     completion = usage.get("completion_tokens_details")
+    cached = (prompt or {}).get("cached_tokens") or usage.get("prompt_cache_hit_tokens")
     return Usage(
         input_tokens=int(usage.get("prompt_tokens") or 0),
         output_tokens=int(usage.get("completion_tokens") or 0),
-        cache_read_tokens=int((prompt or {}).get("cached_tokens") or 0),
+        cache_read_tokens=int(cached or 0),
         reasoning_tokens=int((completion or {}).get("reasoning_tokens") or 0),
     )
 

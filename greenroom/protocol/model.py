@@ -33,11 +33,20 @@ class Thought(
     """One whole thinking block, as the provider sent it, to be sent back as it came: its
     `text` and `signature`, or a redacted block's opaque `redacted` data. Streamed once
     the block closed (its text streamed before as `ReasoningDelta`s); the turn keeps it on
-    the step's ``assistant/message``, not as a chunk."""
+    the step's ``assistant/message``, not as a chunk.
+
+    `source` names the wire format that made it, and only that format's adapter sends it
+    back (another provider would refuse it): "" Anthropic's Messages API (every thought
+    logged before there were others), ``openai-responses`` a Responses reasoning item (its
+    summary in `text`, its encrypted content in `signature`, its id in `item`), ``gemini``
+    a thought signature (`item`: the id of the tool call whose part carried it, "" the
+    reply's text part), ``deepseek`` the reply's ``reasoning_content`` (in `text`)."""
 
     text: str = ""
     signature: str = ""
     redacted: str = ""
+    source: str = ""
+    item: str = ""
 
 
 @final
@@ -153,6 +162,9 @@ class ModelRequest(msgspec.Struct, frozen=True, gc=False, kw_only=True):
     #: own maximum). An adapter takes the smaller of this and its own, and keeps any
     #: thinking budget under it.
     max_output_tokens: int | None = None
+    #: The session the call is for: an adapter whose provider routes its prompt cache by a
+    #: key derives that key from it (None: no key is sent).
+    session_id: str | None = None
 
 
 #: The ``thought_level`` setting's values (ACP's ``thought_level`` config category).
