@@ -1,4 +1,4 @@
-"""The ``greenroom`` command (floor 8: the only place that reads the environment)."""
+"""The ``greenroom`` command (floor 8): its options, the state directory and the stores."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """`open_runtime()`: the services of one greenroom, wired under its root supervisor.
 
-This is where configuration enters; nothing below reads the environment or
-global state.
+This is where configuration enters. Below it only the model adapters read the
+environment, for a key or endpoint not given in code (docs/semantics.md,
+"Endpoint and key"); nothing reads global state.
 """
 
 from __future__ import annotations

@@ -36,12 +36,13 @@ class LiveOutput:
 
     __slots__ = ("_outbox", "_pending", "_wake", "terminal")
 
-    def __init__(self, outbox: Outbox, *, terminal: bool = False) -> None:
+    def __init__(self, outbox: Outbox) -> None:
         self._outbox = outbox
         self._pending: dict[tuple[str, str], ToolProgress] = {}
         self._wake = trio.Event()
-        #: Shown as terminals (the client opted in), their output so far by call.
-        self.terminal: TerminalOutput | None = TerminalOutput() if terminal else None
+        #: Shown as terminals once the client opted in (at ``initialize``), their output
+        #: so far by call.
+        self.terminal: TerminalOutput | None = None
 
     def show(self, session_id: str, progress: ToolProgress) -> None:
         """Send `progress` once the writer is idle, unless a later one replaces it first."""

@@ -1,10 +1,12 @@
 """`AgentFactory`: the one place agents are made, started and owned.
 
-`create` and `resume` share one signature and one path: reserve both ids
-(until the agent is published or its start failed, so a duplicate is
-rejected before anything exists and a racing create cannot publish the same
-ids), prepare the session (with its sink), then start its `AgentLife` under
-the owner, which reports ready with the `AgentHandle`.
+`create`, `resume` and a parent's spawn take one path after their own
+checks: reserve both ids (until the agent is published or its start failed,
+so a duplicate is rejected before anything exists and a racing create cannot
+publish the same ids), get the session's log from the persistence (a new one,
+or the stored one repaired), then `_start`: prepare the session with its
+sink and start its `AgentLife` under the owner, which reports ready with the
+`AgentHandle`.
 """
 
 from __future__ import annotations

@@ -17,7 +17,6 @@ import msgspec
 
 from greenroom.actors.events import AGENT_REQUEST
 from greenroom.actors.types import Agent, Question, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import ToolError
 from greenroom.protocol.model import ModelRequest, ToolSchema
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
@@ -42,7 +41,7 @@ class AskArgs(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _refuse(message: str, code: str = "invalid-arguments") -> ToolOutcome:
-    return ToolOutcome(f"{NAME}: {message}", is_error=True, error=ToolError("AskError", code))
+    return ToolOutcome.failed(f"{NAME}: {message}", code, "AskError")
 
 
 def _invalid(args: AskArgs) -> str | None:

@@ -16,7 +16,7 @@ import msgspec
 
 from greenroom.actors.events import AGENT_REQUEST
 from greenroom.actors.types import Agent, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import PlanEntry, PlanSet, ToolError
+from greenroom.protocol.events import PlanEntry, PlanSet
 from greenroom.protocol.model import ModelRequest, ToolSchema
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
@@ -44,9 +44,7 @@ class TodoArgs(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def _refuse(message: str) -> ToolOutcome:
-    return ToolOutcome(
-        f"todo: {message}", is_error=True, error=ToolError(name="TodoError", code="invalid-plan")
-    )
+    return ToolOutcome.failed(f"todo: {message}", "invalid-plan", "TodoError")
 
 
 def render_plan(entries: list[PlanEntry]) -> str:
