@@ -21,6 +21,7 @@ from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Permissions, SpawnLimits
+from greenroom.errors import alone
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
@@ -184,6 +185,11 @@ async def open_runtime(
     registered for every agent: `Tool`s, and functions decorated with
     `greenroom.tool`; anything else (a plain function, a plugin) raises
     `TypeError` saying what a tool is, before anything starts.
+
+    An exception raised in the body comes out as itself, not wrapped in the
+    groups the runtime's nurseries make (``except ValueError:`` around the
+    block catches it, and so does ``except*``); a group comes out only where two
+    things failed at once.
     """
     hooks = Hooks()
     sessions = SessionStore(hooks)
@@ -194,36 +200,42 @@ async def open_runtime(
         raise ValueError("give open_runtime either model= or a non-empty models=, not both")
     for tool in tools:
         tool_registry.register(as_tool(tool))
-    # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
-    # spill files of cut tool results.
-    async with (
-        open_models(models.values()),  # closed last: the model adapters' pooled connections
-        aclosing(tool_registry),
-        LocalBashExecutor(workdir or os.getcwd()) as bash,
-        Supervisor(name=f"{name}:plugins") as plugins,
-        Supervisor(name=f"{name}:agents") as supervisor,
-    ):
-        agents = AgentFactory(
-            hooks=hooks,
-            sessions=sessions,
-            registry=AgentRegistry(hooks),
-            models=models,
-            tools=tool_registry,
-            default_owner=supervisor,
-            persistence=persistence,
-            release_owned=partial(release_owner, bash),
-            servers=McpHub(tool_registry, hooks),
-            limits=spawn_limits,
-            compaction=compaction,
-        )
-        yield Runtime(
-            agents=agents,
-            sessions=sessions,
-            tools=tool_registry,
-            hooks=hooks,
-            models=models,
-            persistence=persistence,
-            bash=bash,
-            supervisor=supervisor,
-            plugins=plugins,
-        )
+    try:
+        # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
+        # spill files of cut tool results.
+        async with (
+            open_models(models.values()),  # closed last: the model adapters' pooled connections
+            aclosing(tool_registry),
+            LocalBashExecutor(workdir or os.getcwd()) as bash,
+            Supervisor(name=f"{name}:plugins") as plugins,
+            Supervisor(name=f"{name}:agents") as supervisor,
+        ):
+            agents = AgentFactory(
+                hooks=hooks,
+                sessions=sessions,
+                registry=AgentRegistry(hooks),
+                models=models,
+                tools=tool_registry,
+                default_owner=supervisor,
+                persistence=persistence,
+                release_owned=partial(release_owner, bash),
+                servers=McpHub(tool_registry, hooks),
+                limits=spawn_limits,
+                compaction=compaction,
+            )
+            yield Runtime(
+                agents=agents,
+                sessions=sessions,
+                tools=tool_registry,
+                hooks=hooks,
+                models=models,
+                persistence=persistence,
+                bash=bash,
+                supervisor=supervisor,
+                plugins=plugins,
+            )
+    except BaseExceptionGroup as group:  # a nursery's group of one: the error itself
+        error = alone(group)
+        if error is None:
+            raise
+        raise error from None

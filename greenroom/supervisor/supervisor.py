@@ -30,6 +30,7 @@ from typing import Final
 import trio
 
 from greenroom.backoff import Backoff
+from greenroom.errors import alone
 from greenroom.hooks import Listeners
 from greenroom.supervisor.spec import (
     STRATEGIES,
@@ -302,11 +303,12 @@ class Supervisor:
             return bool(await self._nursery_manager.__aexit__(exc_type, exc, tb))
         except BaseExceptionGroup as group:
             # Children never raise into the nursery (their exits are records), so
-            # a group here holds the body's own error or our escalation: unwrap a
-            # single one so that callers catch the type they expect.
-            if len(group.exceptions) == 1:
-                raise group.exceptions[0] from None
-            raise
+            # a group here holds the body's own errors or our escalation: one comes
+            # out as itself, so that callers catch the type they expect.
+            error = alone(group)
+            if error is None:
+                raise
+            raise error from None
 
     async def _shutdown(self) -> None:
         """Stop the supervising task, then every child, last started first; then cancel
