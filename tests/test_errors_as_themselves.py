@@ -23,7 +23,7 @@ async def test_the_bodys_error_comes_out_of_open_runtime_as_itself() -> None:
 
 
 async def test_a_bad_argument_inside_open_runtime_is_its_value_error() -> None:
-    with pytest.raises(ValueError, match="cwd must be an absolute path, got '.'"):
+    with pytest.raises(ValueError, match=r"cwd must be an absolute path, got '\.'"):
         async with open_runtime() as rt:
             await rt.agents.create(agent_id="a", session_id="s", cwd=".")
 
@@ -35,10 +35,13 @@ async def test_a_supervisor_inside_open_runtime_lets_the_error_out_as_itself() -
 
 
 async def test_except_star_still_catches_the_single_error() -> None:
-    caught: list[BaseException] = []
-    try:
+    async def body() -> None:
         async with open_runtime():
             raise Mine("once")
+
+    caught: list[BaseException] = []
+    try:
+        await body()
     except* Mine as group:
         caught.extend(group.exceptions)
     assert [str(error) for error in caught] == ["once"]
@@ -48,10 +51,13 @@ async def test_two_errors_at_once_stay_a_group() -> None:
     async def fail(message: str) -> None:
         raise Mine(message)
 
-    with pytest.raises(ExceptionGroup) as raised:
+    async def body() -> None:
         async with open_runtime(), trio.open_nursery() as nursery:
             nursery.start_soon(fail, "one")
             nursery.start_soon(fail, "two")
+
+    with pytest.raises(ExceptionGroup) as raised:
+        await body()
     leaves = []
     stack: list[BaseException] = [raised.value]
     while stack:
