@@ -537,3 +537,26 @@ async def test_a_withdraw_in_window_2_settles_withdrawn_without_a_turn() -> None
         prompts.append(prompt)
         assert await prompt == Answer(stop_reason="withdrawn")
         assert agent.session.events == []
+
+
+async def test_text_yields_the_turns_text_deltas_only() -> None:
+    model = ScriptedModel(
+        [[Think("hmm"), Say("Hel"), CallTool("echo", {"text": "x"})], [Say("lo")]]
+    )
+    async with open_runtime(model=model, tools=[ECHO]) as rt:
+        agent = await new_agent(rt)
+        prompt = agent.send("go")
+        texts = [text async for text in prompt.text()]
+        answer = await prompt
+    assert texts == ["Hel", "lo"]
+    assert answer.text == "lo"
+
+
+async def test_text_of_a_withdrawn_prompt_ends_empty() -> None:
+    async with open_runtime(model=ScriptedModel([[Say("a"), Wait(1)]])) as rt:
+        agent = await new_agent(rt)
+        agent.send("first")
+        second = agent.send("second", output=_Echo)  # a turn of its own, queued
+        reader = second.text()
+        assert agent.withdraw(second.id)
+        assert [text async for text in reader] == []

@@ -254,6 +254,31 @@ class Prompt(Generic[T]):
         seen = live.version if live is not None else 0
         return PromptEvents(self, session.next_seq, session.open_turn, seen)
 
+    def text(self) -> PromptText:
+        """Follow this prompt's turn's text from now on: each text delta the model streams
+        (``async for text in prompt.text(): print(text, end="")``), until its turn ends.
+        `events` with everything but the text left out: the same positions, the same rules
+        for a cancelled reader (it loses nothing) and for a prompt no turn takes."""
+        return PromptText(self.events())
+
+
+class PromptText:
+    """The iterator `Prompt.text` returns: the text deltas among its turn's events."""
+
+    __slots__ = ("_events",)
+
+    def __init__(self, events: PromptEvents) -> None:
+        self._events = events
+
+    def __aiter__(self) -> PromptText:
+        return self
+
+    async def __anext__(self) -> str:
+        async for event in self._events:
+            if type(event) is AssistantChunk and type(event.chunk) is TextDelta:
+                return event.chunk.text
+        raise StopAsyncIteration
+
 
 class PromptEvents:
     """The iterator `Prompt.events` returns: a position in the log and the turn it is in."""
