@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import gc
 import statistics
-import sys
 import time
 import tracemalloc
 from collections.abc import Awaitable, Callable, Sequence
@@ -46,6 +45,7 @@ import trio
 import trio.lowlevel
 import trio.testing
 
+from bench.counting import Profile, profile
 from bench.report import Row, compare
 from greenroom.models import CallTool, Hang, Say, ScriptedModel
 from greenroom.protocol.events import AssistantChunk
@@ -366,54 +366,7 @@ async def _our_cancel(k: int) -> float:
 # -- (f) cost profile of the turn and of its baseline ---------------------------------------
 
 
-class _Steps(trio.abc.Instrument):
-    """Counts task steps: each is one pass of a task through Trio's scheduler."""
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def before_task_step(self, task: trio.lowlevel.Task) -> None:
-        self.steps += 1
-
-
-class _Profile(msgspec.Struct, frozen=True):
-    """What one op costs, counted rather than timed: the same on every machine."""
-
-    calls: float  # Python function calls and coroutine resumptions
-    steps: float  # task steps (scheduler passes)
-    kept: float  # traced bytes it leaves alive (the session log's events)
-
-
-def _counted(variant: Callable[[int], Awaitable[float]], m: int) -> tuple[int, int, int]:
-    """Calls, task steps and traced peak bytes of one run of `variant` over `m` ops."""
-    calls = 0
-
-    def count(_frame: object, event: str, _arg: object) -> None:
-        nonlocal calls
-        if event == "call":
-            calls += 1
-
-    steps = _Steps()
-    gc.collect()
-    tracemalloc.start()
-    sys.setprofile(count)
-    try:
-        trio.run(variant, m, instruments=[steps])
-    finally:
-        sys.setprofile(None)
-        peak = tracemalloc.get_traced_memory()[1]
-        tracemalloc.stop()
-    return calls, steps.steps, peak
-
-
-def _profile(variant: Callable[[int], Awaitable[float]], m: int) -> _Profile:
-    """Per op: the difference between runs of 2m and m ops, over m (the setup cancels out)."""
-    small, large = _counted(variant, m), _counted(variant, 2 * m)
-    calls, steps, kept = ((b - a) / m for a, b in zip(small, large, strict=True))
-    return _Profile(calls=calls, steps=steps, kept=kept)
-
-
-def _profile_note(turn: _Profile, trip: _Profile) -> str:
+def _profile_note(turn: Profile, trip: Profile) -> str:
     return (
         f"counted per op: the turn {turn.calls:.0f} Python calls, {turn.steps:.1f} task"
         f" steps, {turn.kept:.0f} B kept (its log); the round trip {trip.calls:.0f} calls,"
@@ -460,7 +413,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
     spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
     counted = min(m, 300)  # the counts do not vary; the profiler slows each op ~3x
-    turn, trip = _profile(_our_turns, counted), _profile(_raw_turns, counted)
+    turn, trip = profile(_our_turns, counted), profile(_raw_turns, counted)
     return [
         compare(
             SCENARIO,

@@ -6,7 +6,12 @@
   out of the first and measured apart, against the same ordinary turn;
 * a turn that does not compact (a window it never nears: the estimate runs before
   every model call) against the same turn with a model that has no window (the
-  feature off: nothing is estimated);
+  feature off: nothing is estimated), timed, and counted (Python calls per turn,
+  `bench.counting`: a step that needs no compaction must add none);
+* a compaction's own cost (planning, the transcript, its events, the history
+  rebuilt: `Compactor.fit` less the time inside the model's stream) against its
+  summarizing call, over a history at the threshold of a 128,000-token window
+  (32,000 quick);
 * memory: traced bytes of a live session (`Session` seeded from a log) of 100,000
   events (10,000 quick), compacted, against one of 1,000 events, with
   `tracemalloc` (its own ``trio.run``): the log stays resident, so this grows
@@ -27,8 +32,10 @@ from collections.abc import AsyncIterator, Callable, Sequence
 import msgspec
 import trio
 
+from bench.counting import profile
 from bench.report import Row, compare
-from greenroom.actors.compaction import SUMMARY_SYSTEM
+from greenroom.actors.compaction import DEFAULT_POLICY, SUMMARY_SYSTEM, Compactor
+from greenroom.models import ScriptedModel
 from greenroom.protocol.events import Compacted, SessionEvent
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, Usage
 from greenroom.runtime import open_runtime
@@ -110,6 +117,76 @@ def _unfilled(m: int, window: int) -> float:
     return statistics.median(plain) * 1e6
 
 
+async def _windowed_turns(m: int) -> float:
+    await _turns(0, m, 10_000_000)
+    return 0.0
+
+
+async def _windowless_turns(m: int) -> float:
+    await _turns(0, m, 0)
+    return 0.0
+
+
+# -- a compaction's own cost --------------------------------------------------------------------
+
+
+class _Timed:
+    """Answers a summarizing request at once, timing what it spends inside its stream."""
+
+    def __init__(self, window: int) -> None:
+        self.context_window = window
+        self.spent = 0.0
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._reply()
+
+    async def _reply(self) -> AsyncIterator[StreamChunk]:
+        t0 = time.perf_counter()
+        try:
+            await trio.lowlevel.checkpoint()
+            yield TextDelta("They asked about items; the agent answered each.")
+            yield Finish("stop")
+        finally:
+            self.spent += time.perf_counter() - t0
+
+
+async def _history(window: int) -> list[SessionEvent]:
+    """A log with no compaction whose history is just past the threshold of `window` (the
+    echo reports no usage: the session counts every byte since the start)."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        while agent.session.added_bytes < 4 * DEFAULT_POLICY.threshold * window:
+            agent.send(PROMPT)
+            await agent.when_idle()
+        return list(agent.session.events)
+
+
+async def _compactions(
+    log: Sequence[SessionEvent], window: int, m: int
+) -> tuple[list[float], list[float]]:
+    """Microseconds of `m` compactions of `log`, each of a fresh session: their own, and
+    their summarizing calls'."""
+    model = _Timed(window)
+    own: list[float] = []
+    call: list[float] = []
+    for _ in range(m):
+        session = Session(new_header("s"), log)
+        compactor = Compactor(session, DEFAULT_POLICY)
+        request = ModelRequest(messages=session.messages(), system="Be brief.")
+        turn = session.last_turn + 1
+        if not compactor.due(request, model, "default"):
+            raise RuntimeError("the history is not past the threshold: no compaction is due")
+        model.spent = 0.0
+        t0 = time.perf_counter()
+        await compactor.fit(request, model, "default", turn, 1)
+        spent = time.perf_counter() - t0
+        if session.compaction is None:
+            raise RuntimeError("the compaction logged nothing")
+        own.append((spent - model.spent) * 1e6)
+        call.append(model.spent * 1e6)
+    return own, call
+
+
 # -- memory -------------------------------------------------------------------------------------
 
 
@@ -154,6 +231,12 @@ def _alternate(variants: Sequence[Callable[[], float]], repeats: int) -> dict[st
 
 
 def run(repeats: int, quick: bool) -> list[Row]:
+    window = 32_000 if quick else 128_000
+    history = trio.run(_history, window)
+    own, call = trio.run(_compactions, history, window, 3 * repeats)
+    counted = 100 if quick else 300
+    windowed_calls = profile(_windowed_turns, counted).calls
+    windowless_calls = profile(_windowless_turns, counted).calls
     prior = 1_000 if quick else 10_000
     m = 100 if quick else 400
     big = 10_000 if quick else 100_000
@@ -216,6 +299,29 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="the same turn, model without a window (nothing estimated)",
             raw=off["windowless"],
             max_ratio=1.02,
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-step turn that does not compact, counted (M={counted})",
+            "calls",
+            [windowed_calls],
+            baseline="the same turn, model without a window",
+            raw=[windowless_calls],
+            max_ratio=1.0,
+            note="the window's estimate is read in the one call that says whether a compaction"
+            " is due: no call more",
+        ),
+        compare(
+            SCENARIO,
+            f"a compaction's own cost, over {len(history):,} events at the threshold of a"
+            f" {window:,}-token window",
+            "us",
+            own,
+            baseline="its summarizing call (a model answering at once)",
+            raw=call,
+            note="Compactor.fit less the time inside the model's stream: planning, the"
+            " transcript, its two events, the history rebuilt; a real summarizing call takes"
+            " seconds",
         ),
         compare(
             SCENARIO,

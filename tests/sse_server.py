@@ -11,6 +11,7 @@ from contextlib import AbstractAsyncContextManager
 import trustme
 
 from greenroom.models.loopback import (
+    Answer,
     Cut,
     Hold,
     LoopbackServer,
@@ -62,7 +63,8 @@ def _server_tls() -> ssl.SSLContext:
 
 
 def sse_server(
-    replies: Sequence[Reply], *, tls: bool = False
+    replies: Sequence[Reply] | Answer, *, tls: bool = False
 ) -> AbstractAsyncContextManager[LoopbackServer]:
-    """A server on a free port; with `tls`, https with a `test_ca` certificate."""
+    """A server on a free port (answering `replies` in order, or each request by the
+    function `replies`); with `tls`, https with a `test_ca` certificate."""
     return serve(replies, _server_tls() if tls else None)

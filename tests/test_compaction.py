@@ -39,6 +39,7 @@ from greenroom.protocol.events import (
     Aborted,
     AssistantMessage,
     Compacted,
+    CompactionStart,
     CompactionTrigger,
     Cut,
     MessageTrigger,
@@ -247,9 +248,24 @@ async def test_the_threshold_and_the_verbatim_part_are_options() -> None:
     assert max(e.tokens_after for e in early_events) < max(e.tokens_after for e in late_events)
 
 
-def test_a_policy_that_cannot_hold_is_refused() -> None:
-    with pytest.raises(ValueError, match="0 < keep < threshold <= 1"):
-        CompactionPolicy(threshold=0.5, keep=0.6)
+@pytest.mark.parametrize(
+    "policy",
+    [
+        {"threshold": 0.5, "keep": 0.6},
+        {"threshold": 0.5, "keep": 0.4},  # with the summary's 0.1: due again at once
+        {"keep": 0.3, "summary": 0.0},
+        {"threshold": 1.2},
+    ],
+)
+def test_a_policy_that_cannot_hold_is_refused(policy: dict[str, float]) -> None:
+    with pytest.raises(ValueError, match=r"keep \+ summary <= 0.9 \* threshold"):
+        CompactionPolicy(**policy)
+
+
+@pytest.mark.parametrize("deadline", [0.0, -1.0, float("nan"), float("inf")])
+def test_a_deadline_that_is_no_time_is_refused(deadline: float) -> None:
+    with pytest.raises(ValueError, match="deadline must be seconds > 0"):
+        CompactionPolicy(deadline=deadline)
 
 
 def test_known_families_have_their_windows() -> None:
@@ -319,7 +335,10 @@ async def test_compact_while_running_applies_before_the_next_step() -> None:
     assert turn_ends(events)[-1] == (5, COMPLETED)
 
 
-async def test_a_cancel_during_a_compaction_aborts_the_turn_and_leaves_the_log() -> None:
+async def test_a_cancel_during_a_compaction_aborts_the_turn_and_ends_the_compaction() -> None:
+    """The compaction that started is logged as started and as ended (degraded, the cancel
+    its reason: nothing here needed cutting, so the history is as before), then the turn
+    ends ``aborted``."""
     model = Windowed(100_000)
     async with open_runtime(model=model) as rt:
         agent = await new_agent(rt)
@@ -335,9 +354,19 @@ async def test_a_cancel_during_a_compaction_aborts_the_turn_and_leaves_the_log()
         await agent.when_idle()
         events = list(agent.session.events)
         assert turn_ends(events)[-1] == (7, Aborted("enough"))
-        assert not compactions(events)
+        (compacted,) = compactions(events)
+        assert compacted.degraded == "cancelled: enough"
+        assert isinstance(events[compacted.started], CompactionStart)
         assert list(agent.session.messages()) == messages
-        assert len(events) == before + 4  # turn/start, step/start, step/end, turn/end
+        kinds = [type(e).__struct_config__.tag for e in events[before:]]
+        assert kinds == [
+            "turn/start",
+            "step/start",
+            "context/compacting",
+            "context/compacted",
+            "step/end",
+            "turn/end",
+        ]
         model.summary = "ok"
         answer = await agent.run("still there?")
         assert answer.text.startswith("answer")

@@ -295,7 +295,10 @@ class AcpConnection:
         setting (answered at once), a server's prompt is got and sent as the prompt."""
         if command.name == COMPACT:
             last_turn = agent.session.last_turn
-            agent.compact(command.rest or None)
+            try:
+                agent.compact(command.rest or None)
+            except ValueError as exc:  # instructions past the cap: nothing is asked
+                raise RpcError(INVALID_PARAMS, f"invalid params: /compact: {exc}") from None
             self.nursery.start_soon(self._compacted, request_id, agent, last_turn)
         elif command.name in (MODE, MODEL):
             self._configure(record.session_id, command.name, command.rest)

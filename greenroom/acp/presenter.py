@@ -31,6 +31,7 @@ from typing import Any, Final
 import msgspec
 
 from greenroom.acp import frames
+from greenroom.actors.compaction import learned_window
 from greenroom.actors.types import DEFAULT_MODE, MODES
 from greenroom.protocol.acp import (
     AgentMessageChunk,
@@ -75,15 +76,18 @@ from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
     Compacted,
+    CompactionStart,
     ConfigSet,
     ModelRetry,
     PlanEntry,
     PlanSet,
     SessionEvent,
+    StepEnd,
     StepStart,
     ToolCall,
     ToolResult,
     ToolStart,
+    TurnEnd,
     UserMessage,
 )
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
@@ -187,8 +191,7 @@ class Presenter:
         usage = event.usage
         if usage is not None:
             used = usage.input_tokens + usage.output_tokens
-            window = self._context_windows.get(self._model(session), 0)
-            yield UsageUpdate(used, max(window, used))
+            yield UsageUpdate(used, max(self._window(session), used))
 
     def _retry(self, session: Session, event: ModelRetry, replay: bool) -> Iterator[SessionUpdate]:
         # A notice of its own (its own message id), not a part of the reply.
@@ -196,16 +199,37 @@ class Presenter:
         message_id = f"{session.id}/{event.turn}/{event.step}/retry-{event.attempt}"
         yield AgentMessageChunk(TextBlock(notice), message_id)
 
+    def _compacting(
+        self, session: Session, event: CompactionStart, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        # The entity (or the notice) its end completes; on replay an entity client is shown
+        # the end's materialized form only, unless the log has no end (a crash cut it).
+        entity = f"{session.id}/{event.turn}/{event.step}/compacted-{event.seq}"
+        ended = not replay or _ended(session, event)
+        if self.compaction:
+            if not replay:
+                yield CompactionUpdate(entity, "in_progress")
+            elif not ended:
+                yield CompactionUpdate(entity, "failed", error=INTERRUPTED_COMPACTION)
+        else:
+            notice = starting_notice(event)
+            if not ended:
+                notice += f"It ended there: {INTERRUPTED_COMPACTION}.\n"
+            yield AgentMessageChunk(TextBlock(notice), entity)
+
     def _compacted(
         self, session: Session, event: Compacted, replay: bool
     ) -> Iterator[SessionUpdate]:
-        # An entity (or a notice) of its own, then the window as the next request will use it.
-        entity = f"{session.id}/{event.turn}/{event.step}/compacted-{event.seq}"
+        # The entity (or the notice) its start opened, then the window as the next request
+        # will use it. A compaction logged before starts were has its own seq in its id.
+        started = event.started if event.started >= 0 else event.seq
+        entity = f"{session.id}/{event.turn}/{event.step}/compacted-{started}"
         if self.compaction:
-            yield from compaction_updates(entity, event, replay=replay)
+            announced = event.started >= 0
+            yield from compaction_updates(entity, event, replay=replay, announced=announced)
         else:
             yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
-        window = self._context_windows.get(self._model(session), 0)
+        window = self._window(session)
         yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
 
     def _call(self, session: Session, event: ToolCall, replay: bool) -> Iterator[SessionUpdate]:
@@ -269,6 +293,14 @@ class Presenter:
         chosen = session.config.get("model")
         return chosen if chosen in self._models else self._models[0]
 
+    def _window(self, session: Session) -> int:
+        """The context window of the session's model: its adapter's, or the smaller one a
+        refusal taught the session."""
+        model = self._model(session)
+        window = self._context_windows.get(model, 0)
+        learned = learned_window(session.config, model)
+        return min(window, learned) if window and learned else window or learned
+
 
 #: What each kind of event that an update shows becomes (`Presenter.present`); any other
 #: kind (a turn's or a step's start and end, a permission rule, ...) shows nothing.
@@ -279,6 +311,7 @@ _SHOWN: Final[
     UserMessage: Presenter._user,
     AssistantMessage: Presenter._usage,
     ModelRetry: Presenter._retry,
+    CompactionStart: Presenter._compacting,
     Compacted: Presenter._compacted,
     ToolCall: Presenter._call,
     ToolStart: Presenter._start,
@@ -321,18 +354,19 @@ SUMMARY_CHUNK_CHARS: Final = 4_096
 
 
 def compaction_updates(
-    compaction_id: str, event: Compacted, *, replay: bool
+    compaction_id: str, event: Compacted, *, replay: bool, announced: bool = False
 ) -> Iterator[CompactionUpdate | CompactionSummaryChunk]:
-    """A compaction as ACP's unstable entity (RFD "session-compaction"), `compaction_id`
-    its id. Live: ``in_progress``, the summary in ``compaction_summary_chunk``s of at
-    most `SUMMARY_CHUNK_CHARS`, then ``completed`` (keeping what the chunks added). On
-    replay: one ``completed`` carrying the whole summary, the RFD's materialized form.
+    """The end of a compaction as ACP's unstable entity (RFD "session-compaction"),
+    `compaction_id` its id. Live: ``in_progress`` (unless its start `announced` it), the
+    summary in ``compaction_summary_chunk``s of at most `SUMMARY_CHUNK_CHARS`, then
+    ``completed`` (keeping what the chunks added). On replay: one ``completed`` carrying
+    the whole summary, the RFD's materialized form.
 
     The summary is the one logged (a degraded compaction's is its marker saying what was
     dropped, or none when it dropped nothing), bounded like any text. The final update's
     ``_meta.greenroom`` says the turns it stands for, the model that wrote it, the
-    estimated tokens before and after, and ``degraded`` (why no summary could be written)
-    when it degraded."""
+    estimated tokens before and after, ``degraded`` (why no summary could be written)
+    when it degraded and ``cut`` (why the summary was cut short) when it was."""
     summary = _bounded(event.summary)
     facts: dict[str, object] = {
         "first_turn": event.first_turn,
@@ -343,17 +377,53 @@ def compaction_updates(
     }
     if event.degraded is not None:
         facts["degraded"] = event.degraded
+    if event.cut is not None:
+        facts["cut"] = event.cut
     meta = {"greenroom": facts}
     if replay:
         # No block for a degraded compaction that dropped nothing: it has no summary.
         shown = [TextBlock(summary)] if summary else None
-        yield CompactionUpdate(compaction_id, "completed", shown, meta)
+        yield CompactionUpdate(compaction_id, "completed", shown, meta=meta)
         return
-    yield CompactionUpdate(compaction_id, "in_progress")
+    if not announced:
+        yield CompactionUpdate(compaction_id, "in_progress")
     for start in range(0, len(summary), SUMMARY_CHUNK_CHARS):
         piece = summary[start : start + SUMMARY_CHUNK_CHARS]
         yield CompactionSummaryChunk(compaction_id, TextBlock(piece))
     yield CompactionUpdate(compaction_id, "completed", meta=meta)
+
+
+#: What a compaction its log does not end says of it (the process stopped during it).
+INTERRUPTED_COMPACTION: Final = (
+    "the process stopped during this compaction, so the history stayed as it was"
+)
+_CAUSES: Final = {
+    "threshold": "near the model's context window",
+    "request": "as asked",
+    "overflow": "the model refused the request as too long",
+}
+
+
+def starting_notice(event: CompactionStart) -> str:
+    """What an editor is told when a compaction starts: why, and the tokens against the
+    window."""
+    why = _CAUSES.get(event.cause, event.cause)
+    return (
+        f"Compacting the conversation ({why}: about {event.tokens:,} tokens of {event.window:,})…\n"
+    )
+
+
+def _ended(session: Session, start: CompactionStart) -> bool:
+    """Whether the log holds the end of the compaction `start` began (before its step ends:
+    a crash, or the process's end, cut it otherwise)."""
+    events = session.events
+    for index in range(start.seq + 1, len(events)):
+        event = events[index]
+        if type(event) is Compacted and event.started == start.seq:
+            return True
+        if type(event) is StepEnd or type(event) is TurnEnd:
+            return False
+    return False
 
 
 def compaction_notice(event: Compacted) -> str:

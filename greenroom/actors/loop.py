@@ -349,6 +349,7 @@ class LoopAgent:
         turn's next step, or, while idle or when that turn ends without another step, as
         a one-shot ``compaction`` turn of its own (`when_idle` waits for it). A `cancel`
         withdraws it. Nothing is logged when there is nothing old enough to summarize.
+        Instructions past `compaction.MAX_INSTRUCTIONS` characters are a `ValueError` naming it.
         """
         if self.status == "disposed":
             raise AgentDisposed(self._id)
@@ -822,7 +823,7 @@ class LoopAgent:
         its text)."""
         request = self._request(tools)
         model, model_id = self._model_now()
-        if self._compactor.due(request, model):
+        if self._compactor.due(request, model, model_id):
             request = await self._compactor.fit(request, model, model_id, turn, step)
         if AGENT_REQUEST in self._hooks.listened:
             request = await self._hooks.waterfall(AGENT_REQUEST, request, self, turn, step)
@@ -831,9 +832,9 @@ class LoopAgent:
         try:
             try:
                 reply = await self._stream(request, turn, step)
-            except ContextOverflow:  # the estimate was wrong: compact, try once more
+            except ContextOverflow as overflow:  # compact (learning the window), try once more
                 now = self._model_now()
-                request = await self._compactor.fit(request, *now, turn, step, overflowed=True)
+                request = await self._compactor.fit(request, *now, turn, step, overflow=overflow)
                 reply = await self._stream(request, turn, step)
         except (StepFailed, trio.Cancelled):
             raise
@@ -841,6 +842,8 @@ class LoopAgent:
             raise StepFailed(str(exc), exc.code) from exc
         except Exception as exc:
             raise StepFailed(f"model adapter raised {type(exc).__name__}: {exc}") from exc
+        if reply.usage is not None:  # before its message is logged: see `Compactor.observe`
+            self._compactor.observe(request, reply.usage, model_id)
         finish = reply.finish
         if finish is not None and finish.reason in ("error", "aborted"):
             raise StepFailed(

@@ -21,6 +21,7 @@ from greenroom.models.http import (
     HttpModel,
     SseEvent,
     endpoint,
+    output_limit,
 )
 from greenroom.models.parts import WirePart, answering
 from greenroom.protocol.arguments import arguments_value
@@ -44,6 +45,9 @@ DEFAULT_BASE_URL: Final = "https://api.anthropic.com"
 #: Extended thinking's token budget per ``thought_level`` (off: no thinking). The largest
 #: keeps ``max_tokens`` (twice the budget) within every Claude 4 model's 32,000 output limit.
 THINKING_BUDGETS: Final = {"off": 0, "low": 4_000, "medium": 8_000, "high": 16_000}
+#: The smallest thinking budget the API takes: a request whose output limit leaves less
+#: (half of it: the other half is the answer's) is sent without thinking.
+MIN_THINKING_BUDGET: Final = 1_024
 #: A prompt-cache breakpoint (the default five-minute cache).
 EPHEMERAL: Final = {"type": "ephemeral"}
 _FINISH: dict[str, FinishReason] = {
@@ -127,8 +131,11 @@ class AnthropicModel(HttpModel):
         budget of `THINKING_BUDGETS` tokens (``max_tokens`` then at least twice the
         budget), and sends each earlier reply's thinking blocks back ahead of it, as
         they came (signatures, redacted blocks), as the API requires during tool use.
+        A request's ``max_output_tokens`` lowers ``max_tokens`` when smaller (never
+        raises it), and the thinking budget to half of that at most: below
+        `MIN_THINKING_BUDGET` the request thinks not at all.
         """
-        budget = THINKING_BUDGETS.get(request.thought_level or "off", 0)
+        budget, limit = self._limits(request)
         messages: list[dict[str, Any]] = []
 
         def add(role: str, block: dict[str, Any]) -> None:
@@ -178,7 +185,7 @@ class AnthropicModel(HttpModel):
                 messages[index]["content"][-1]["cache_control"] = EPHEMERAL
         body: dict[str, Any] = {
             "model": request.model or self._model,
-            "max_tokens": max(self._max_tokens, 2 * budget),
+            "max_tokens": limit,
             "stream": True,
         }
         if budget:
@@ -194,6 +201,17 @@ class AnthropicModel(HttpModel):
             body["system"] = [{"type": "text", "text": request.system, "cache_control": EPHEMERAL}]
         body["messages"] = messages
         return body
+
+    def _limits(self, request: ModelRequest) -> tuple[int, int]:
+        """The thinking budget and ``max_tokens`` of `request` (see `body`)."""
+        budget = THINKING_BUDGETS.get(request.thought_level or "off", 0)
+        own = max(self._max_tokens, 2 * budget)
+        limit = max(output_limit(request.max_output_tokens, own) or own, 1)
+        if limit < own:  # the request asked for less: the thinking within half of it
+            budget = min(budget, limit // 2)
+            if budget < MIN_THINKING_BUDGET:
+                budget = 0
+        return budget, limit
 
     async def _chunks(self, events: AsyncIterator[SseEvent]) -> AsyncGenerator[StreamChunk, None]:
         blocks: dict[int, _Block] = {}  # by index

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, asynccontextmanager
 from types import MappingProxyType
@@ -21,7 +22,33 @@ class ModelError(Exception):
 class ContextOverflow(ModelError):
     """The provider refused the request as longer than the model's context window (OpenAI's
     400 ``context_length_exceeded``, Anthropic's 400 ``invalid_request_error`` "prompt is too
-    long"): the turn compacts the history and tries the step once more."""
+    long"): the turn compacts the history and tries the step once more. ``window`` is the
+    limit the refusal named (`context_limit`), None when it named none."""
+
+    def __init__(self, message: str, code: str | None = None, *, window: int | None = None) -> None:
+        super().__init__(message, code)
+        self.window = window
+
+
+#: How refusals name the window: OpenAI's wording (which vLLM, DeepSeek, OpenRouter and most
+#: OpenAI-compatible servers copy), Anthropic's, Gemini's.
+_LIMITS: Final = (
+    re.compile(r"maximum context length is (\d[\d,]*) tokens"),
+    re.compile(r"prompt is too long: \d[\d,]* tokens > (\d[\d,]*) maximum"),
+    re.compile(r"exceeds the maximum number of tokens allowed \((\d[\d,]*)\)"),
+)
+
+
+def context_limit(message: str) -> int | None:
+    """The context window an over-long request's refusal names, if it names one:
+    "maximum context length is N tokens" (OpenAI and the servers that copy it), "prompt is
+    too long: M tokens > N maximum" (Anthropic), "... exceeds the maximum number of tokens
+    allowed (N)" (Gemini). None for any other text, and for 0."""
+    for pattern in _LIMITS:
+        found = pattern.search(message)
+        if found is not None:
+            return int(found.group(1).replace(",", "")) or None
+    return None
 
 
 #: Tokens a model is taken to hold when neither its adapter nor its family says.

@@ -25,7 +25,7 @@ import msgspec
 import trio
 
 from greenroom.backoff import Backoff
-from greenroom.models.base import ContextOverflow, ModelError, context_window_of
+from greenroom.models.base import ContextOverflow, ModelError, context_limit, context_window_of
 from greenroom.models.parts import Encoded, WirePart, takes_images, wire_parts
 from greenroom.protocol.model import ModelRequest, Retry, StreamChunk, UserTurn
 
@@ -359,7 +359,11 @@ class HttpModel:
                 self.asked_wait(error) if wait is None else wait,
             )
         if status == 400 and self.overflowed(kind, detail):
-            raise ContextOverflow(f"{url} answered HTTP 400: {detail}", "context-overflow")
+            raise ContextOverflow(
+                f"{url} answered HTTP 400: {detail}",
+                "context-overflow",
+                window=context_limit(detail),
+            )
         raise ModelError(f"{url} answered HTTP {status}: {detail}", f"http-{status}")
 
     def overflowed(self, kind: str | None, message: str) -> bool:

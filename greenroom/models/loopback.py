@@ -3,7 +3,9 @@ conformance suite (`greenroom.models.conformance`) and the test suite serve a mo
 format with.
 
 Real sockets on 127.0.0.1, plain or over TLS (given a server context). It answers at
-most the responses it was given, in order, then 503; connections are kept alive as the
+most the responses it was given, in order, then 503 (or, given a function of the request
+instead, what it returns for each: a server that counts, refuses or misbehaves by what it
+is sent); connections are kept alive as the
 real services keep them, and counted: `LoopbackServer.connections` is how many the
 clients opened, and every request it saw (path, headers, raw and JSON body, the
 connection it came on) is kept. Stream bodies go out with chunked transfer encoding, as
@@ -15,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import ssl
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
@@ -108,12 +110,20 @@ class _Connection:
             return
 
 
-class LoopbackServer:
-    """The server's state: the replies still to give, what it saw, and `client_left` (set
-    once a client closed its connection while the server was reading or holding it)."""
+#: What a server given a function answers: the reply to each request, as it saw it.
+Answer: TypeAlias = Callable[[Seen], Reply]
 
-    def __init__(self, replies: Sequence[Reply], tls: ssl.SSLContext | None = None) -> None:
-        self.replies = list(replies)
+
+class LoopbackServer:
+    """The server's state: the replies still to give (or the function that answers), what
+    it saw, and `client_left` (set once a client closed its connection while the server was
+    reading or holding it)."""
+
+    def __init__(
+        self, replies: Sequence[Reply] | Answer, tls: ssl.SSLContext | None = None
+    ) -> None:
+        self.answer = replies if callable(replies) else None
+        self.replies = [] if callable(replies) else list(replies)
         self.requests: list[Seen] = []
         self.connections = 0
         self.client_left = trio.Event()
@@ -131,12 +141,15 @@ class LoopbackServer:
             while True:
                 seen = await connection.request(number)
                 self.requests.append(seen)
-                if not self.replies:
+                if self.answer is not None:
+                    reply = self.answer(seen)
+                elif not self.replies:
                     await wire.send_all(
                         b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\n\r\n"
                     )
                     return
-                reply = self.replies.pop(0)
+                else:
+                    reply = self.replies.pop(0)
                 if not reply.status or not await self._answer(connection, reply) or reply.close:
                     return
         except (_Closed, trio.BrokenResourceError, trio.ClosedResourceError):
@@ -150,7 +163,8 @@ class LoopbackServer:
     async def _answer(self, connection: _Connection, reply: Reply) -> bool:
         """Send `reply`; False when the connection ends with it (a cut, a hold)."""
         wire = connection.stream
-        reason = {200: "OK", 401: "Unauthorized", 429: "Too Many Requests"}.get(reply.status, "X")
+        reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests"}
+        reason = reasons.get(reply.status, "X")
         head = [f"HTTP/1.1 {reply.status} {reason}"]
         head += [f"{k}: {v}" for k, v in reply.headers.items()]
         if reply.body is not None:
@@ -177,7 +191,7 @@ class LoopbackServer:
 
 @asynccontextmanager
 async def serve(
-    replies: Sequence[Reply], tls: ssl.SSLContext | None = None
+    replies: Sequence[Reply] | Answer, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[LoopbackServer]:
     """A `LoopbackServer` on a free port of 127.0.0.1 for the block (``url`` is its
     ``http://`` or, with a server context `tls`, ``https://`` origin)."""

@@ -12,7 +12,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any, ClassVar, Final
 
 from greenroom.backoff import Backoff
-from greenroom.models.base import ModelError
+from greenroom.models.base import ModelError, context_limit
 from greenroom.models.http import (
     DEFAULT_BACKOFF,
     DEFAULT_RETRY_BUDGET,
@@ -43,6 +43,10 @@ _FINISH: dict[str, FinishReason] = {
     "length": "max-tokens",
     "content_filter": "refusal",
 }
+#: The families that take only ``max_completion_tokens`` (OpenAI's reasoning models refuse
+#: ``max_tokens``); every other model is sent ``max_tokens``, the name Ollama, LM Studio and
+#: the older OpenAI-compatible servers know (OpenAI's other models take both).
+COMPLETION_TOKENS_FAMILIES: Final = ("o1", "o3", "o4", "gpt-5")
 
 
 class OpenAIChatModel(HttpModel):
@@ -91,8 +95,10 @@ class OpenAIChatModel(HttpModel):
         )
 
     def overflowed(self, kind: str | None, message: str) -> bool:
-        """OpenAI's over-long request: a 400 with ``code: context_length_exceeded``."""
-        return kind == "context_length_exceeded"
+        """OpenAI's over-long request: a 400 with ``code: context_length_exceeded``, or a
+        message in its wording ("maximum context length is N tokens") from a server that
+        copies the text and not the code (vLLM answers ``BadRequestError``)."""
+        return kind == "context_length_exceeded" or context_limit(message) is not None
 
     def body(self, request: ModelRequest) -> dict[str, Any]:
         """The request body for `request` (the wire's messages, tools, streaming options).
@@ -133,6 +139,12 @@ class OpenAIChatModel(HttpModel):
         }
         if request.thought_level in ("low", "medium", "high"):
             body["reasoning_effort"] = request.thought_level  # for a reasoning model
+        if request.max_output_tokens is not None:  # reasoning included, as the API counts it
+            model = body["model"]
+            limit = "max_tokens"
+            if model.startswith(COMPLETION_TOKENS_FAMILIES):
+                limit = "max_completion_tokens"
+            body[limit] = max(request.max_output_tokens, 1)
         if request.tools:
             body["tools"] = [
                 {

@@ -98,6 +98,8 @@ class ScriptedModel:
 
     ``requests`` keeps the last `KEPT_REQUESTS` requests received, for tests
     to inspect (bounded: the scripted model is also the demo's long-running default).
+    An echo stops after a request's ``max_output_tokens`` words (a word counted as a
+    token) and finishes ``max-tokens``; a script plays as written.
     """
 
     def __init__(self, scripts: Iterable[Sequence[Action]] = (), *, delay: float = 0.02) -> None:
@@ -157,8 +159,12 @@ class ScriptedModel:
         else:
             prompt = next((m.content for m in reversed(messages) if type(m) is UserTurn), "")
         words = prompt.split(" ")
+        finish = _STOPPED
+        limit = request.max_output_tokens
+        if limit is not None and len(words) > limit:  # a word a token: cut as a provider cuts
+            words, finish = words[: max(limit, 1)], _LIMITED
         chunks: list[StreamChunk] = [TextDelta(word + " ") for word in words[:-1]]
-        chunks += (TextDelta(words[-1]), _STOPPED)
+        chunks += (TextDelta(words[-1]), finish)
         return _Echo(chunks, self._delay)
 
 
@@ -166,6 +172,7 @@ class ScriptedModel:
 _ASKING: Final = (BASH_PROMPT, TOOL_PROMPT, TODO_PROMPT, ASK_PROMPT)
 _CALLED: Final = Finish("tool-calls")
 _STOPPED: Final = Finish("stop")
+_LIMITED: Final = Finish("max-tokens")
 
 
 class _Echo:

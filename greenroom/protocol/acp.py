@@ -516,8 +516,8 @@ class UsageUpdate(
 
 
 #: A compaction's lifecycle as ACP's unstable ``CompactionStatus`` names it (greenroom
-#: sends only ``in_progress`` and ``completed``: a compaction that failed or was cancelled
-#: left nothing in the log to show).
+#: sends ``in_progress``, ``completed`` (a cancelled or failed summary still ends in a
+#: compaction, degraded) and, on replay, ``failed`` for one a crash cut).
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"]
 
 
@@ -532,12 +532,14 @@ class CompactionUpdate(
 ):
     """ACP's unstable ``compaction_update``: creates, then patches, the compaction entity
     `compaction_id` of the session's timeline. An omitted `summary` or `meta` leaves the
-    entity's as it was; a `summary` replaces what its chunks added. Sent only to a client
-    that declared ``clientCapabilities.session.compaction``."""
+    entity's as it was; a `summary` replaces what its chunks added; `error` says why a
+    ``failed`` one failed. Sent only to a client that declared
+    ``clientCapabilities.session.compaction``."""
 
     compaction_id: str
     status: CompactionStatus
     summary: list[TextBlock] | None = None
+    error: str | None = None
     meta: dict[str, Any] | None = None
 
 

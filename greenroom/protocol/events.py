@@ -293,17 +293,43 @@ class Cut(msgspec.Struct, frozen=True, gc=False):
     kept: int
 
 
+#: Why a compaction runs: the estimate passed the threshold, it was asked for
+#: (`Agent.compact`), or the provider refused the request as too long.
+CompactionCause: TypeAlias = Literal["threshold", "request", "overflow"]
+
+
+@final
+class CompactionStart(Event, frozen=True, gc=False, tag="context/compacting"):
+    """A compaction began: logged (and written ahead) before its summarizing call, so a
+    replay and a crash tell it. The `Compacted` whose ``started`` is this event's seq ends
+    it; a crash leaves it without one, and the history is then as before it.
+
+    `tokens` is the request's estimated input tokens, `window` the context window it was
+    measured against, `cause` why it runs.
+    """
+
+    turn: int
+    step: int
+    tokens: int
+    window: int
+    cause: CompactionCause
+
+
 @final
 class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
     """The model's history from here on: `summary` stands for the events from `first_seq`
-    up to `kept_seq` (turns `first_turn` to `last_turn`), and the events from `kept_seq` on
-    stay verbatim, but for the `cuts`. No event leaves the log: only what the model is
-    sent changes (the rules are in docs/semantics.md, "Compaction").
+    up to `kept_seq` (turns `first_turn` to `last_turn`), the `carried` events before
+    `kept_seq` follow it verbatim (the turn's own prompts and the open plan), and the
+    events from `kept_seq` on stay verbatim, but for the `cuts`. No event leaves the log:
+    only what the model is sent changes (the rules are in docs/semantics.md, "Compaction").
 
-    `model` is the id of the model that wrote `summary`; `degraded` says why none could
-    be written, and then `summary` is a marker naming what was dropped and `model` is
-    empty. `tokens_before` and `tokens_after` are the estimated input tokens of the
-    request without and with this compaction; `instructions` are the caller's, if any.
+    `model` is the id of the model that wrote `summary`; `cut` says why the summary was
+    cut short (past its budget, or the model's output limit stopped it); `degraded` says
+    why none could be written, and then `summary` is a marker naming what was dropped (or
+    the previous summary) and `model` is empty. `tokens_before` and `tokens_after` are the
+    estimated input tokens of the request without and with this compaction;
+    `instructions` are the caller's, if any; `started` is the seq of its
+    `CompactionStart` (-1 in a log written before those were).
     """
 
     turn: int
@@ -319,6 +345,9 @@ class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
     cuts: list[Cut] = []
     degraded: str | None = None
     instructions: str | None = None
+    started: int = -1
+    carried: list[Cut] = []
+    cut: str | None = None
 
 
 @final
@@ -441,6 +470,7 @@ SessionEvent: TypeAlias = (
     | AssistantMessage
     | ModelRetry
     | TurnUsage
+    | CompactionStart
     | Compacted
     | ToolCall
     | ToolStart

@@ -9,19 +9,21 @@ from types import MappingProxyType
 from typing import Any, Final, Protocol, TypeVar, overload
 
 import trio
-from msgspec.structs import force_setattr
+from msgspec.structs import force_setattr, replace
 
 from greenroom.hooks import Emitter
 from greenroom.parking import Parking
-from greenroom.protocol.content import ImageRef, Part, Resource, ResourceRef, referenced
+from greenroom.protocol.content import ImageRef, Part, Resource, ResourceRef, Text, referenced
 from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
     Compacted,
+    CompactionStart,
     ConfigSet,
     ContextMessage,
     MessageSource,
     PermissionRule,
+    PlanSet,
     Refused,
     SessionEvent,
     SessionHeader,
@@ -48,7 +50,7 @@ _NOTHING: Final[Mapping[str, Any]] = MappingProxyType({})
 
 #: Events that change nothing the session reads off its log (the most frequent among them).
 _PLAIN: Final[frozenset[type]] = frozenset(
-    {AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart}
+    {AssistantChunk, StepStart, StepEnd, ToolCall, ToolStart, CompactionStart}
 )
 
 
@@ -140,17 +142,16 @@ class Session:
     """
 
     __slots__ = (
-        "_added",
         "_blobs",
         "_events",
         "_last_turn",
         "_messages",
         "_open_turn",
         "_readers",
-        "_reported",
         "_sink",
         "_turn_messages",
         "_wanted",
+        "added_bytes",
         "compaction",
         "config",
         "header",
@@ -159,6 +160,7 @@ class Session:
         "parent",
         "permissions",
         "persistent",
+        "reported_tokens",
         "title",
         "title_seq",
     )
@@ -193,8 +195,13 @@ class Session:
         self._blobs: dict[str, bytes] = {}  # the parts' bytes by SHA-256 (`hold_blobs`)
         self._wanted: set[str] | None = None  # blobs the log names and `_blobs` lacks
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
-        self._reported = 0  # input + output tokens of the latest reply's usage, since compacted
-        self._added = 0  # UTF-8 bytes of the history's messages since then
+        #: The input and output tokens the model reported for its latest reply (0 when none
+        #: did since the latest compaction): that reply's request and the reply itself
+        #: (read-only: attributes, not properties, since compaction reads both every step).
+        self.reported_tokens = 0
+        #: UTF-8 bytes of the history's messages since `reported_tokens` (all of them, the
+        #: summary included, when no reply reported usage since the latest compaction).
+        self.added_bytes = 0
         self._last_turn = 0
         self._open_turn: int | None = None
         self._readers: Parking | None = None  # made by the first reader
@@ -327,18 +334,6 @@ class Session:
         part it stands for (docs/semantics.md, "Compaction")."""
         return History(self._messages, len(self._messages))
 
-    @property
-    def reported_tokens(self) -> int:
-        """The input and output tokens the model reported for its latest reply (0 when none
-        did since the latest compaction): that reply's request and the reply itself."""
-        return self._reported
-
-    @property
-    def added_bytes(self) -> int:
-        """UTF-8 bytes of the history's messages since `reported_tokens` (all of them, the
-        summary included, when no reply reported usage since the latest compaction)."""
-        return self._added
-
     def _record(self, event: SessionEvent) -> None:
         """Log a seed event (stamped already)."""
         self._events.append(event)
@@ -357,17 +352,29 @@ class Session:
         self._messages = self._messages[: self._turn_messages] + _context_of(events[start:])
 
     def _compact(self, compaction: Compacted) -> None:
-        """Start the history anew at `compaction`: its summary, then the messages of the
-        events it keeps verbatim (those between ``kept_seq`` and itself), each cut it lists
-        shortened, a refused turn among them left out as it was. A new list: a `History`
-        snapshot already handed out keeps what it saw."""
+        """Start the history anew at `compaction`: its summary, then the events it carries
+        (the open plan, then the turn's prompts), then the messages of the events it keeps
+        verbatim (those between ``kept_seq`` and itself), each carried or kept event
+        shortened as it lists, a refused turn among them left out as it was. A new list: a
+        `History` snapshot already handed out keeps what it saw."""
         self.compaction = compaction
         cuts = {c.seq: c.kept for c in compaction.cuts}
         messages: list[Message] = []
         if compaction.summary:
             messages.append(UserTurn(summary_text(compaction)))
+        turn_messages = -1  # where the open turn's own messages begin
+        for carried in compaction.carried:
+            if not 0 <= carried.seq < compaction.seq:  # a log greenroom never writes
+                continue
+            event = self._events[carried.seq]
+            if type(event) is UserMessage and turn_messages < 0:
+                turn_messages = len(messages)  # its prompts, carried past the summary
+            message = carried_message(event, carried.kept)
+            if message is not None:
+                messages.append(message)
+        if turn_messages < 0:  # the open turn's start was summarized, if not in `kept`
+            turn_messages = len(messages)
         kept = self._events[compaction.kept_seq : compaction.seq]
-        turn_messages = len(messages)  # the open turn's start was summarized, if not in `kept`
         turn_events = 0
         for index, event in enumerate(kept):
             if isinstance(event, TurnStart):
@@ -380,8 +387,8 @@ class Session:
                     messages.append(message)
         self._messages = messages
         self._turn_messages = turn_messages
-        self._reported = 0
-        self._added = sum(map(message_size, messages))
+        self.reported_tokens = 0
+        self.added_bytes = sum(map(message_size, messages))
 
     def _read(self, event: SessionEvent) -> None:
         """Take from `event` what the session reads off its log.
@@ -400,7 +407,7 @@ class Session:
         elif type(event) is UserMessage:
             message: Message = UserTurn(event.content, event.parts)
             self._messages.append(message)
-            self._added += message_size(message)
+            self.added_bytes += message_size(message)
             if event.parts:
                 self._want(event.parts)
             if self.title is None:
@@ -412,10 +419,10 @@ class Session:
             self._messages.append(message)
             usage = event.usage
             if usage is not None:  # the reply and everything before it, as counted
-                self._reported = usage.input_tokens + usage.output_tokens
-                self._added = 0
+                self.reported_tokens = usage.input_tokens + usage.output_tokens
+                self.added_bytes = 0
             else:
-                self._added += message_size(message)
+                self.added_bytes += message_size(message)
         elif type(event) is ConfigSet:
             self.config = {**self.config, event.key: event.value}
         elif type(event) is PermissionRule:
@@ -426,7 +433,7 @@ class Session:
             other = message_of(event)
             if other is not None:
                 self._messages.append(other)
-                self._added += message_size(other)
+                self.added_bytes += message_size(other)
 
     def _want(self, parts: Sequence[Part]) -> None:
         wanted = [digest for digest in referenced(parts) if digest not in self._blobs]
@@ -440,7 +447,10 @@ def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
     """The message `event` puts in the model's history, if any; with `kept`, its text cut
     to that many characters with a marker saying how much was cut."""
     if type(event) is UserMessage:
-        return UserTurn(_shortened(event.content, kept), event.parts)
+        parts = event.parts
+        if kept is not None and parts:
+            parts = _cut_parts(parts, kept)
+        return UserTurn(_shortened(event.content, kept), parts)
     if type(event) is AssistantMessage:
         if not event.content and not event.tool_calls:
             return None
@@ -452,6 +462,24 @@ def message_of(event: SessionEvent, kept: int | None = None) -> Message | None:
     if type(event) is SteeringMessage:
         return UserTurn(_wrap("steering", event.source, _shortened(event.content, kept)))
     return None
+
+
+def carried_message(event: SessionEvent, kept: int) -> Message | None:
+    """What an event a compaction carries past its summary is sent as: a prompt as itself,
+    the plan (``plan/set``) as its open entries; each cut to `kept` characters."""
+    if type(event) is PlanSet:
+        text = plan_text(event)
+        return UserTurn(_shortened(text, kept)) if text else None
+    return message_of(event, kept)
+
+
+def plan_text(plan: PlanSet) -> str:
+    """The open entries of `plan` as a message (empty when none is open)."""
+    entries = [e for e in plan.entries if e.status != "completed"]
+    if not entries:
+        return ""
+    lines = "".join(f"\n- [{e.status}] {e.content}" for e in entries)
+    return f'<plan note="the open entries of the plan (the todo tool\'s)">{lines}\n</plan>'
 
 
 def summary_text(compaction: Compacted) -> str:
@@ -467,6 +495,24 @@ CUT_WHOLE: Final = "cut to fit the model's context window; the session's log hol
 
 def _shortened(text: str, kept: int | None) -> str:
     return text if kept is None else cut(text, kept, CUT_WHOLE)
+
+
+def _cut_parts(parts: Sequence[Part], kept: int) -> list[Part]:
+    """`parts` with their texts (text blocks, text resources) cut to `kept` characters in
+    all, in order, each cut one with its marker (what the adapters send is the parts, not
+    the message's text); images and binary resources as they are."""
+    left = kept
+    shortened: list[Part] = []
+    for part in parts:
+        if type(part) is Text:
+            shortened.append(Text(_shortened(part.text, max(left, 0))))
+            left -= len(part.text)
+        elif type(part) is Resource and part.text:
+            shortened.append(replace(part, text=_shortened(part.text, max(left, 0))))
+            left -= len(part.text)
+        else:
+            shortened.append(part)
+    return shortened
 
 
 #: Bytes each message is counted beyond its text: its role and framing (providers count

@@ -18,6 +18,7 @@ from greenroom.protocol.events import (
     AgentSource,
     AssistantMessage,
     Compacted,
+    CompactionStart,
     CompactionTrigger,
     Completed,
     ConfigSet,
@@ -139,6 +140,8 @@ def transcript(
                 yield f"  {_shown(key)} set to {_shown(value)}"
             case PermissionRule(tool=tool, allow=allow):
                 yield f"  {'always allow' if allow else 'always reject'} {_shown(tool)}"
+            case CompactionStart(tokens=tokens, window=window, cause=cause):
+                yield f"  compacting ({cause}): about {tokens:,} tokens of {window:,}"
             case Compacted():
                 yield f"  {describe_compaction(event)}"
             case TurnEnd(reason=reason):
@@ -170,6 +173,8 @@ def describe_compaction(event: Compacted) -> str:
     turns = f"turns {event.first_turn}-{event.last_turn}"
     size = f"{event.tokens_before:,} -> {event.tokens_after:,} tokens"
     cuts = f", {len(event.cuts)} texts cut" if event.cuts else ""
+    cuts += f", {len(event.carried)} carried" if event.carried else ""
+    cuts += f", the summary cut: {_shown(event.cut)}" if event.cut else ""
     if event.degraded is not None:
         return f"compacted {turns} without a summary ({size}{cuts}): {_shown(event.degraded)}"
     return f"compacted {turns} ({size}{cuts}, by {event.model}): {_shown(event.summary)}"
