@@ -762,6 +762,7 @@ async def test_the_embedder_sees_a_compaction_in_prompt_events() -> None:
         agent.compact()
         seen = [event async for event in prompt.events()]
     kinds = [type(event).__name__ for event in seen]
+    assert kinds.index("CompactionStart") < kinds.index("Compacted")
     assert kinds.index("Compacted") < kinds.index("AssistantChunk")
     assert kinds[-1] == "TurnEnd"
 

@@ -26,6 +26,7 @@ from greenroom.protocol.events import (
     AssistantChunk,
     AssistantMessage,
     Compacted,
+    CompactionStart,
     Completed,
     Disposed,
     Errored,
@@ -58,7 +59,7 @@ StopReason: TypeAlias = Literal[
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
 #: its tool calls as they are logged, start and end, its model retries (``model/retry``), its
-#: step ends and its end; and, between a call's start and end, what it has shown so far
+#: compactions' starts and ends, its step ends and its end; and, between a call's start and end, what it has shown so far
 #: (`ToolProgress`, never logged).
 PromptEvent: TypeAlias = (
     AssistantChunk
@@ -67,6 +68,7 @@ PromptEvent: TypeAlias = (
     | ToolStart
     | ToolProgress
     | ToolResult
+    | CompactionStart
     | Compacted
     | StepEnd
     | TurnEnd
@@ -339,7 +341,14 @@ class PromptEvents:
                 if isinstance(event.chunk, TextDelta | ReasoningDelta):
                     return event
             elif isinstance(
-                event, ToolCall | ToolStart | ToolResult | Compacted | StepEnd | ModelRetry
+                event,
+                ToolCall
+                | ToolStart
+                | ToolResult
+                | CompactionStart
+                | Compacted
+                | StepEnd
+                | ModelRetry,
             ):
                 return event
         return None
