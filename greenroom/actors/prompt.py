@@ -59,8 +59,8 @@ StopReason: TypeAlias = Literal[
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
 #: its tool calls as they are logged, start and end, its model retries (``model/retry``), its
-#: compactions' starts and ends, its step ends and its end; and, between a call's start and end, what it has shown so far
-#: (`ToolProgress`, never logged).
+#: compactions' starts and ends, its step ends and its end; and, between a call's start
+#: and end, what it has shown so far (`ToolProgress`, never logged).
 PromptEvent: TypeAlias = (
     AssistantChunk
     | ModelRetry
