@@ -26,7 +26,8 @@ from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
 from greenroom.session import SessionStore
-from greenroom.session.persistence import Persistence
+from greenroom.session.history import HistoryEntry, history_of
+from greenroom.session.persistence import Persistence, StoredSession
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.tools import Tool, ToolRegistry
@@ -89,6 +90,32 @@ class Runtime:
         self.supervisor = supervisor
         self.plugins = plugins
         self._plugged: dict[str, Plugin] = {}
+
+    async def list_sessions(self) -> list[StoredSession]:
+        """The stored sessions, as ``greenroom sessions list`` shows them (headers,
+        titles, when each last changed, who holds it live where the store says).
+        Raises `RuntimeError` without persistence, and what the store raises."""
+        return await self._store("list the stored sessions").list()
+
+    async def history(self, session_id: str) -> list[HistoryEntry]:
+        """A session's conversation as typed values (`greenroom.session.history`): the
+        live session's log if it is live here, else the stored one (read as
+        ``greenroom sessions show`` reads it: repaired in memory, never written; safe on
+        a session live elsewhere). Raises `SessionNotFound` for an id the store does not
+        hold, `RuntimeError` without persistence for a session not live here."""
+        live = self.sessions.get(session_id)
+        if live is not None:
+            return history_of(live.events)
+        _, events = await self._store(f"read session {session_id!r}").load(session_id)
+        return history_of(events)
+
+    def _store(self, doing: str) -> Persistence:
+        if self.persistence is None:
+            raise RuntimeError(
+                f"cannot {doing}: no session persistence is configured"
+                " (pass persistence= to open_runtime)"
+            )
+        return self.persistence
 
     async def plug(self, name: str, plugin: Plugin) -> None:
         """Run `plugin` as a supervised child named `name`.

@@ -128,6 +128,7 @@ from greenroom.protocol.model import (
     Usage,
 )
 from greenroom.session import Session
+from greenroom.session.history import HistoryEntry, history_of
 from greenroom.session.persistence import PersistenceError
 
 logger = logging.getLogger("greenroom.agent")
@@ -451,6 +452,9 @@ class LoopAgent:
             self._idle_waiters = []
         self._idle_waiters.append(waiter)
         return waiter
+
+    def history(self) -> list[HistoryEntry]:
+        return history_of(self._session.events)
 
     # -- the task --------------------------------------------------------------
 

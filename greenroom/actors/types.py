@@ -28,6 +28,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.mcp import McpServer
 from greenroom.protocol.model import ToolSchema
 from greenroom.session import Session
+from greenroom.session.history import HistoryEntry
 
 #: The permission modes of a session (its ``mode`` setting): id -> (name, what it does).
 MODES: Final = {
@@ -158,6 +159,12 @@ class Agent(Protocol):
     def configure(self, key: str, value: str) -> None: ...
 
     def when_idle(self) -> Awaitable[None]: ...
+
+    def history(self) -> list[HistoryEntry]:
+        """The session's conversation as typed values (`greenroom.session.history`), read
+        off its log now: prompts, replies and thinking, tool calls with their results,
+        compactions."""
+        ...
 
 
 class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
