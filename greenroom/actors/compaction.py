@@ -187,17 +187,24 @@ class Compactor:
         self._windows: dict[str, int] = {}  # by model id: the window measured against, 0: none
         self._rates: dict[str, float] = {}  # by model id: bytes a token, once corrected
 
-    def request(self, instructions: str | None) -> None:
-        """Compact before the next model call (the last instructions asked for win).
-        `ValueError` for instructions past `MAX_INSTRUCTIONS` characters, and nothing is
-        asked."""
-        if instructions is not None and len(instructions) > MAX_INSTRUCTIONS:
+    def request(self, agent_id: str, instructions: object) -> None:
+        """Compact before the next model call (the last instructions asked for win; blank
+        is none). A `TypeError` for instructions that are not text, a `ValueError` for
+        text past `MAX_INSTRUCTIONS` characters, each naming agent `agent_id`, and nothing
+        is asked."""
+        if instructions is not None and not isinstance(instructions, str):
+            raise TypeError(
+                f"agent {agent_id!r}: compaction instructions must be text (str),"
+                f" got {type(instructions).__name__}"
+            )
+        text = instructions.strip() or None if instructions else None
+        if text is not None and len(text) > MAX_INSTRUCTIONS:
             raise ValueError(
-                f"compaction instructions are {len(instructions):,} characters, past the cap"
-                f" of {MAX_INSTRUCTIONS:,}"
+                f"agent {agent_id!r}: compaction instructions are {len(text):,}"
+                f" characters, past the cap of {MAX_INSTRUCTIONS:,}"
             )
         self.requested = True
-        self._instructions = instructions
+        self._instructions = text
 
     def withdraw(self) -> None:
         """Forget a compaction asked for and not run yet (a cancel)."""

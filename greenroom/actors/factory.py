@@ -21,10 +21,11 @@ from typing import Final, Literal, TypeAlias, cast
 import msgspec
 import trio
 
+from greenroom.actors.carry import continued_prompt
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.events import AGENT_DISPOSED
 from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned, Spawner
-from greenroom.actors.loop import CLOSING_GRACE, LoopAgent, continued_prompt
+from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,

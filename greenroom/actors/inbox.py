@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
-import secrets
 from collections.abc import Awaitable, Sequence
 from typing import Any
 
@@ -11,14 +9,6 @@ import trio
 
 from greenroom.actors.prompt import Prompt
 from greenroom.parking import Parking
-
-_PROCESS = secrets.token_hex(4)
-_counter = itertools.count(1)
-
-
-def new_message_id() -> str:
-    """A message id unique across processes (with overwhelming probability)."""
-    return f"msg-{_PROCESS}-{next(_counter)}"
 
 
 class Inbox:

@@ -12,7 +12,9 @@ from the session's log; the prompts of one turn share it.
 
 from __future__ import annotations
 
+import itertools
 import logging
+import secrets
 from collections.abc import Callable, Generator, Sequence
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 
@@ -20,8 +22,9 @@ import msgspec
 import trio
 
 from greenroom.parking import Parking
-from greenroom.protocol.content import ContentBlock
+from greenroom.protocol.content import Content, ContentBlock, checked, text_of
 from greenroom.protocol.events import (
+    USER,
     Aborted,
     AssistantChunk,
     AssistantMessage,
@@ -361,6 +364,48 @@ class PromptEvents:
             return None
         self._seen, progress = entry
         return progress
+
+
+_PROCESS = secrets.token_hex(4)
+_counter = itertools.count(1)
+
+
+def new_message_id() -> str:
+    """A message id unique across processes (with overwhelming probability)."""
+    return f"msg-{_PROCESS}-{next(_counter)}"
+
+
+def new_prompt(
+    agent_id: str,
+    session: Session,
+    content: Content,
+    source: MessageSource | None,
+    output: type[T] | None,
+) -> Prompt[T]:
+    """A prompt for agent `agent_id`'s session: `content` is text, or content blocks
+    (`greenroom.protocol.content`), checked here. A bad block, one past the limits, or
+    text that is not text or is blank raises `TypeError` or `ValueError` naming the agent
+    (and a block's index)."""
+    if isinstance(content, str):
+        text = checked_text(agent_id, content)
+        return Prompt(session, text, source or USER, new_message_id(), output)
+    try:
+        blocks = checked(content)
+    except (TypeError, ValueError) as exc:
+        raise type(exc)(f"agent {agent_id!r}: {exc}") from None
+    return Prompt(session, text_of(blocks), source or USER, new_message_id(), output, blocks)
+
+
+def checked_text(agent_id: str, content: object) -> str:
+    """`content` if it is non-blank text, else a `TypeError` or `ValueError` naming the
+    agent."""
+    if not isinstance(content, str):
+        raise TypeError(
+            f"agent {agent_id!r}: content must be text (str), got {type(content).__name__}"
+        )
+    if not content.strip():
+        raise ValueError(f"agent {agent_id!r}: content must be non-empty text")
+    return content
 
 
 def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:

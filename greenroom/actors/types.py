@@ -6,7 +6,7 @@ Nothing here depends on the loop: the loop is one implementation of `Agent`.
 from __future__ import annotations
 
 import math
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final, Protocol, TypedDict, TypeVar, Unpack, overload
 
@@ -26,7 +26,7 @@ from greenroom.protocol.events import (
     ToolKind,
 )
 from greenroom.protocol.mcp import McpServer
-from greenroom.protocol.model import ToolSchema
+from greenroom.protocol.model import THOUGHT_LEVELS, ToolSchema
 from greenroom.session import Session
 from greenroom.session.history import HistoryEntry
 
@@ -37,6 +37,20 @@ MODES: Final = {
     "read-only": ("Read only", "Edits and commands are refused"),
 }
 DEFAULT_MODE: Final = "default"
+
+
+def check_setting(agent_id: str, key: str, value: str, models: Iterable[str]) -> None:
+    """Refuse a setting `Agent.configure` does not know: a `ValueError` naming the key, or
+    the value and the known ones. ``mode`` is one of `MODES`, ``model`` one of `models`
+    (the agent's), ``thought_level`` one of `THOUGHT_LEVELS`."""
+    known = {"mode": MODES, "model": models, "thought_level": THOUGHT_LEVELS}.get(key)
+    if known is None:
+        raise ValueError(
+            f"agent {agent_id!r}: unknown setting {key!r} (known: mode, model, thought_level)"
+        )
+    if value not in known:
+        raise ValueError(f"agent {agent_id!r}: unknown {key} {value!r} (known: {', '.join(known)})")
+
 
 T = TypeVar("T")
 

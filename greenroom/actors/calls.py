@@ -1,0 +1,178 @@
+"""`ToolCalls`: a step's tool calls run in order, each logged before it runs and given a result.
+
+Every call the model made gets a ``tool/result``, whatever happens, so the
+history stays valid for the next request: a call its write-ahead could not
+log is ``not run`` (and so is every later one), and a cancel gives each call
+without a result yet, and every later one, an ``aborted`` result.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import trio
+
+from greenroom.actors.events import AGENT_TOOL_PROGRESS
+from greenroom.actors.life import AgentLife
+from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
+from greenroom.actors.step import StepFailed, write_ahead
+from greenroom.actors.types import (
+    Agent,
+    SessionClient,
+    ToolExecutor,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
+from greenroom.hooks import Hooks
+from greenroom.protocol.events import ToolCall, ToolProgress, ToolResult, ToolStart
+from greenroom.protocol.model import ToolCallChunk
+from greenroom.session import Session
+
+
+class ToolCalls:
+    """Runs and logs the tool calls of one agent's steps (see the module docstring).
+
+    A tool that starts a child agent calls the agent's `AgentLife.spawn`; the
+    running turn's scope, read off the `CancelMarker`, is what a call's work
+    runs under.
+    """
+
+    __slots__ = ("_agent", "_client", "_hooks", "_life", "_marker", "_session")
+
+    def __init__(
+        self,
+        agent: Agent,
+        session: Session,
+        hooks: Hooks,
+        marker: CancelMarker,
+        client: SessionClient | None,
+        life: AgentLife,
+    ) -> None:
+        self._agent = agent
+        self._session = session
+        self._hooks = hooks
+        self._marker = marker
+        self._client = client
+        self._life = life
+
+    async def run(
+        self, turn: int, step: int, calls: list[ToolCallChunk], tools: ToolExecutor
+    ) -> None:
+        """Run the step's calls in order; a run of calls whose tools are concurrent runs at
+        once. Raises the `StepFailed` of a write-ahead, or the cancel, once every call has
+        its result."""
+        views = [tools.describe(call.name, call.arguments) for call in calls]
+        done = 0
+        while done < len(calls):
+            end = done + 1
+            while views[done].concurrent and end < len(calls) and views[end].concurrent:
+                end += 1
+            batch = calls[done:end]
+            for call, view in zip(batch, views[done:end], strict=True):
+                self.log_call(turn, step, call, view)
+            results: set[str] = set()
+            try:
+                names = ", ".join(repr(call.name) for call in batch)
+                if self._session.persistent:  # the calls: before they run
+                    await write_ahead(self._session, f"tool call {names}")
+                if len(batch) == 1:
+                    await self.run_one(turn, step, batch[0], results, tools)
+                else:
+                    async with trio.open_nursery() as running:
+                        for call in batch:
+                            running.start_soon(self.run_one, turn, step, call, results, tools)
+            except StepFailed as failure:
+                unrun = ToolOutcome.failed(f"not run: {failure}", "not-run", "NotRun")
+                self._settle_rest(turn, step, calls, views, done, end, results, unrun)
+                raise
+            except BaseException as exc:
+                cancel = cancelled_in(exc)
+                if cancel is None:
+                    raise
+                aborted = ToolOutcome.failed(
+                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"
+                )
+                self._settle_rest(turn, step, calls, views, done, end, results, aborted)
+                raise
+            done = end
+
+    async def run_one(
+        self,
+        turn: int,
+        step: int,
+        call: ToolCallChunk,
+        results: set[str],
+        tools: ToolExecutor,
+    ) -> None:
+        """Run one logged call through `tools` and log its result (its id joins `results`)."""
+        outcome = await tools.execute(
+            ToolInvocation(
+                call.call_id,
+                call.name,
+                call.arguments,
+                self._agent,
+                self._marker.running,
+                self._client,
+                partial(self._log_start, turn, step, call.call_id),
+                self._life.spawn,
+                partial(self._show_progress, turn, step, call.call_id),
+            )
+        )
+        self.log_result(turn, step, call, outcome)
+        results.add(call.call_id)
+
+    def _settle_rest(
+        self,
+        turn: int,
+        step: int,
+        calls: list[ToolCallChunk],
+        views: list[ToolView],
+        done: int,
+        end: int,
+        results: set[str],
+        outcome: ToolOutcome,
+    ) -> None:
+        """Give `outcome` to the batch's calls without a result, then log and settle the rest."""
+        for call in calls[done:end]:
+            if call.call_id not in results:
+                self.log_result(turn, step, call, outcome)
+        for call, view in zip(calls[end:], views[end:], strict=True):
+            self.log_call(turn, step, call, view)
+            self.log_result(turn, step, call, outcome)
+
+    def log_call(self, turn: int, step: int, call: ToolCallChunk, view: ToolView) -> None:
+        self._session.append(
+            ToolCall(
+                turn=turn,
+                step=step,
+                call_id=call.call_id,
+                name=call.name,
+                arguments=call.arguments,
+                kind=view.kind,
+                title=view.title,
+                locations=view.locations,
+            )
+        )
+
+    def log_result(self, turn: int, step: int, call: ToolCallChunk, outcome: ToolOutcome) -> None:
+        self._session.append(
+            ToolResult(
+                turn=turn,
+                step=step,
+                call_id=call.call_id,
+                content=outcome.content,
+                is_error=outcome.is_error,
+                error=outcome.error,
+                diffs=outcome.diffs,
+            )
+        )
+
+    def _log_start(self, turn: int, step: int, call_id: str) -> None:
+        self._session.append(ToolStart(turn=turn, step=step, call_id=call_id))
+
+    def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
+        progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
+        self._session.show_progress(progress)
+        if AGENT_TOOL_PROGRESS in self._hooks.listened:
+            self._hooks.emit(AGENT_TOOL_PROGRESS, self._agent, progress)
