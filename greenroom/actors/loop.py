@@ -42,6 +42,7 @@ from greenroom.actors.prompt import (
     new_prompt,
     settle,
 )
+from greenroom.actors.request import Requests
 from greenroom.actors.status import AgentStatus
 from greenroom.actors.turn import TurnDriver
 from greenroom.actors.types import (
@@ -124,10 +125,9 @@ class LoopAgent:
             inbox=inbox,
             marker=marker,
             life=life,
-            models=models,
+            requests=Requests(session, options, models),
             tools=tools,
             hooks=hooks,
-            options=options,
             compactor=compactor,
             calls=calls,
         )
@@ -320,7 +320,7 @@ class LoopAgent:
     @property
     def model(self) -> str:
         """The id of the model that answers the next step."""
-        return self._driver.model_id
+        return self._driver.requests.model_id
 
     def when_idle(self) -> Awaitable[None]:
         """Wait for quiescence; the wait is registered now, at the call.

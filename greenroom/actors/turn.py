@@ -12,7 +12,7 @@ the continuation decision (window 4).
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from typing import Any, Final, TypeAlias
 
 import trio
@@ -36,8 +36,9 @@ from greenroom.actors.life import AgentLife
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
 from greenroom.actors.output import OutputTools, OutputTurn
 from greenroom.actors.prompt import Prompt, TurnOutcome, new_message_id, settle, take
+from greenroom.actors.request import Requests
 from greenroom.actors.step import PERSISTENCE, StepFailed, write_ahead
-from greenroom.actors.types import Agent, AgentOptions, ToolExecutor
+from greenroom.actors.types import Agent, ToolExecutor
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
 from greenroom.models.usage import turn_usage
@@ -109,12 +110,11 @@ class TurnDriver:
         "_inbox",
         "_life",
         "_marker",
-        "_models",
-        "_options",
         "_session",
         "calls",
         "held",
         "open_step",
+        "requests",
         "tools",
         "unflushed",
     )
@@ -127,10 +127,9 @@ class TurnDriver:
         inbox: Inbox,
         marker: CancelMarker,
         life: AgentLife,
-        models: Mapping[str, ModelAdapter],
+        requests: Requests,
         tools: ToolExecutor,
         hooks: Hooks,
-        options: AgentOptions,
         compactor: Compactor,
         calls: ToolCalls,
     ) -> None:
@@ -139,10 +138,10 @@ class TurnDriver:
         self._inbox = inbox
         self._marker = marker
         self._life = life
-        self._models = models  # by id; the first is the default
         self._hooks = hooks
-        self._options = options
         self._compactor = compactor
+        #: What the agent's model is asked, and which model answers.
+        self.requests = requests
         self.tools = tools
         #: How the step's tool calls are run and logged.
         self.calls = calls
@@ -152,15 +151,6 @@ class TurnDriver:
         self.held: list[ContextMessage] | None = None
         #: The last flush failed: the next one (or the loop's last) writes what it kept.
         self.unflushed = False
-
-    @property
-    def model_id(self) -> str:
-        """The id of the model that answers the next step: the session's ``model`` setting
-        when it names one of the agent's models, else the first."""
-        chosen = self._session.config.get("model")
-        if chosen is not None and chosen in self._models:
-            return chosen
-        return next(iter(self._models))
 
     async def run(
         self,
@@ -227,9 +217,10 @@ class TurnDriver:
         session.append(TurnStart(turn=turn, trigger=CompactionTrigger(USER)))
         self.open_step = 1
         session.append(StepStart(turn=turn, step=1))
-        model_id = self.model_id
+        requests = self.requests
+        model_id = requests.model_id
         await self._compactor.fit(
-            self._request(self.tools), self._models[model_id], model_id, turn, 1
+            requests.build(self.tools), requests.models[model_id], model_id, turn, 1
         )
         return COMPLETED
 
@@ -346,9 +337,10 @@ class TurnDriver:
         """One model call and its tool calls. Returns (called tools, how the model finished,
         its text)."""
         agent, session, hooks = self._agent, self._session, self._hooks
-        request = self._request(tools)
-        model_id = self.model_id
-        model = self._models[model_id]
+        requests = self.requests
+        request = requests.build(tools)
+        model_id = requests.model_id
+        model = requests.models[model_id]
         if self._compactor.due(request, model, model_id):
             request = await self._compactor.fit(request, model, model_id, turn, step)
         if AGENT_REQUEST in self._hooks.listened:
@@ -359,8 +351,8 @@ class TurnDriver:
             try:
                 reply = await _stream(model, request, agent, session, hooks, turn, step)
             except ContextOverflow as overflow:  # compact (learning the window), try once more
-                model_id = self.model_id
-                model = self._models[model_id]
+                model_id = requests.model_id
+                model = requests.models[model_id]
                 request = await self._compactor.fit(
                     request, model, model_id, turn, step, overflow=overflow
                 )
@@ -407,19 +399,6 @@ class TurnDriver:
             for context in held:
                 self._session.append(context)
         return True, reason, message.content
-
-    def _request(self, tools: ToolExecutor) -> ModelRequest:
-        session = self._session
-        return ModelRequest(
-            messages=session.messages(),
-            model=self._options.model,
-            system=self._options.system_prompt,
-            tools=tools.schemas(),
-            output=tools.output if isinstance(tools, OutputTools) else None,
-            thought_level=session.config.get("thought_level"),
-            blobs=session.blobs,
-            session_id=session.id,
-        )
 
     def close_step(self, turn: int) -> None:
         """Log the end of the open step."""

@@ -1,0 +1,53 @@
+"""`Requests`: what an agent's model is asked, built from the session's log alone."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from greenroom.actors.output import OutputTools
+from greenroom.actors.types import AgentOptions, ToolExecutor
+from greenroom.models.base import ModelAdapter
+from greenroom.protocol.model import ModelRequest
+from greenroom.session import Session
+
+
+class Requests:
+    """One agent's model requests: which of its models answers, and what it is sent.
+
+    Everything a request holds is read off the session's log (its history,
+    its settings) or the agent's options, so a resumed session sends the
+    same request as the life before it, and a provider's prompt cache holds.
+    """
+
+    __slots__ = ("_options", "_session", "models")
+
+    def __init__(
+        self, session: Session, options: AgentOptions, models: Mapping[str, ModelAdapter]
+    ) -> None:
+        self._session = session
+        self._options = options
+        #: The agent's models by id; the first is the default.
+        self.models = models
+
+    @property
+    def model_id(self) -> str:
+        """The id of the model that answers the next step: the session's ``model`` setting
+        when it names one of the agent's models, else the first."""
+        chosen = self._session.config.get("model")
+        if chosen is not None and chosen in self.models:
+            return chosen
+        return next(iter(self.models))
+
+    def build(self, tools: ToolExecutor) -> ModelRequest:
+        """The request of the next step, offering `tools`."""
+        session = self._session
+        return ModelRequest(
+            messages=session.messages(),
+            model=self._options.model,
+            system=self._options.system_prompt,
+            tools=tools.schemas(),
+            output=tools.output if isinstance(tools, OutputTools) else None,
+            thought_level=session.config.get("thought_level"),
+            blobs=session.blobs,
+            session_id=session.id,
+        )
