@@ -25,7 +25,8 @@
   agent through ``bash_output`` (the tools alone, without the plugin's
   completion notices, which are turns of the owner's conversation), with the
   spill files left over counted,
-  each after a warm-up round, in a fresh ``trio.run``.
+  each after a warm-up round (the sessions' traced as well, past the
+  bounded histories they feed), in a fresh ``trio.run``.
 
 The whole scenario runs ``min(repeats, 3)`` repeats: the 100,000-agent point
 alone takes about a minute per repeat.
@@ -49,8 +50,10 @@ import trio
 from bench.report import Row, compare
 from greenroom.actors.types import ToolInvocation
 from greenroom.models import ScriptedModel
+from greenroom.models.scripted import KEPT_REQUESTS
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import JsonlPersistence
+from greenroom.supervisor.supervisor import EXIT_HISTORY
 from greenroom.tools.bash.local import LocalBashExecutor
 from greenroom.tools.bash.tools import bash_tools
 
@@ -66,6 +69,8 @@ _MEMORY_GOAL = 4096
 _ROOT = Path(__file__).resolve().parent.parent
 
 _RAW = "nursery.start task parked in own CancelScope"
+#: Sessions that fill every bounded history a session's life adds to.
+_HISTORIES = max(EXIT_HISTORY, KEPT_REQUESTS) + 10
 
 # -- the curve ---------------------------------------------------------------------------------
 
@@ -154,7 +159,13 @@ async def _raw_concurrent(agents: int, turns: int) -> float:
 
 
 async def _growth_per_session(root: Path, sessions: int) -> float:
-    """Traced bytes left per session created, prompted once and disposed (JSONL)."""
+    """Traced bytes left per session created, prompted once and disposed (JSONL).
+
+    Tracing starts before a second warm-up round that fills the bounded histories a session
+    feeds (the supervisor's exits, the scripted model's requests) with traced entries: each
+    entry made before tracing that a measured session replaces would count as growth (40-60
+    KB in all, ~120 B per session at the quick size).
+    """
     async with open_runtime(model=ScriptedModel(delay=0), persistence=JsonlPersistence(root)) as rt:
 
         async def life(number: int) -> None:
@@ -167,6 +178,9 @@ async def _growth_per_session(root: Path, sessions: int) -> float:
             await life(-number - 1)
         gc.collect()
         tracemalloc.start()
+        for number in range(_HISTORIES):
+            await life(-number - 51)
+        gc.collect()
         before = tracemalloc.get_traced_memory()[0]
         for number in range(sessions):
             await life(number)

@@ -310,7 +310,7 @@ def _in_tempdir(measure: Callable[[Path], float]) -> float:
 # -- (b) resume ---------------------------------------------------------------------------------
 
 
-def _raw_resume(jsonl: Path, n: int) -> float:
+def _raw_resume(jsonl: str, n: int) -> float:
     """Milliseconds to read the JSONL file and decode its event lines (after the header)."""
     decoder = msgspec.json.Decoder(SessionEvent)
     t0 = time.perf_counter()
@@ -363,7 +363,7 @@ async def _fill_sqlite(db: Path, turns: Sequence[Turn]) -> None:
         persistence.close()
 
 
-def _fill_jsonl(root: Path, turns: Sequence[Turn]) -> Path:
+def _fill_jsonl(root: Path, turns: Sequence[Turn]) -> str:
     """Write the session's JSONL file directly: the header line, then every event's line."""
     path = JsonlPersistence(root).path(SESSION_ID)
     encoder = msgspec.json.Encoder()

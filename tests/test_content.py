@@ -262,7 +262,7 @@ async def test_sqlite_keeps_blobs_beside_the_database_and_delete_removes_them(
         async with open_runtime(model=Recorder(), persistence=store) as rt:
             agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
             await agent.run(PROMPT)
-        side = store.blob_dir("s")
+        side = Path(store.blob_dir("s"))
         assert side.parent == tmp_path / "db.sqlite.blobs"
         assert (side / DIGEST).read_bytes() == PNG
         assert await store.read_blobs("s", [DIGEST, "0" * 64]) == {DIGEST: PNG}

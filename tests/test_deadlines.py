@@ -202,7 +202,7 @@ async def test_a_close_past_its_deadline_still_releases_the_lock(
     log.append(TurnStart(turn=1, trigger=MessageTrigger(USER), seq=0, time=time.time()))
     with trio.fail_after(5), pytest.raises(PersistenceError, match=r"no answer within 0\.3 s"):
         await log.close()
-    assert not store.path("s").with_suffix(".lock").exists()
+    assert not Path(store.path("s")).with_suffix(".lock").exists()
     hung_fsync.release()
     # The next open repairs what the file holds: the turn without its end is closed.
     _, events, log = await store.open("s")

@@ -252,7 +252,7 @@ async def _stored_turn(tmp_path: Path) -> tuple[JsonlPersistence, Path, list[Ses
         await handle.agent.when_idle()
         events = list(handle.agent.session.events)
         await handle.dispose()
-    return store, store.path("s"), events
+    return store, Path(store.path("s")), events
 
 
 async def test_a_torn_last_line_is_dropped(tmp_path: Path) -> None:
@@ -339,7 +339,7 @@ async def test_an_unknown_header_version_is_a_typed_error_and_nothing_is_rewritt
     tmp_path: Path,
 ) -> None:
     store = JsonlPersistence(tmp_path)
-    path = store.path("s")
+    path = Path(store.path("s"))
     path.write_bytes(b'{"type":"session","version":7,"id":"s","created_at":1}\n')
     with pytest.raises(UnsupportedVersion, match=rf"{path}: session log version 7"):
         await store.load("s")
@@ -348,7 +348,7 @@ async def test_an_unknown_header_version_is_a_typed_error_and_nothing_is_rewritt
 
 async def test_a_file_that_is_not_a_session_log_is_a_typed_error(tmp_path: Path) -> None:
     store = JsonlPersistence(tmp_path)
-    path = store.path("s")
+    path = Path(store.path("s"))
     path.write_bytes(b"hello, I am a shopping list\n")
     with pytest.raises(NotASessionLog, match=rf"{path}: line 1 is not a session header"):
         await store.load("s")

@@ -25,8 +25,8 @@ from greenroom.session.persistence import JsonlPersistence, SyncPolicy
 class Fsyncs:
     """Every fsync of one file: how long the file was when it ran."""
 
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: Path) -> None:
-        self.path = str(path)
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+        self.path = path
         self.sizes: list[int] = []
         self._lock = threading.Lock()
         for name in ("fsync", "fdatasync"):

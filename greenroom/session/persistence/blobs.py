@@ -5,7 +5,9 @@ The bytes of a prompt's images and blob resources never enter the log
 SHA-256, and the JSONL and SQLite backends keep them here (PostgreSQL keeps
 them in a table). Content-addressed, so a blob is written once however many
 prompts send it, and a write is never partial: a temporary file, renamed
-into place. Blocking: call from a worker thread.
+into place. Names are joined as text, not as `pathlib.Path`: a Path interns
+each name it is made of, and names made per blob would churn the
+interpreter's table of interned strings. Blocking: call from a worker thread.
 """
 
 from __future__ import annotations
@@ -15,7 +17,6 @@ import os
 import secrets
 import shutil
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Final
 
 from greenroom.session.persistence.base import PersistenceError
@@ -30,18 +31,18 @@ def check_digest(digest: str) -> None:
         raise PersistenceError(f"not a blob name (a SHA-256 in hex): {digest!r}")
 
 
-def put_files(directory: Path, blobs: Mapping[str, bytes], *, durable: bool) -> None:
+def put_files(directory: str, blobs: Mapping[str, bytes], *, durable: bool) -> None:
     """Write each blob not there yet (made mode 0700, files 0600); with `durable`, each
     file and the directory are fsynced before it returns."""
     try:
-        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        os.makedirs(directory, mode=0o700, exist_ok=True)
         wrote = False
         for digest, data in blobs.items():
             check_digest(digest)
-            path = directory / digest
-            if path.exists():
+            path = os.path.join(directory, digest)
+            if os.path.exists(path):
                 continue
-            temp = directory / f".{digest[:16]}-{secrets.token_hex(4)}.tmp"
+            temp = os.path.join(directory, f".{digest[:16]}-{secrets.token_hex(4)}.tmp")
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600)
             try:
                 view = memoryview(data)
@@ -67,13 +68,14 @@ def put_files(directory: Path, blobs: Mapping[str, bytes], *, durable: bool) -> 
         raise PersistenceError(f"cannot store a blob in {directory}: {exc}") from None
 
 
-def read_files(directory: Path, digests: Sequence[str]) -> dict[str, bytes]:
+def read_files(directory: str, digests: Sequence[str]) -> dict[str, bytes]:
     """The blobs among `digests` found in `directory`; a missing one is left out."""
     found: dict[str, bytes] = {}
     for digest in digests:
         check_digest(digest)
         try:
-            found[digest] = (directory / digest).read_bytes()
+            with open(os.path.join(directory, digest), "rb") as file:
+                found[digest] = file.read()
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -81,6 +83,6 @@ def read_files(directory: Path, digests: Sequence[str]) -> dict[str, bytes]:
     return found
 
 
-def remove_files(directory: Path) -> None:
+def remove_files(directory: str) -> None:
     """Remove `directory` and its blobs (none there is no error)."""
     shutil.rmtree(directory, ignore_errors=True)

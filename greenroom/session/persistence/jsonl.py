@@ -125,6 +125,11 @@ class JsonlPersistence:
                 f"fsync_timeout must be a positive number of seconds, got {fsync_timeout!r}"
             )
         self.root = Path(root)
+        # A session's file names are joined as text, never made into Paths: pathlib interns
+        # each name it parses, and a name interned per session churns the interpreter's table
+        # of interned strings (each one let go holds its slot until the table is rebuilt, at
+        # up to twice the size).
+        self._directory = os.fspath(self.root)
         self.sync: SyncPolicy = sync
         self.fsync_timeout = fsync_timeout
         delay = TURN_SYNC_DELAY if sync == "turn" else 0.0
@@ -138,12 +143,12 @@ class JsonlPersistence:
     def check_session_id(self, session_id: str) -> None:
         encode_session_id(session_id)
 
-    def path(self, session_id: str) -> Path:
-        return self.root / (encode_session_id(session_id) + SUFFIX)
+    def path(self, session_id: str) -> str:
+        return os.path.join(self._directory, encode_session_id(session_id) + SUFFIX)
 
-    def blob_dir(self, session_id: str) -> Path:
+    def blob_dir(self, session_id: str) -> str:
         """Where the session's blobs are: a directory beside its log (`blobs.put_files`)."""
-        return self.root / (encode_session_id(session_id) + BLOBS_SUFFIX)
+        return os.path.join(self._directory, encode_session_id(session_id) + BLOBS_SUFFIX)
 
     async def create(self, header: SessionHeader) -> JsonlLog:
         path = self.path(header.id)
@@ -176,11 +181,11 @@ class JsonlPersistence:
 
     # -- in a worker thread ------------------------------------------------------
 
-    def _create_sync(self, path: Path, header: SessionHeader) -> JsonlLog:
+    def _create_sync(self, path: str, header: SessionHeader) -> JsonlLog:
         self.root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), header.id)
+        lock = SessionLock.acquire(_lock_path(path), header.id)
         try:
-            temp = self.root / f".create-{secrets.token_hex(8)}.tmp"
+            temp = os.path.join(self._directory, f".create-{secrets.token_hex(8)}.tmp")
             fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
                 try:
@@ -197,18 +202,18 @@ class JsonlPersistence:
             finally:
                 with contextlib.suppress(OSError):
                     os.unlink(temp)
-            _fsync_directory(self.root)
+            _fsync_directory(self._directory)
             return JsonlLog(self, header.id, path, lock, next_seq=0)
         except BaseException:
             lock.release()
             raise
 
     def _open_sync(
-        self, path: Path, session_id: str, interrupted: Interruption
+        self, path: str, session_id: str, interrupted: Interruption
     ) -> tuple[SessionHeader, Events, JsonlLog]:
-        if not path.exists():
+        if not os.path.exists(path):
             raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})")
-        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), session_id)
+        lock = SessionLock.acquire(_lock_path(path), session_id)
         try:
             header, events, keep, size = _read_log(path, session_id)
             closers = repair(events, interrupted)
@@ -229,7 +234,12 @@ class JsonlPersistence:
 
     def _list_sync(self) -> Stored:
         stored: Stored = []
-        for path in self.root.glob("*" + SUFFIX):
+        try:
+            with os.scandir(self._directory) as entries:
+                paths = [entry.path for entry in entries if entry.name.endswith(SUFFIX)]
+        except (FileNotFoundError, NotADirectoryError, PermissionError):
+            return stored  # no root (yet), or not one to read: none, as a glob of it finds
+        for path in paths:
             try:
                 with open(path, "rb") as file:
                     header = _decode_header(path, file.readline().rstrip(b"\n"))
@@ -242,13 +252,14 @@ class JsonlPersistence:
         stored.sort(key=lambda s: (-s.updated_at, s.header.id))
         return stored
 
-    def _delete_sync(self, path: Path, session_id: str) -> None:
-        if not path.exists():
+    def _delete_sync(self, path: str, session_id: str) -> None:
+        if not os.path.exists(path):
             return
-        lock = SessionLock.acquire(path.with_suffix(LOCK_SUFFIX), session_id)
+        lock = SessionLock.acquire(_lock_path(path), session_id)
         try:
-            path.unlink(missing_ok=True)
-            _fsync_directory(self.root)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+            _fsync_directory(self._directory)
             remove_files(self.blob_dir(session_id))
         finally:
             lock.release()
@@ -314,7 +325,7 @@ class JsonlLog:
         self,
         persistence: JsonlPersistence,
         session_id: str,
-        path: Path,
+        path: str,
         lock: SessionLock,
         *,
         next_seq: int,
@@ -426,10 +437,16 @@ class JsonlLog:
                 ) from job.error
 
 
-def _read_log(path: Path, session_id: str) -> tuple[SessionHeader, Events, int, int]:
+def _lock_path(path: str) -> str:
+    """The lock file of the log at `path`: ``<stem>.lock`` beside it."""
+    return path.removesuffix(SUFFIX) + LOCK_SUFFIX
+
+
+def _read_log(path: str, session_id: str) -> tuple[SessionHeader, Events, int, int]:
     """The header and the longest whole, seq-contiguous prefix; where it ends; the file size."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file:
+            data = file.read()
     except FileNotFoundError:
         raise SessionNotFound(f"no stored session {session_id!r} (looked for {path})") from None
     end = data.rfind(b"\n") + 1  # a line without its newline is torn
@@ -487,7 +504,7 @@ def _first_title(head: bytes) -> str | None:
     return None
 
 
-def _decode_header(path: Path, raw: bytes) -> SessionHeader:
+def _decode_header(path: str, raw: bytes) -> SessionHeader:
     try:
         probe = _header_probe.decode(raw)
     except msgspec.DecodeError:
@@ -503,7 +520,7 @@ def _decode_header(path: Path, raw: bytes) -> SessionHeader:
         raise NotASessionLog(f"{path}: line 1 is not a valid session header: {exc}") from None
 
 
-def _longest_prefix(path: Path, data: bytes, start: int, end: int) -> tuple[Events, int]:
+def _longest_prefix(path: str, data: bytes, start: int, end: int) -> tuple[Events, int]:
     """The seq-contiguous prefix of the lines in ``data[start:end]``, and its end offset."""
     lines = data[start:end].split(b"\n")[:-1]
     events: Events = []
@@ -521,7 +538,7 @@ def _longest_prefix(path: Path, data: bytes, start: int, end: int) -> tuple[Even
     return events, keep
 
 
-def _check_tail(path: Path, number: int, rest: list[bytes]) -> None:
+def _check_tail(path: str, number: int, rest: list[bytes]) -> None:
     """A bad line is a torn tail unless a ``turn/end`` follows it: then the log is corrupt."""
     for raw in rest[1:]:
         try:
@@ -547,7 +564,7 @@ def _write_rest(fd: int, view: memoryview) -> None:
         view = view[os.write(fd, view) :]
 
 
-def _fsync_directory(directory: Path) -> None:
+def _fsync_directory(directory: str) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -27,7 +27,6 @@ import fcntl
 import logging
 import os
 import socket
-from pathlib import Path
 
 import msgspec
 
@@ -57,12 +56,12 @@ class SessionLock:
 
     __slots__ = ("_fd", "path")
 
-    def __init__(self, fd: int, path: Path) -> None:
+    def __init__(self, fd: int, path: str) -> None:
         self._fd = fd
         self.path = path
 
     @classmethod
-    def acquire(cls, path: Path, session_id: str) -> SessionLock:
+    def acquire(cls, path: str, session_id: str) -> SessionLock:
         """Hold `session_id` through `path`; raises `SessionLocked` naming the holder."""
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
@@ -114,7 +113,7 @@ def _read_holder(fd: int) -> Holder | None:
         return None  # the holder has not written its name yet
 
 
-def _still_named(fd: int, path: Path) -> bool:
+def _still_named(fd: int, path: str) -> bool:
     try:
         named = os.stat(path)
     except FileNotFoundError:

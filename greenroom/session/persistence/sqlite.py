@@ -167,7 +167,9 @@ class SqlitePersistence:
         self._wal_synced = False  # in the writer's batch: no commit since its last fdatasync
         self._level = "FULL"  # the writer connection's synchronous, as set above
         self._rows = Rows(self.path, "sessions", "batches", "?", "another process")
-        self._locks = Path(self.path + ".locks")
+        # Its files' names are joined as text, not as Paths (which intern each name: see
+        # `JsonlPersistence`), as a session's names are made per session.
+        self._locks = self.path + ".locks"
         self.writer: Writer[Job] = Writer(
             self._batch, deadline=commit_timeout, gather=GATHER, where=self.path
         )
@@ -244,10 +246,10 @@ class SqlitePersistence:
         finally:
             lock.release()
 
-    def blob_dir(self, session_id: str) -> Path:
+    def blob_dir(self, session_id: str) -> str:
         """Where the session's blobs are: side files in ``<path>.blobs/<sha256 of the id>``
         (`blobs.put_files`), beside the database, so a read-only reader reads them too."""
-        return Path(self.path + ".blobs") / hashlib.sha256(session_id.encode()).hexdigest()
+        return os.path.join(self.path + ".blobs", hashlib.sha256(session_id.encode()).hexdigest())
 
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
         directory, durable = self.blob_dir(session_id), self.sync != "os"
@@ -262,8 +264,8 @@ class SqlitePersistence:
         name = hashlib.sha256(session_id.encode()).hexdigest() + ".lock"
 
         def acquire() -> SessionLock:
-            self._locks.mkdir(mode=0o700, exist_ok=True)
-            return SessionLock.acquire(self._locks / name, session_id)
+            os.makedirs(self._locks, mode=0o700, exist_ok=True)
+            return SessionLock.acquire(os.path.join(self._locks, name), session_id)
 
         return await trio.to_thread.run_sync(acquire)
 
