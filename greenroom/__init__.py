@@ -2,9 +2,17 @@
 
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.life import AgentHandle
+from greenroom.actors.limits import Limits
 from greenroom.actors.prompt import Answer, Prompt, PromptEvent, StopReason, ToolCallRecord
 from greenroom.actors.registry import AgentRegistry
-from greenroom.actors.types import Agent, AgentDisposed, AgentOptions, SpawnLimits, SpawnRefused
+from greenroom.actors.types import (
+    Agent,
+    AgentDisposed,
+    AgentOptions,
+    Guard,
+    SpawnLimits,
+    SpawnRefused,
+)
 from greenroom.protocol.content import Image, Resource, Text
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.tools.typed import tool
@@ -19,7 +27,9 @@ __all__ = [
     "AgentOptions",
     "AgentRegistry",
     "Answer",
+    "Guard",
     "Image",
+    "Limits",
     "Prompt",
     "PromptEvent",
     "Resource",

@@ -22,6 +22,7 @@ from greenroom.actors.factory import AgentFactory
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import Permissions, SpawnLimits
 from greenroom.errors import alone
+from greenroom.guards import Guards
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
@@ -249,6 +250,7 @@ async def open_runtime(
                 servers=McpHub(tool_registry, hooks),
                 limits=spawn_limits,
                 compaction=compaction,
+                watch_guards=Guards(hooks).watch,
             )
             yield Runtime(
                 agents=agents,

@@ -43,6 +43,7 @@ STOP_REASONS: Final[dict[str, StopReason]] = {
     "aborted": "cancelled",
     "disposed": "cancelled",
     "withdrawn": "cancelled",
+    "guarded": "refusal",
 }
 
 
@@ -151,6 +152,9 @@ def prompt_result(answer: Answer[Any], cancelled: bool) -> PromptResult:
         return PromptResult("cancelled", _usage(answer.usage))
     if answer.stop_reason == "error":
         raise RpcError(INTERNAL_ERROR, f"the turn failed: {answer.reason}")
+    if answer.stop_reason == "limit":  # its reason leads with the limit's name
+        tokens = (answer.reason or "").split(" ", 1)[0].endswith("tokens")
+        return PromptResult("max_tokens" if tokens else "max_turn_requests", _usage(answer.usage))
     return PromptResult(STOP_REASONS[answer.stop_reason], _usage(answer.usage))
 
 

@@ -14,8 +14,9 @@ import trio
 
 from greenroom.actors.events import AGENT_TOOL_PROGRESS
 from greenroom.actors.life import AgentLife
+from greenroom.actors.limits import Budget
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
-from greenroom.actors.step import StepFailed, write_ahead
+from greenroom.actors.step import LimitStop, StepFailed, TurnStopped, write_ahead
 from greenroom.actors.types import (
     Agent,
     SessionClient,
@@ -25,7 +26,7 @@ from greenroom.actors.types import (
     ToolView,
 )
 from greenroom.hooks import Hooks
-from greenroom.protocol.events import ToolCall, ToolProgress, ToolResult, ToolStart
+from greenroom.protocol.events import LimitReached, ToolCall, ToolProgress, ToolResult, ToolStart
 from greenroom.protocol.model import ToolCallChunk
 from greenroom.session import Session
 
@@ -57,17 +58,33 @@ class ToolCalls:
         self._life = life
 
     async def run(
-        self, turn: int, step: int, calls: list[ToolCallChunk], tools: ToolExecutor
+        self,
+        turn: int,
+        step: int,
+        calls: list[ToolCallChunk],
+        tools: ToolExecutor,
+        budget: Budget | None = None,
     ) -> None:
         """Run the step's calls in order; a run of calls whose tools are concurrent runs at
-        once. Raises the `StepFailed` of a write-ahead, or the cancel, once every call has
-        its result."""
+        once. Raises the `StepFailed` of a write-ahead, the cancel, the `TurnStopped` of a
+        guard, or a `LimitStop` when `budget` allows no more calls, once every call has
+        its result (the calls past a limit are logged ``not run``)."""
         views = [tools.describe(call.name, call.arguments) for call in calls]
         done = 0
         while done < len(calls):
             end = done + 1
             while views[done].concurrent and end < len(calls) and views[end].concurrent:
                 end += 1
+            reached = None
+            if budget is not None:  # counted before they run: a limit holds exactly
+                for index in range(done, end):
+                    if (reached := budget.call()) is not None:
+                        end = index
+                        break
+                if end == done:  # not one more may run
+                    assert reached is not None
+                    self._settle_rest(turn, step, calls, views, done, done, set(), _unrun(reached))
+                    raise LimitStop(reached)
             batch = calls[done:end]
             for call, view in zip(batch, views[done:end], strict=True):
                 self.log_call(turn, step, call, view)
@@ -82,7 +99,7 @@ class ToolCalls:
                     async with trio.open_nursery() as running:
                         for call in batch:
                             running.start_soon(self.run_one, turn, step, call, results, tools)
-            except StepFailed as failure:
+            except (StepFailed, TurnStopped) as failure:
                 unrun = ToolOutcome.failed(f"not run: {failure}", "not-run", "NotRun")
                 self._settle_rest(turn, step, calls, views, done, end, results, unrun)
                 raise
@@ -95,6 +112,9 @@ class ToolCalls:
                 )
                 self._settle_rest(turn, step, calls, views, done, end, results, aborted)
                 raise
+            if reached is not None:  # the batch ran as far as the limit let it
+                self._settle_rest(turn, step, calls, views, end, end, set(), _unrun(reached))
+                raise LimitStop(reached)
             done = end
 
     async def run_one(
@@ -176,3 +196,10 @@ class ToolCalls:
         self._session.show_progress(progress)
         if AGENT_TOOL_PROGRESS in self._hooks.listened:
             self._hooks.emit(AGENT_TOOL_PROGRESS, self._agent, progress)
+
+
+def _unrun(reached: LimitReached) -> ToolOutcome:
+    """The result of a call a limit kept from running."""
+    return ToolOutcome.failed(
+        f"not run: the {reached.limit} limit ({reached.allowed}) was reached", "limit", "Limit"
+    )

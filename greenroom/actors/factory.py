@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Final, Literal, TypeAlias, cast
@@ -30,6 +30,7 @@ from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,
     AgentOptions,
+    Guard,
     ServerHub,
     SessionClient,
     SpawnArgs,
@@ -95,6 +96,7 @@ class AgentFactory:
         "_sessions",
         "_spawner",
         "_tools",
+        "_watch_guards",
     )
 
     def __init__(
@@ -111,8 +113,10 @@ class AgentFactory:
         servers: ServerHub | None = None,
         limits: SpawnLimits | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
+        watch_guards: Callable[[Sequence[Guard]], None] | None = None,
     ) -> None:
         self._hooks = hooks
+        self._watch_guards = watch_guards  # told each agent's guards as it starts
         self._sessions = sessions
         self._registry = registry
         self._models = models
@@ -362,6 +366,11 @@ class AgentFactory:
         log: SessionLog | None,
         plan: _Plan,
     ) -> AgentHandle:
+        guards = plan.options.guards if plan.options is not None else ()
+        if guards:
+            if self._watch_guards is None:
+                raise ValueError("options.guards given, but this factory runs no guards")
+            self._watch_guards(guards)
         session = self._sessions.prepare(header, seed=seed, sink=log)
         if plan.parent is not None:
             session.parent = plan.parent.agent.session

@@ -20,7 +20,7 @@ the owner's cancel).
 from __future__ import annotations
 
 from collections.abc import Awaitable, Mapping
-from typing import Any, Final, TypeVar, overload
+from typing import Any, Final, TypeVar
 
 import trio
 
@@ -30,6 +30,7 @@ from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy, Compac
 from greenroom.actors.events import AGENT_QUEUED
 from greenroom.actors.inbox import Inbox
 from greenroom.actors.life import AgentLife
+from greenroom.actors.limits import Limits
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, DISPOSED_REASON, CancelMarker
 from greenroom.actors.output import OutputTurn, output_spec
 from greenroom.actors.prompt import (
@@ -130,6 +131,7 @@ class LoopAgent:
             hooks=hooks,
             compactor=compactor,
             calls=calls,
+            limits=options.limits,
         )
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
 
@@ -165,20 +167,13 @@ class LoopAgent:
         """The agent's inbox, for observers (queue depths); writers use send/steer."""
         return self._inbox
 
-    @overload
-    def send(self, content: Content, *, source: MessageSource | None = None) -> Prompt[None]: ...
-
-    @overload
-    def send(
-        self, content: Content, *, source: MessageSource | None = None, output: type[T]
-    ) -> Prompt[T]: ...
-
     def send(
         self,
         content: Content,
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
+        limits: Limits | None = None,
     ) -> Prompt[Any]:
         """Queue a prompt; the next turn takes it with everything queued beside it (that
         asks for the same `output`). With `output`, the turn's final answer must validate
@@ -188,8 +183,10 @@ class LoopAgent:
         `content` is text, or a sequence of content blocks (`greenroom.protocol.content`:
         `Text`, `Image`, `Resource`), checked here: a bad block, or one past the limits
         (`MAX_IMAGE_BYTES`, `MAX_PROMPT_BYTES`), is a `ValueError` or `TypeError` naming
-        its index, and nothing is queued."""
-        return self._queue(content, source, output)
+        its index, and nothing is queued. Without `output`, the agent's default
+        (`AgentOptions.output`) is asked for. `limits` hold its turn beside the agent's
+        own `Limits` (the stricter of each wins)."""
+        return self._queue(content, source, output, limits)
 
     def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]:
         """Join the running turn before its next step (its answer is that turn's); while
@@ -204,26 +201,17 @@ class LoopAgent:
             self._hooks.emit(AGENT_QUEUED, self, prompt.id, True)
         return prompt
 
-    @overload
-    async def run(
-        self, content: Content, *, source: MessageSource | None = None
-    ) -> Answer[None]: ...
-
-    @overload
-    async def run(
-        self, content: Content, *, source: MessageSource | None = None, output: type[T]
-    ) -> Answer[T]: ...
-
     async def run(
         self,
         content: Content,
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
+        limits: Limits | None = None,
     ) -> Answer[Any]:
         """`send`, then await the prompt's `Answer`. A cancelled caller stops waiting and
         nothing else: the prompt stays queued or running (`cancel` stops it)."""
-        return await self._queue(content, source, output)
+        return await self._queue(content, source, output, limits)
 
     def withdraw(self, message_id: str) -> bool:
         """Take back a prompt `send` queued that no turn has taken yet; True if it was still
@@ -450,12 +438,18 @@ class LoopAgent:
         return True
 
     def _queue(
-        self, content: Content, source: MessageSource | None, output: type[T] | None
+        self,
+        content: Content,
+        source: MessageSource | None,
+        output: type[T] | None,
+        limits: Limits | None,
     ) -> Prompt[T]:
         self._require_live()
+        if output is None:
+            output = self._options.output
         if output is not None:
             output_spec(output)
-        prompt = new_prompt(self._id, self._session, content, source, output)
+        prompt = new_prompt(self._id, self._session, content, source, output, limits)
         self._inbox.push(prompt)
         if AGENT_QUEUED in self._hooks.listened:
             self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)

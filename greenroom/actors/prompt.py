@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
 import msgspec
 import trio
 
+from greenroom.actors.limits import Limits
 from greenroom.parking import Parking
 from greenroom.protocol.content import Content, ContentBlock, checked, text_of
 from greenroom.protocol.events import (
@@ -33,6 +34,8 @@ from greenroom.protocol.events import (
     Completed,
     Disposed,
     Errored,
+    Guarded,
+    LimitReached,
     MaxTokens,
     MessageSource,
     ModelRetry,
@@ -57,7 +60,15 @@ logger = logging.getLogger("greenroom.actors")
 
 #: How a prompt ended: its turn's end reason, or, for one no turn took, what dropped it.
 StopReason: TypeAlias = Literal[
-    "completed", "aborted", "error", "disposed", "max-tokens", "refusal", "withdrawn"
+    "completed",
+    "aborted",
+    "error",
+    "disposed",
+    "max-tokens",
+    "refusal",
+    "limit",
+    "guarded",
+    "withdrawn",
 ]
 
 #: What `Prompt.events` yields: the turn's text and reasoning deltas (``assistant/chunk``),
@@ -163,6 +174,7 @@ class Prompt(Generic[T]):
         "blocks",
         "content",
         "id",
+        "limits",
         "output",
         "source",
     )
@@ -175,6 +187,7 @@ class Prompt(Generic[T]):
         message_id: str,
         output: type[T] | None,
         blocks: tuple[ContentBlock, ...] = (),
+        limits: Limits | None = None,
     ) -> None:
         self.id = message_id
         #: Its text (a prompt sent as blocks: its text blocks'), and its blocks as sent.
@@ -183,6 +196,8 @@ class Prompt(Generic[T]):
         self.source = source
         #: The type the final answer must validate as, or None for a plain answer.
         self.output = output
+        #: The limits its turn is held to beside the agent's (the stricter of each wins).
+        self.limits = limits
         self._session = session
         self._turn: int | None = None  # the turn that took it
         self._outcome: TurnOutcome | Answer[T] | None = None
@@ -381,19 +396,23 @@ def new_prompt(
     content: Content,
     source: MessageSource | None,
     output: type[T] | None,
+    limits: Limits | None = None,
 ) -> Prompt[T]:
     """A prompt for agent `agent_id`'s session: `content` is text, or content blocks
     (`greenroom.protocol.content`), checked here. A bad block, one past the limits, or
     text that is not text or is blank raises `TypeError` or `ValueError` naming the agent
-    (and a block's index)."""
+    (and a block's index); `limits` that are not `Limits`, a `TypeError`."""
+    if limits is not None and type(limits) is not Limits:
+        raise TypeError(f"agent {agent_id!r}: limits must be Limits, got {type(limits).__name__}")
     if isinstance(content, str):
         text = checked_text(agent_id, content)
-        return Prompt(session, text, source or USER, new_message_id(), output)
+        return Prompt(session, text, source or USER, new_message_id(), output, (), limits)
     try:
         blocks = checked(content)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"agent {agent_id!r}: {exc}") from None
-    return Prompt(session, text_of(blocks), source or USER, new_message_id(), output, blocks)
+    message_id = new_message_id()
+    return Prompt(session, text_of(blocks), source or USER, message_id, output, blocks, limits)
 
 
 def checked_text(agent_id: str, content: object) -> str:
@@ -459,6 +478,10 @@ def _stop(reason: TurnEndReason) -> tuple[StopReason, str | None]:
             return "max-tokens", None
         case Refused():
             return "refusal", None
+        case LimitReached(limit=limit, allowed=allowed, reached=reached):
+            return "limit", f"{limit} limit reached: {reached} of {allowed}"
+        case Guarded(guard=guard, at=at, message=message):
+            return "guarded", f"guard {guard!r} tripped at the {at.replace('_', ' ')}: {message}"
     return "error", "interrupted"  # crash repair's reason, never a live turn's
 
 

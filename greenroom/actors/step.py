@@ -1,9 +1,18 @@
-"""What a step may fail with, and the write-ahead that comes before its side effects."""
+"""What a step may fail with (a step's failure, a guard's trip), and the write-ahead that
+comes before its side effects."""
 
 from __future__ import annotations
 
 from typing import Final
 
+from greenroom.protocol.events import (
+    Errored,
+    Guarded,
+    GuardTripped,
+    LimitReached,
+    SessionEvent,
+    TurnEndReason,
+)
 from greenroom.session import Session
 from greenroom.session.persistence import PersistenceError
 
@@ -34,3 +43,63 @@ async def write_ahead(session: Session, before: str) -> None:
         raise StepFailed(
             f"the session log could not be written before {before}: {exc}", PERSISTENCE
         ) from exc
+
+
+class TurnStopped(Exception):
+    """Something the agent was given to hold a turn to stopped it: raised out of a step,
+    through its tool calls (each given a result first), to the turn driver, which ends
+    the turn with `reason` and logs `event`, if any."""
+
+    def reason(self, step: int) -> TurnEndReason:
+        raise NotImplementedError
+
+    def event(self, turn: int) -> SessionEvent | None:
+        return None
+
+
+class LimitStop(TurnStopped):
+    """A count of the agent's `Limits` would pass its limit: `reached` says which."""
+
+    def __init__(self, reached: LimitReached) -> None:
+        super().__init__(f"the {reached.limit} limit ({reached.allowed}) was reached")
+        self.reached = reached
+
+    def reason(self, step: int) -> LimitReached:
+        return self.reached
+
+
+class GuardTrip(TurnStopped):
+    """A `Guard` of the agent stopped the turn: raised by its check, out of the waterfall
+    it runs in (``agent/request``, ``tools/execute``, ``agent/step-result``). `raised`:
+    the check raised instead of answering (the turn then ends ``error`` naming it, and
+    nothing is logged of a trip)."""
+
+    def __init__(
+        self,
+        guard: str,
+        at: str,
+        message: str,
+        *,
+        call_id: str | None = None,
+        raised: bool = False,
+    ) -> None:
+        super().__init__(f"guard {guard!r} at the {at.replace('_', ' ')}: {message}")
+        self.guard = guard
+        self.at = at
+        self.message = message
+        self.call_id = call_id
+        self.raised = raised
+
+    def reason(self, step: int) -> Guarded | Errored:
+        """How the turn ends: ``guarded`` with the message, or ``error`` (code ``guard``)."""
+        if self.raised:
+            return Errored(step=step, message=f"{self} (it raised)", code="guard")
+        return Guarded(guard=self.guard, at=self.at, message=self.message)
+
+    def event(self, turn: int) -> GuardTripped | None:
+        """What the log says of it."""
+        if self.raised:
+            return None
+        return GuardTripped(
+            turn=turn, guard=self.guard, at=self.at, message=self.message, call_id=self.call_id
+        )

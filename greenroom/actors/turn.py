@@ -33,11 +33,12 @@ from greenroom.actors.events import (
 )
 from greenroom.actors.inbox import Inbox
 from greenroom.actors.life import AgentLife
+from greenroom.actors.limits import Budget, Limits, budget_turn
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
 from greenroom.actors.output import OutputTools, OutputTurn
 from greenroom.actors.prompt import Prompt, TurnOutcome, new_message_id, settle, take
 from greenroom.actors.request import Requests
-from greenroom.actors.step import PERSISTENCE, StepFailed, write_ahead
+from greenroom.actors.step import PERSISTENCE, StepFailed, TurnStopped, write_ahead
 from greenroom.actors.types import Agent, ToolExecutor
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
@@ -111,8 +112,10 @@ class TurnDriver:
         "_life",
         "_marker",
         "_session",
+        "budget",
         "calls",
         "held",
+        "limits",
         "open_step",
         "requests",
         "tools",
@@ -132,6 +135,7 @@ class TurnDriver:
         hooks: Hooks,
         compactor: Compactor,
         calls: ToolCalls,
+        limits: Limits | None = None,
     ) -> None:
         self._agent = agent
         self._session = session
@@ -151,6 +155,9 @@ class TurnDriver:
         self.held: list[ContextMessage] | None = None
         #: The last flush failed: the next one (or the loop's last) writes what it kept.
         self.unflushed = False
+        #: The agent's limits, and its counts against them (made at the first limited turn).
+        self.limits = limits
+        self.budget: Budget | None = None
 
     async def run(
         self,
@@ -169,6 +176,8 @@ class TurnDriver:
         reason: TurnEndReason = COMPLETED
         marker = self._marker
         marker.running = marker.turns
+        if self.limits is not None or self.budget is not None:
+            self.budget = budget_turn(self.budget, self.limits, prompts, self._session.events)
         try:
             if body is None:
                 session = self._session
@@ -185,6 +194,10 @@ class TurnDriver:
                 reason = await self.steps(turn, prompts, output)
             else:
                 reason = await body(turn, start)
+        except TurnStopped as stop:  # a limit, a guard: its calls have their results
+            reason = stop.reason(self.open_step)
+            if (event := stop.event(turn)) is not None:
+                self._session.append(event)
         except Exception as exc:  # a waterfall handler failed: the turn fails with it
             reason = Errored(step=self.open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self._agent, turn, self.open_step, exc)
@@ -281,6 +294,9 @@ class TurnDriver:
                     self._hooks.emit(AGENT_STEERING, self._agent, turn, steering.content)
             if marker.reason is not None:  # window 3: before the step
                 return Aborted(marker.take() or DEFAULT_CANCEL_REASON)
+            budget = self.budget
+            if budget is not None and (reached := budget.request()) is not None:
+                return reached
             self.open_step = step
             self._session.append(StepStart(turn=turn, step=step))
             if AGENT_STEP_START in self._hooks.listened:
@@ -291,6 +307,8 @@ class TurnDriver:
                 self._hooks.emit(AGENT_ERROR, self._agent, turn, step, failure)
                 return Errored(step=step, message=str(failure), code=failure.code)
             self.close_step(turn)
+            if budget is not None and budget.crossed is not None:
+                return budget.crossed
             if finish == "max-tokens":
                 reason = MAX_TOKENS
             go_on = False
@@ -365,6 +383,8 @@ class TurnDriver:
             raise StepFailed(f"model adapter raised {type(exc).__name__}: {exc}") from exc
         if reply.usage is not None:  # before its message is logged: see `Compactor.observe`
             self._compactor.observe(request, reply.usage, model_id)
+            if self.budget is not None:  # a crossing ends the turn after this step
+                self.budget.spend(reply.usage)
         finish = reply.finish
         if finish is not None and finish.reason in ("error", "aborted"):
             raise StepFailed(
@@ -391,7 +411,7 @@ class TurnDriver:
             return False, reason, message.content
         self.held = []
         try:
-            await self.calls.run(turn, step, message.tool_calls, tools)
+            await self.calls.run(turn, step, message.tool_calls, tools, self.budget)
         finally:
             # Context injected while the tools ran goes after their results: a model
             # API wants a call's result right after the call.

@@ -8,12 +8,13 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Final, Protocol, TypeAlias, TypedDict, TypeVar, Unpack, overload
 
 import msgspec
 import trio
 
 from greenroom.actors.compaction import CompactionPolicy
+from greenroom.actors.limits import Limits
 from greenroom.actors.prompt import Answer, Prompt
 from greenroom.protocol.content import Content
 from greenroom.protocol.events import (
@@ -55,13 +56,54 @@ def check_setting(agent_id: str, key: str, value: str, models: Iterable[str]) ->
 T = TypeVar("T")
 
 
+#: What a guard's check returns: None to pass, a message to trip (or an awaitable of one).
+Verdict: TypeAlias = str | Awaitable[str | None] | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Guard:
+    """Checks that can stop a turn, each a function (sync or async) that returns None to
+    pass or a message to trip: `prompt(text)` sees the turn's prompt before its first
+    step, `tool_call(name, arguments)` each tool call before permission is asked (its
+    arguments the model's JSON text), `answer(text)` the answer before it settles. A
+    guard that trips ends the turn ``guarded`` with its message (logged,
+    ``guard/tripped``); one that raises ends it ``error`` naming the guard. At least one
+    check; anything else is a `TypeError` or `ValueError` naming the field.
+    """
+
+    name: str = "guard"
+    prompt: Callable[[str], Verdict] | None = None
+    tool_call: Callable[[str, str], Verdict] | None = None
+    answer: Callable[[str], Verdict] | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ValueError(f"Guard.name must be non-empty text, got {self.name!r}")
+        checks = {"prompt": self.prompt, "tool_call": self.tool_call, "answer": self.answer}
+        for field, check in checks.items():
+            if check is not None and not callable(check):
+                raise TypeError(
+                    f"guard {self.name!r}: {field} must be a function, got {type(check).__name__}"
+                )
+        if all(check is None for check in checks.values()):
+            raise ValueError(
+                f"guard {self.name!r} checks nothing: give prompt, tool_call or answer"
+            )
+
+
 class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
-    """What an agent asks its model for: the model name and its own system prompt; and
-    when its history is compacted (`CompactionPolicy`; None: the runtime's)."""
+    """What an agent asks its model for and what bounds its runs: the model name and its
+    own system prompt; when its history is compacted (`CompactionPolicy`; None: the
+    runtime's); the structured output `send` and `run` ask for when they name none
+    (`output`); the `Limits` no turn may pass (a call's own limits narrow them); the
+    `Guard`s that see its prompts, tool calls and answers."""
 
     model: str | None = None
     system_prompt: str | None = None
     compaction: CompactionPolicy | None = None
+    output: type[Any] | None = None
+    limits: Limits | None = None
+    guards: tuple[Guard, ...] = ()
 
 
 class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,11 +169,22 @@ class Agent(Protocol):
         ...
 
     @overload
-    def send(self, content: Content, *, source: MessageSource | None = None) -> Prompt[None]: ...
+    def send(
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        limits: Limits | None = None,
+    ) -> Prompt[Any]: ...
 
     @overload
     def send(
-        self, content: Content, *, source: MessageSource | None = None, output: type[T]
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        output: type[T],
+        limits: Limits | None = None,
     ) -> Prompt[T]: ...
 
     def send(
@@ -140,18 +193,28 @@ class Agent(Protocol):
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
+        limits: Limits | None = None,
     ) -> Prompt[Any]: ...
 
     def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]: ...
 
     @overload
     async def run(
-        self, content: Content, *, source: MessageSource | None = None
-    ) -> Answer[None]: ...
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        limits: Limits | None = None,
+    ) -> Answer[Any]: ...
 
     @overload
     async def run(
-        self, content: Content, *, source: MessageSource | None = None, output: type[T]
+        self,
+        content: Content,
+        *,
+        source: MessageSource | None = None,
+        output: type[T],
+        limits: Limits | None = None,
     ) -> Answer[T]: ...
 
     async def run(
@@ -160,6 +223,7 @@ class Agent(Protocol):
         *,
         source: MessageSource | None = None,
         output: type[Any] | None = None,
+        limits: Limits | None = None,
     ) -> Answer[Any]: ...
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str: ...

@@ -9,6 +9,7 @@ from greenroom.models.scripted import (
     Say,
     ScriptedModel,
     Think,
+    Tokens,
     Wait,
 )
 
@@ -22,5 +23,6 @@ __all__ = [
     "Say",
     "ScriptedModel",
     "Think",
+    "Tokens",
     "Wait",
 ]

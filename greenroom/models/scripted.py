@@ -31,6 +31,7 @@ from greenroom.protocol.model import (
     TextDelta,
     ToolCallChunk,
     ToolTurn,
+    Usage,
     UserTurn,
 )
 
@@ -71,6 +72,13 @@ class Hang(msgspec.Struct, frozen=True):
     """Stream nothing more until cancelled."""
 
 
+class Tokens(msgspec.Struct, frozen=True):
+    """Report the reply's usage: `input` and `output` tokens (as a provider's usage event)."""
+
+    input: int = 0
+    output: int = 0
+
+
 class End(msgspec.Struct, frozen=True):
     """Finish with ``reason`` now (without it, a script finishes ``tool-calls`` or ``stop``)."""
 
@@ -80,7 +88,7 @@ class End(msgspec.Struct, frozen=True):
 
 KEPT_REQUESTS: Final = 64
 
-Action: TypeAlias = Say | Think | CallTool | Wait | Fail | Hang | End
+Action: TypeAlias = Say | Think | CallTool | Tokens | Wait | Fail | Hang | End
 
 
 #: An echoed prompt that starts with this runs the rest as a ``bash`` command.
@@ -134,6 +142,8 @@ class ScriptedModel:
                         if isinstance(arguments, str)
                         else json.dumps(arguments),
                     )
+                case Tokens(input=input_tokens, output=output_tokens):
+                    yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
                 case Wait(seconds=seconds):
                     await trio.sleep(seconds)
                 case Fail(message=message):

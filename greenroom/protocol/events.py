@@ -143,8 +143,38 @@ class Interrupted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="
     """The process died mid-turn; written by crash repair on load, never live."""
 
 
+@final
+class LimitReached(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="limit"):
+    """A limit of the agent's `Limits` stopped the turn: `limit` names it (``requests``,
+    ``session_total_tokens``, ...), `allowed` is its figure and `reached` the count that met
+    it (a count: before the call that would pass it; tokens: after the step that crossed
+    it)."""
+
+    limit: str
+    allowed: int
+    reached: int
+
+
+@final
+class Guarded(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="guarded"):
+    """A guard tripped: `guard` is its name, `at` where it looked (``prompt``,
+    ``tool_call``, ``answer``), `message` what it said."""
+
+    guard: str
+    at: str
+    message: str
+
+
 TurnEndReason: TypeAlias = (
-    Completed | Aborted | Errored | Disposed | MaxTokens | Refused | Interrupted
+    Completed
+    | Aborted
+    | Errored
+    | Disposed
+    | MaxTokens
+    | Refused
+    | Interrupted
+    | LimitReached
+    | Guarded
 )
 COMPLETED: Final = Completed()
 DISPOSED: Final = Disposed()
@@ -194,6 +224,19 @@ class TurnAnswered(Event, frozen=True, gc=False, tag="turn/answered"):
 
     turn: int
     reason: TurnEndReason
+
+
+@final
+class GuardTripped(Event, frozen=True, gc=False, tag="guard/tripped"):
+    """A guard of the agent's tripped (the turn then ends `Guarded`): `guard` is its name,
+    `at` where it looked (``prompt``, ``tool_call`` with `call_id`, ``answer``), `message`
+    what it said."""
+
+    turn: int
+    guard: str
+    at: str
+    message: str
+    call_id: str | None = None
 
 
 @final
@@ -461,6 +504,7 @@ SessionEvent: TypeAlias = (
     | TurnEnd
     | TurnAnswered
     | TurnResumed
+    | GuardTripped
     | StepStart
     | StepEnd
     | UserMessage

@@ -26,8 +26,11 @@ from greenroom.protocol.events import (
     ContextMessage,
     Disposed,
     Errored,
+    Guarded,
+    GuardTripped,
     InjectionTrigger,
     Interrupted,
+    LimitReached,
     MaxTokens,
     MessageSource,
     PermissionRule,
@@ -146,6 +149,9 @@ def transcript(
                 yield f"  {describe_compaction(event)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
+            case GuardTripped(guard=guard, at=at, message=message):
+                where = at.replace("_", " ")
+                yield f"  guard {_shown(guard)} tripped at the {where}: {_shown(message)}"
             case TurnAnswered(reason=reason):
                 yield f"  answered: {_shown(describe_reason(reason))}"
 
@@ -206,4 +212,8 @@ def describe_reason(reason: TurnEndReason) -> str:
             return "refused by the model (left out of its history)"
         case Interrupted():
             return "interrupted (the process stopped mid-turn)"
+        case LimitReached(limit=limit, allowed=allowed, reached=reached):
+            return f"limit: {limit} reached ({reached} of {allowed})"
+        case Guarded(guard=guard, at=at, message=message):
+            return f"guarded: {guard} at the {at.replace('_', ' ')}: {message}"
     raise AssertionError(reason)

@@ -27,6 +27,7 @@ from typing import Any, Final, Generic, TypeVar
 import msgspec
 import trio
 
+from greenroom.actors.step import TurnStopped
 from greenroom.actors.types import (
     DEFAULT_MODE,
     PermissionRequest,
@@ -142,7 +143,8 @@ NO_TOOLS: Final[Mapping[str, ToolEntry]] = MappingProxyType({})
 
 
 class ToolRegistry:
-    """Tools by name; `execute` never raises for a bad call, only for a cancel.
+    """Tools by name; `execute` never raises for a bad call, only for a cancel, or a guard
+    that stops the turn (`TurnStopped`, out of the ``tools/execute`` waterfall).
 
     ``permissions`` is the policy for calls whose session has no front end
     that asks (default `AllowAll`). ``describe`` and ``execute`` take the
@@ -231,6 +233,8 @@ class ToolRegistry:
         if TOOLS_EXECUTE in self._hooks.listened:
             try:
                 invocation = await self._hooks.waterfall(TOOLS_EXECUTE, invocation)
+            except TurnStopped:  # a guard: not this call's result, the turn's end
+                raise
             except Exception as exc:
                 return ToolOutcome.failed(
                     f"tool call {invocation.name!r} was refused: {exc}",
