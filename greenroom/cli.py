@@ -8,13 +8,14 @@ import os
 import re
 import sqlite3
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import trio
 
-from greenroom.models import ModelAdapter, ScriptedModel
+from greenroom.models import ModelAdapter
 from greenroom.models.base import ModelError
+from greenroom.models.named import MissingKey, model_named
 from greenroom.protocol.content import referenced
 from greenroom.protocol.events import UserMessage
 from greenroom.protocol.model import ModelRequest, StreamChunk
@@ -38,10 +39,6 @@ def default_state_dir() -> Path:
     return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
 
 
-class MissingKey(ValueError):
-    """The model's API key is not in the environment (``acp`` still serves; see `Unkeyed`)."""
-
-
 class Unkeyed:
     """Stands in for a model whose key is missing: every step fails with `reason`.
 
@@ -58,70 +55,6 @@ class Unkeyed:
         await trio.lowlevel.checkpoint()
         raise ModelError(self.reason, "no-api-key")
         yield  # an async generator, as the seam streams
-
-
-#: The API model kinds ``--model KIND:MODEL`` takes, with the prefix of the environment
-#: variables each reads its key and base URL from.
-API_KINDS = {
-    "openai": "OPENAI",
-    "openai-responses": "OPENAI",
-    "anthropic": "ANTHROPIC",
-    "gemini": "GEMINI",
-    "deepseek": "DEEPSEEK",
-}
-
-
-def model_from_spec(
-    spec: str, environ: Mapping[str, str], context_window: int | None = None
-) -> ModelAdapter:
-    """The adapter `spec` names; raises `ValueError` naming what is wrong or missing
-    (`MissingKey` for a key not in `environ`).
-
-    ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (Chat Completions) and
-    ``openai-responses:MODEL`` (the Responses API), both with ``OPENAI_API_KEY`` and
-    ``OPENAI_BASE_URL``, ``anthropic:MODEL`` (``ANTHROPIC_...``), ``gemini:MODEL``
-    (``GEMINI_...``), ``deepseek:MODEL`` (``DEEPSEEK_...``). `context_window`
-    (``--context-window``) is the tokens an API model holds, in place of its family's
-    default.
-    """
-    kind, _, detail = spec.partition(":")
-    if kind == "scripted":
-        if not detail:
-            return ScriptedModel()
-        try:
-            return ScriptedModel(delay=float(detail))
-        except ValueError:
-            raise ValueError(f"--model {spec!r}: the delay must be seconds >= 0") from None
-    prefix = API_KINDS.get(kind)
-    if prefix is None:
-        known = ", ".join(["scripted", *API_KINDS])
-        raise ValueError(f"--model {spec!r}: unknown model kind {kind!r} (known: {known})")
-    if not detail:
-        raise ValueError(f"--model {spec!r}: name the model, as in {kind}:MODEL")
-    key = environ.get(f"{prefix}_API_KEY")
-    if not key:
-        raise MissingKey(f"--model {spec!r} needs {prefix}_API_KEY in the environment")
-    # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
-    base = environ.get(f"{prefix}_BASE_URL")
-    if kind == "openai":
-        from greenroom.models.openai import OpenAIChatModel
-
-        return OpenAIChatModel(base, key, detail, context_window=context_window)
-    if kind == "openai-responses":
-        from greenroom.models.responses import OpenAIResponsesModel
-
-        return OpenAIResponsesModel(base, key, detail, context_window=context_window)
-    if kind == "gemini":
-        from greenroom.models.gemini import GeminiModel
-
-        return GeminiModel(base, key, detail, context_window=context_window)
-    if kind == "deepseek":
-        from greenroom.models.deepseek import DeepSeekModel
-
-        return DeepSeekModel(base, key, detail, context_window=context_window)
-    from greenroom.models.anthropic import AnthropicModel
-
-    return AnthropicModel(base, key, detail, context_window=context_window)
 
 
 def sessions_root(state_dir: Path) -> Path:
@@ -346,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
                 parser.error(f"--context-window must be tokens > 0, got {args.context_window}")
             for spec in specs:
                 try:
-                    models[spec] = model_from_spec(spec, os.environ, args.context_window)
+                    models[spec] = model_named(spec, os.environ, args.context_window)
                 except MissingKey as exc:  # told to the editor at the prompt, not as an exit
                     print(f"greenroom acp: {exc}", file=sys.stderr)
                     models[spec] = Unkeyed(f"{exc} (set it where the editor starts greenroom)")

@@ -618,13 +618,14 @@ def test_compact_over_acp_then_a_load_replays_every_message(tmp_path: Path) -> N
 
 
 def test_the_command_line_sets_an_api_models_window(capsys: pytest.CaptureFixture[str]) -> None:
-    from greenroom.cli import main, model_from_spec
+    from greenroom.cli import main
+    from greenroom.models.named import model_named
 
     environ = {"OPENAI_API_KEY": "sk-test", "ANTHROPIC_API_KEY": "sk-test"}
-    local = model_from_spec("openai:my-local-llama", environ, 8_192)
+    local = model_named("openai:my-local-llama", environ, 8_192)
     assert getattr(local, "context_window", None) == 8_192
-    assert getattr(model_from_spec("openai:gpt-4.1", environ), "context_window", None) == 1_047_576
-    claude = model_from_spec("anthropic:claude-haiku-4-5", environ)
+    assert getattr(model_named("openai:gpt-4.1", environ), "context_window", None) == 1_047_576
+    claude = model_named("anthropic:claude-haiku-4-5", environ)
     assert getattr(claude, "context_window", None) == 200_000
     with pytest.raises(SystemExit) as exited:
         main(["acp", "--context-window", "0"])

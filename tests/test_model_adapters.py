@@ -19,10 +19,10 @@ import trio
 from greenroom import open_runtime
 from greenroom.actors.types import ToolInvocation
 from greenroom.backoff import Backoff
-from greenroom.cli import model_from_spec
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.base import ModelAdapter, ModelError
 from greenroom.models.http import ModelConfigError
+from greenroom.models.named import model_named
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.protocol.events import COMPLETED, Aborted, AssistantChunk, Errored, ToolResult
 from greenroom.protocol.model import (
@@ -472,10 +472,10 @@ def test_model_specs_fail_clearly_at_start(
     spec: str, environ: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        model_from_spec(spec, environ)
+        model_named(spec, environ)
 
 
 def test_model_specs_build_the_adapters() -> None:
     environ = {"OPENAI_API_KEY": KEY, "ANTHROPIC_API_KEY": KEY}
-    assert isinstance(model_from_spec("openai:gpt-4o", environ), OpenAIChatModel)
-    assert isinstance(model_from_spec("anthropic:claude-sonnet-4-5", environ), AnthropicModel)
+    assert isinstance(model_named("openai:gpt-4o", environ), OpenAIChatModel)
+    assert isinstance(model_named("anthropic:claude-sonnet-4-5", environ), AnthropicModel)

@@ -11,12 +11,12 @@ import pytest
 import trio
 
 from greenroom import open_runtime
-from greenroom.cli import model_from_spec
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.base import ContextOverflow, context_window_of
 from greenroom.models.deepseek import DeepSeekModel
 from greenroom.models.gemini import GeminiModel
 from greenroom.models.http import HttpModel
+from greenroom.models.named import model_named
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.models.responses import OpenAIResponsesModel
 from greenroom.protocol.events import COMPLETED
@@ -165,7 +165,7 @@ ENVIRON = {f"{kind}_API_KEY": KEY for kind in ("OPENAI", "ANTHROPIC", "GEMINI", 
     ],
 )
 def test_each_kind_of_model_spec_builds_its_adapter(spec: str, made: type[HttpModel]) -> None:
-    adapter = model_from_spec(spec, ENVIRON, context_window=64_000)
+    adapter = model_named(spec, ENVIRON, context_window=64_000)
     assert type(adapter) is made
     assert isinstance(adapter, HttpModel)
     assert adapter.context_window == 64_000
@@ -185,7 +185,7 @@ def test_new_model_specs_fail_clearly_at_start(
     spec: str, environ: dict[str, str], message: str
 ) -> None:
     with pytest.raises(ValueError, match=message):
-        model_from_spec(spec, environ)
+        model_named(spec, environ)
 
 
 THOUGHTS = [

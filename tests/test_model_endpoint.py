@@ -7,9 +7,9 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom.cli import model_from_spec
 from greenroom.models.anthropic import AnthropicModel
 from greenroom.models.base import ModelAdapter
+from greenroom.models.named import model_named
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.protocol.model import TextDelta
 from tests.sse_server import Reply, sse_server
@@ -62,7 +62,7 @@ async def test_the_command_follows_the_same_rule(kind: str) -> None:
                 f"{kind.upper()}_BASE_URL": server.url + suffix,
                 f"{kind.upper()}_API_KEY": KEY,
             }
-            assert await hello(model_from_spec(f"{kind}:m", environ)) == "Hello world"
+            assert await hello(model_named(f"{kind}:m", environ)) == "Hello world"
     assert len(server.requests) == 1
 
 
