@@ -5,6 +5,7 @@ from greenroom.actors.life import AgentHandle
 from greenroom.actors.limits import Limits
 from greenroom.actors.prompt import Answer, Prompt, PromptEvent, StopReason, ToolCallRecord
 from greenroom.actors.registry import AgentRegistry
+from greenroom.actors.spec import AgentSpec
 from greenroom.actors.types import (
     Agent,
     AgentDisposed,
@@ -26,6 +27,7 @@ __all__ = [
     "AgentHandle",
     "AgentOptions",
     "AgentRegistry",
+    "AgentSpec",
     "Answer",
     "Guard",
     "Image",

@@ -8,27 +8,32 @@ environment, for a key or endpoint not given in code (docs/semantics.md,
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
-from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.factory import AgentFactory
+from greenroom.actors.launch import TakeOver
+from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.registry import AgentRegistry
+from greenroom.actors.spec import AgentSpec
 from greenroom.actors.types import Permissions, SpawnLimits
 from greenroom.errors import alone
 from greenroom.guards import Guards
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
+from greenroom.resolve import SpecResolver
 from greenroom.session import SessionStore
 from greenroom.session.history import HistoryEntry, history_of
-from greenroom.session.persistence import Persistence, StoredSession
+from greenroom.session.persistence import Interruption, Persistence, StoredSession
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.tools import Tool, ToolRegistry
@@ -66,6 +71,7 @@ class Runtime:
         "sessions",
         "supervisor",
         "tools",
+        "workdir",
     )
 
     def __init__(
@@ -80,6 +86,7 @@ class Runtime:
         bash: BashExecutor,
         supervisor: Supervisor,
         plugins: Supervisor,
+        workdir: str,
     ) -> None:
         self.agents = agents
         self.sessions = sessions
@@ -90,7 +97,43 @@ class Runtime:
         self.bash = bash
         self.supervisor = supervisor
         self.plugins = plugins
+        #: Where a command without a directory runs, and a relative `start` cwd is from.
+        self.workdir = workdir
         self._plugged: dict[str, Plugin] = {}
+
+    async def start(
+        self,
+        spec: AgentSpec,
+        session: str | None = None,
+        *,
+        cwd: str | None = None,
+        additional_directories: Sequence[str] | None = None,
+        owner: Owner | None = None,
+        interrupted: Interruption = "close",
+        take_over: TakeOver = "refuse",
+        wait: float = 0.0,
+        wait_for_servers: float = math.inf,
+    ) -> AgentHandle:
+        """Start the agent `spec` says on session `session` (a fresh ``NAME-XXXXXXXX``
+        when None) and return its handle once it is live: the session is created when the
+        store does not hold it, else resumed where it stopped (`interrupted`, `take_over`
+        and `wait` as `agents.resume` takes them). `cwd` is where a new session works:
+        relative to the runtime's `workdir`, which it defaults to. The agent's id is
+        ``NAME:SESSION``; `owner` (a `Supervisor` or a nursery) outlives it (default: the
+        runtime's agents' supervisor). A bad argument is a `ValueError` or `TypeError`
+        raised here, naming it; what the store refuses is raised as `agents.resume` raises
+        it."""
+        return await self.agents.start(
+            spec,
+            session,
+            cwd=_under(self.workdir, cwd),
+            additional_directories=additional_directories,
+            owner=owner,
+            interrupted=interrupted,
+            take_over=take_over,
+            wait=wait,
+            wait_for_servers=wait_for_servers,
+        )
 
     async def list_sessions(self) -> list[StoredSession]:
         """The stored sessions, as ``greenroom sessions list`` shows them (headers,
@@ -118,15 +161,17 @@ class Runtime:
             )
         return self.persistence
 
-    async def plug(self, name: str, plugin: Plugin) -> None:
-        """Run `plugin` as a supervised child named `name`.
+    async def plug(self, name: str, plugin: Plugin) -> list[str]:
+        """Run `plugin` as a supervised child named `name`; returns the names of the tools it
+        registered.
 
         What it registers through its `PluginContext` is removed when it stops.
         Raises `ValueError` if a plugin of that name runs already.
         """
         spec = ChildSpec(name, _PluginTask(self, name, plugin), restart="temporary")
-        await self.plugins.start_child(spec)
+        registered = cast(list[str], await self.plugins.start_child(spec))
         self._plugged[name] = plugin
+        return registered
 
     async def reload(self, name: str) -> None:
         """Stop plugin `name`, re-import its module (``importlib.reload``), start it again."""
@@ -140,6 +185,13 @@ class Runtime:
         await self.plug(name, getattr(module, plugin.__qualname__))
 
 
+def _under(workdir: str, cwd: str | None) -> str:
+    """`cwd` from `workdir` (itself for None): the absolute path a session works in."""
+    if cwd is not None and not isinstance(cwd, str):
+        raise TypeError(f"start(): cwd must be a path (str), got {type(cwd).__name__}")
+    return os.path.normpath(os.path.join(workdir, cwd or "."))
+
+
 class _PluginTask:
     """A plugin's life as a supervised child: set up, wait, then undo its registrations."""
 
@@ -150,7 +202,7 @@ class _PluginTask:
         self._name = name
         self._plugin = plugin
 
-    async def __call__(self, *, task_status: trio.TaskStatus[None]) -> None:
+    async def __call__(self, *, task_status: trio.TaskStatus[list[str]]) -> None:
         runtime = self._runtime
         scope = Scope(f"plugin {self._name!r}")
         try:
@@ -165,7 +217,7 @@ class _PluginTask:
             ready = self._plugin(context)
             if ready is not None:
                 await ready
-            task_status.started()
+            task_status.started(context.registered)
             await trio.sleep_forever()
         finally:
             await scope.close()
@@ -231,8 +283,15 @@ async def open_runtime(
     try:
         # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
         # spill files of cut tool results.
+        runtime: Runtime | None = None
+
+        async def plug(name: str, plugin: Plugin) -> list[str]:
+            assert runtime is not None  # a spec starts once the runtime is open
+            return await runtime.plug(name, plugin)
+
         async with (
             open_models(models.values()),  # closed last: the model adapters' pooled connections
+            SpecResolver(models, tool_registry, plug) as resolver,  # and those specs named
             aclosing(tool_registry),
             LocalBashExecutor(workdir or os.getcwd()) as bash,
             Supervisor(name=f"{name}:plugins") as plugins,
@@ -251,8 +310,9 @@ async def open_runtime(
                 limits=spawn_limits,
                 compaction=compaction,
                 watch_guards=Guards(hooks).watch,
+                resolver=resolver,
             )
-            yield Runtime(
+            runtime = Runtime(
                 agents=agents,
                 sessions=sessions,
                 tools=tool_registry,
@@ -262,7 +322,9 @@ async def open_runtime(
                 bash=bash,
                 supervisor=supervisor,
                 plugins=plugins,
+                workdir=workdir or os.getcwd(),
             )
+            yield runtime
     except BaseExceptionGroup as group:  # a nursery's group of one: the error itself
         error = alone(group)
         if error is None:

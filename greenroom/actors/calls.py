@@ -34,7 +34,7 @@ from greenroom.session import Session
 class ToolCalls:
     """Runs and logs the tool calls of one agent's steps (see the module docstring).
 
-    A tool that starts a child agent calls the agent's `AgentLife.spawn`; the
+    A tool that starts a child agent calls the agent's `AgentHandle.spawn`; the
     running turn's scope, read off the `CancelMarker`, is what a call's work
     runs under.
     """
@@ -135,7 +135,7 @@ class ToolCalls:
                 self._marker.running,
                 self._client,
                 partial(self._log_start, turn, step, call.call_id),
-                self._life.spawn,
+                self._life.handle.spawn,
                 partial(self._show_progress, turn, step, call.call_id),
             )
         )

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Protocol, TypeAlias, Unpack
+from typing import Protocol, TypeAlias
 
 import trio
 
@@ -42,11 +42,13 @@ from greenroom.actors.prompt import Prompt
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.types import (
     Agent,
+    AgentOptions,
     SessionClient,
     SessionServers,
     SpawnArgs,
     SpawnRefused,
 )
+from greenroom.protocol.mcp import McpServer
 from greenroom.session import SessionStore
 from greenroom.session.persistence import PersistenceError, SessionLog
 from greenroom.supervisor import Supervisor
@@ -87,7 +89,7 @@ class AgentHandle:
     A cancelled caller stops waiting; the teardown goes on.
     """
 
-    __slots__ = ("_life", "agent", "resumed")
+    __slots__ = ("_life", "agent", "resumed", "spec")
 
     def __init__(self, agent: Agent, life: AgentLife) -> None:
         self.agent = agent
@@ -95,30 +97,62 @@ class AgentHandle:
         #: The prompt of the cut turn `AgentFactory.resume(..., interrupted="continue")`
         #: carries on (awaiting it gives that turn's `Answer`); None otherwise.
         self.resumed: Prompt[None] | None = None
+        #: The `AgentSpec` it was started from (`Runtime.start`, a spawn of a spec), or None.
+        self.spec: object = None
 
     def __repr__(self) -> str:
-        return f"<AgentHandle {self.agent.id!r}>"
+        return f"<AgentHandle {self.agent.id!r} session {self.session_id!r}>"
+
+    @property
+    def id(self) -> str:
+        """Its agent's id."""
+        return self.agent.id
+
+    @property
+    def session_id(self) -> str:
+        """Its agent's session's id."""
+        return self.agent.session.id
 
     async def dispose(self) -> None:
         self._life.stop()
         await self._life.wait_exited()
 
-    async def spawn(self, **child: Unpack[SpawnArgs]) -> AgentHandle:
-        """Start a child of this agent (`SpawnArgs`: ``agent_id``, ``session_id``, and
-        ``options``, ``tools``, ``mcp_servers`` if given); returns the child's handle
-        once it is live.
+    async def spawn(
+        self,
+        spec: object = None,
+        /,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> AgentHandle:
+        """Start a child of this agent; returns the child's handle once it is live.
 
+        Either an `AgentSpec` (``spawn(spec, session_id=...)``: the child is what
+        the spec says; its session id defaults to a fresh one), or the child's
+        ``agent_id`` and ``session_id``, with ``options``, the runtime's tools it
+        has (only those named in ``tools``, if given) and its ``mcp_servers``.
         The child's session records this one as its ``parent_session``; it runs
-        in this agent's directories, asks this agent's front end, and has the
-        runtime's tools (only those named in ``tools``, if given) and its own
-        ``mcp_servers``. It is this agent's: this agent's cancel cancels it,
-        and disposing this agent disposes it first. Raises `SpawnRefused`
-        past the runtime's `SpawnLimits` or once this agent is being
-        disposed (a spawn in flight then leaves nothing), `TypeError` for a
-        str as ``tools`` or a keyword it does not take (or lacks), and what
+        in this agent's directories and asks this agent's front end. It is this
+        agent's: this agent's cancel cancels it, and disposing this agent
+        disposes it first. Raises `SpawnRefused` past the runtime's
+        `SpawnLimits` or once this agent is being disposed (a spawn in flight
+        then leaves nothing), `TypeError` for a str as ``tools``, for a spec
+        given with ``options`` or ``tools``, or ids missing without one, and what
         `AgentFactory.create` raises.
         """
-        return await self._life.spawn(**child)
+        return await self._life.spawn(
+            SpawnArgs(
+                spec=spec,
+                agent_id=agent_id,
+                session_id=session_id,
+                options=options,
+                tools=tools,
+                mcp_servers=mcp_servers,
+            )
+        )
 
 
 class AgentLife:
@@ -196,7 +230,7 @@ class AgentLife:
         """The live children and those starting: what a limit on children counts."""
         return len(self._children or ()) + len(self._spawning or ())
 
-    async def spawn(self, **child: Unpack[SpawnArgs]) -> AgentHandle:
+    async def spawn(self, child: SpawnArgs) -> AgentHandle:
         """`AgentHandle.spawn`; the child is one of `children` until its life exits."""
         if self.disposing:
             raise SpawnRefused(f"agent {self.agent.id!r} is being disposed; it spawns no more")

@@ -15,8 +15,9 @@ class Requests:
     """One agent's model requests: which of its models answers, and what it is sent.
 
     Everything a request holds is read off the session's log (its history,
-    its settings) or the agent's options, so a resumed session sends the
-    same request as the life before it, and a provider's prompt cache holds.
+    its settings: the ``instructions`` setting is the system prompt when the
+    log has one) or the agent's options, so a resumed session sends the same
+    request as the life before it, and a provider's prompt cache holds.
     """
 
     __slots__ = ("_options", "_session", "models")
@@ -44,7 +45,7 @@ class Requests:
         return ModelRequest(
             messages=session.messages(),
             model=self._options.model,
-            system=self._options.system_prompt,
+            system=session.config.get("instructions") or self._options.system_prompt,
             tools=tools.schemas(),
             output=tools.output if isinstance(tools, OutputTools) else None,
             thought_level=session.config.get("thought_level"),

@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeAlias, TypedDict, TypeVar, Unpack, overload
+from typing import Any, Final, Protocol, TypeAlias, TypeVar, overload
 
 import msgspec
 import trio
@@ -43,11 +43,17 @@ DEFAULT_MODE: Final = "default"
 def check_setting(agent_id: str, key: str, value: str, models: Iterable[str]) -> None:
     """Refuse a setting `Agent.configure` does not know: a `ValueError` naming the key, or
     the value and the known ones. ``mode`` is one of `MODES`, ``model`` one of `models`
-    (the agent's), ``thought_level`` one of `THOUGHT_LEVELS`."""
+    (the agent's), ``thought_level`` one of `THOUGHT_LEVELS`, ``instructions`` any
+    non-empty text (the system prompt)."""
+    if key == "instructions":
+        if not isinstance(value, str) or not value.strip():
+            raise ValueError(f"agent {agent_id!r}: instructions must be non-empty text")
+        return
     known = {"mode": MODES, "model": models, "thought_level": THOUGHT_LEVELS}.get(key)
     if known is None:
         raise ValueError(
-            f"agent {agent_id!r}: unknown setting {key!r} (known: mode, model, thought_level)"
+            f"agent {agent_id!r}: unknown setting {key!r}"
+            " (known: mode, model, thought_level, instructions)"
         )
     if value not in known:
         raise ValueError(f"agent {agent_id!r}: unknown {key} {value!r} (known: {', '.join(known)})")
@@ -114,18 +120,19 @@ class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
     max_children: int = 8
 
 
-class _ChildIds(TypedDict):
-    agent_id: str
-    session_id: str
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpawnArgs:
+    """What `AgentHandle.spawn` was asked for (see there), declared once: the child's
+    `AgentSpec` (``spec``, typed loosely here: a spec is made above this module) or its
+    ``agent_id``, and its ``session_id``; without a spec, its options, the runtime's tools
+    it has (None: all) and its MCP servers."""
 
-
-class SpawnArgs(_ChildIds, total=False):
-    """What `AgentHandle.spawn` takes (see there), by keyword: the child's agent and
-    session ids; its options, the runtime's tools it has (None: all), its MCP servers."""
-
-    options: AgentOptions | None
-    tools: Sequence[str] | None
-    mcp_servers: Sequence[McpServer]
+    spec: object = None
+    agent_id: str | None = None
+    session_id: str | None = None
+    options: AgentOptions | None = None
+    tools: Sequence[str] | None = None
+    mcp_servers: Sequence[McpServer] = ()
 
 
 class SpawnRefused(ValueError):
@@ -319,10 +326,20 @@ class ChildHandle(Protocol):
     async def dispose(self) -> None: ...
 
 
-class Spawn(Protocol):
+class SpawnChild(Protocol):
     """Start a child of one agent (`AgentHandle.spawn`); see there for the contract."""
 
-    async def __call__(self, **child: Unpack[SpawnArgs]) -> ChildHandle: ...
+    async def __call__(
+        self,
+        spec: object = None,
+        /,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> ChildHandle: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -347,7 +364,7 @@ class ToolInvocation:
     cancel_scope: trio.CancelScope | None = None
     client: SessionClient | None = None
     on_start: Callable[[], None] | None = None
-    spawn: Spawn | None = None
+    spawn: SpawnChild | None = None
     progress: Callable[[str, int], None] | None = None
 
 
@@ -418,7 +435,9 @@ class ServerHub(Protocol):
         session_id: str,
         cwd: str | None,
         servers: Sequence[McpServer],
+        tools: ToolExecutor,
         wait: float = math.inf,
     ) -> SessionServers:
-        """The session's servers; their `start` waits at most `wait` seconds for them."""
+        """The session's servers, whose `tools` are theirs and then the agent's `tools`;
+        their `start` waits at most `wait` seconds for them."""
         ...

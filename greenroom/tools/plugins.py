@@ -23,7 +23,10 @@ P = ParamSpec("P")
 
 
 class PluginContext:
-    __slots__ = ("agents", "bash", "hooks", "name", "scope", "tools")
+    """What one plugin may use while it runs, and `registered`, the names of the tools it
+    registered (offered to the agents whose spec names the plugin)."""
+
+    __slots__ = ("agents", "bash", "hooks", "name", "registered", "scope", "tools")
 
     def __init__(
         self,
@@ -41,11 +44,14 @@ class PluginContext:
         self.hooks = hooks
         self.agents = agents
         self.bash = bash
+        self.registered: list[str] = []
 
     def register_tool(self, tool: Tool[Any] | Callable[..., Any]) -> None:
         """Register `tool` (a `Tool`, or a function decorated with `greenroom.tool`) for as
         long as the plugin runs; anything else raises `TypeError`."""
-        self.scope.add(self.tools.register(as_tool(tool)))
+        made = as_tool(tool)
+        self.scope.add(self.tools.register(made))
+        self.registered.append(made.name)
 
     def on(self, hook: EmitHook[P], listener: Callable[P, object]) -> None:
         """Listen to `hook` for as long as the plugin runs."""

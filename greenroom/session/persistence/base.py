@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from typing import Final, Literal, Protocol, TypeAlias, runtime_checkable
 
 import msgspec
@@ -221,7 +221,7 @@ class HandOff(Protocol):
 
     keep_busy: bool
 
-    def release_requests(self) -> AsyncIterator[ReleaseAsked]: ...
+    def release_requests(self) -> AsyncGenerator[ReleaseAsked, None]: ...
 
     async def open_handed_off(
         self, session_id: str, *, interrupted: Interruption = "close", wait: float

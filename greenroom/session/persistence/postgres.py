@@ -59,7 +59,7 @@ import re
 import socket
 import time
 import urllib.parse
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from typing import Any, Final, TypeAlias, TypeVar
 
 import msgspec
@@ -354,7 +354,7 @@ class PostgresPersistence:
                 with trio.move_on_at(min(deadline, trio.current_time() + self.lease_ttl / 10)):
                     await watch.changed()
 
-    async def release_requests(self) -> AsyncIterator[ReleaseRequest]:
+    async def release_requests(self) -> AsyncGenerator[ReleaseRequest, None]:
         """The requests of other nodes to let a session of this one go, as they come."""
         await self.releases.start()
         async for ask in self.releases.requests:

@@ -32,7 +32,7 @@ import msgspec
 import trio
 
 from greenroom.actors.events import AGENT_ERROR
-from greenroom.actors.types import Agent, ToolInvocation, ToolOutcome, ToolView
+from greenroom.actors.types import Agent, ToolExecutor, ToolInvocation, ToolOutcome, ToolView
 from greenroom.backoff import Backoff
 from greenroom.hooks import EmitHook, Hooks
 from greenroom.protocol.events import ToolKind
@@ -105,20 +105,23 @@ class McpHub:
         session_id: str,
         cwd: str | None,
         servers: Sequence[McpServer],
+        tools: ToolExecutor,
         wait: float = math.inf,
     ) -> SessionMcp:
-        return SessionMcp(self._registry, self._hooks, session_id, cwd, servers, wait)
+        return SessionMcp(self._registry, tools, self._hooks, session_id, cwd, servers, wait)
 
 
 class SessionMcp:
-    """One session's servers, and the tools its agent runs: the registry's, then theirs.
+    """One session's servers, and the tools its agent runs: theirs, then the agent's.
 
-    A `ToolExecutor` (``tools`` is itself): `schemas` lists the registry's
-    tools and those of every ready server; `execute` runs a server's tool
-    through the registry's gate. Not reusable: started once, stopped once.
+    A `ToolExecutor` (``tools`` is itself): `schemas` lists the agent's tools
+    (``base``) and those of every ready server; `execute` runs a server's
+    tool through the registry's gate, any other through ``base``. Not
+    reusable: started once, stopped once.
     """
 
     __slots__ = (
+        "_base",
         "_entries",
         "_hooks",
         "_nursery",
@@ -134,6 +137,7 @@ class SessionMcp:
     def __init__(
         self,
         registry: ToolRegistry,
+        base: ToolExecutor,
         hooks: Hooks,
         session_id: str,
         cwd: str | None,
@@ -141,6 +145,7 @@ class SessionMcp:
         wait: float = math.inf,
     ) -> None:
         self._registry = registry
+        self._base = base
         self._hooks = hooks
         self._wait = wait
         self.session_id = session_id
@@ -189,17 +194,21 @@ class SessionMcp:
     # -- ToolExecutor ----------------------------------------------------------
 
     def schemas(self) -> list[ToolSchema]:
-        base = self._registry.schemas()
+        base = self._base.schemas()
         if base is not self._schemas_of:
             self._schemas_of = base
             self._schemas = [*base, *(entry.schema for entry in self._entries.values())]
         return self._schemas
 
     def describe(self, name: str, arguments: str) -> ToolView:
-        return self._registry.describe(name, arguments, self._entries)
+        if name in self._entries:
+            return self._registry.describe(name, arguments, self._entries)
+        return self._base.describe(name, arguments)
 
     async def execute(self, invocation: ToolInvocation) -> ToolOutcome:
-        return await self._registry.execute(invocation, self._entries)
+        if invocation.name in self._entries:
+            return await self._registry.execute(invocation, self._entries)
+        return await self._base.execute(invocation)
 
     # -- what the slots report ---------------------------------------------------
 
