@@ -61,7 +61,6 @@ from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
-    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PROTOCOL_VERSION,
     REQUEST_CANCELLED,
@@ -168,11 +167,11 @@ class AcpConnection:
 
     # -- frames in ---------------------------------------------------------------------
 
-    def handle_line(self, line: bytes) -> None:
-        """Decode and act on one frame: a request is answered exactly once, a notification
-        never; nothing a frame holds can raise out of here."""
+    def handle_frame(self, frame: frames.Frame) -> None:
+        """Act on one frame: a request is answered exactly once, a notification never, a
+        reply (read or not) settles the request of ours it answers; nothing a frame holds
+        can raise out of here."""
         outbox = self.outbox
-        frame = frames.decode_frame(line)
         if isinstance(frame, frames.Bad):
             outbox.fail(frame.id, frame.code, frame.message)
         elif isinstance(frame, frames.Request):
@@ -194,18 +193,12 @@ class AcpConnection:
                 logger.info("dropped notification %s: %s", frame.method, exc.message)
             except Exception:
                 logger.warning("notification %s failed", frame.method, exc_info=True)
-        else:  # a reply to a request greenroom sent
+        elif isinstance(frame, frames.Reply):  # a reply to a request greenroom sent
             error = None if frame.error is msgspec.UNSET else bytes(frame.error).decode()
             result = None if frame.result is msgspec.UNSET else frame.result
             outbox.requests.reply(frame.id, result, error)
-
-    def oversized(self, frame: frames.Dropped) -> None:
-        """A frame too long to read: a reply of the client's fails the request it answers
-        (its caller waits no more); anything else is answered with the error."""
-        if frame.reply:
-            self.outbox.requests.reply(frame.id, None, frame.message)
-        else:
-            self.outbox.fail(frame.id, INVALID_REQUEST, frame.message)
+        else:  # a reply that could not be read: its request fails, saying why
+            outbox.requests.reply(frame.id, None, frame.why)
 
     def _request(self, request_id: RequestId, method: str, raw: msgspec.Raw) -> None:
         route = ROUTES.get(method)
@@ -660,9 +653,7 @@ async def serve_connection(
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(runtime, owner, handlers, frames_in, interrupted)
                         try:
-                            await frames.read_lines(
-                                stream, connection.handle_line, connection.oversized
-                            )
+                            await frames.read_lines(stream, connection.handle_frame)
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()
