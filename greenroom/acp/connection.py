@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -61,6 +61,7 @@ from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
+    INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PROTOCOL_VERSION,
     REQUEST_CANCELLED,
@@ -145,6 +146,8 @@ class AcpConnection:
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
+        #: What a request may ask: `initialize` only, until it is answered; then `ROUTES`.
+        self._routes: Mapping[str, Inline | Waiting] = UNINITIALIZED
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
         #: Each session's slash commands (`commands.SessionCommands`), from its start on.
@@ -201,7 +204,7 @@ class AcpConnection:
             outbox.requests.reply(frame.id, None, frame.why)
 
     def _request(self, request_id: RequestId, method: str, raw: msgspec.Raw) -> None:
-        route = ROUTES.get(method)
+        route = self._routes.get(method)
         if route is not None:
             params = decode(route.params, raw)
             if isinstance(route, Inline):
@@ -209,6 +212,10 @@ class AcpConnection:
             else:
                 self._spawn(request_id, route.run(self, params))
             return
+        if self._routes is not ROUTES and (method in ROUTES or method in NOTIFICATIONS):
+            raise RpcError(
+                INVALID_REQUEST, f"{method} before initialize: the client must initialize first"
+            )
         notification = NOTIFICATIONS.get(method)
         if notification is None:
             raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -260,6 +267,7 @@ class AcpConnection:
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
         self.outbox.respond(request_id, INITIALIZED)
+        self._routes = ROUTES
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:
         # `authMethods` is empty: no method id is one of ours, and none is needed.
@@ -613,6 +621,8 @@ ROUTES: Final[dict[str, Inline | Waiting]] = {
     "session/close": Waiting(SessionParams, starts.close),
     "session/delete": Waiting(SessionParams, starts.delete),
 }
+#: The only method served before `initialize` is answered: any other known one is -32600.
+UNINITIALIZED: Final[dict[str, Inline | Waiting]] = {"initialize": ROUTES["initialize"]}
 #: Each notification acted on (any other is ignored).
 NOTIFICATIONS: Final[dict[str, Acting]] = {
     "session/cancel": Acting(SessionParams, AcpConnection._cancel),
