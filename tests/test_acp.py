@@ -1101,3 +1101,24 @@ async def test_every_method_before_initialize_is_refused_naming_it(tmp_path: Pat
             assert "sessionId" in (await peer.call("session/new", early["session/new"]))["result"]
             await peer.close()
             nursery.cancel_scope.cancel()
+
+
+async def test_a_prompt_reusing_the_id_of_one_in_flight_is_refused(tmp_path: Path) -> None:
+    """Found by the fuzz: two prompts with one id, queued together, ran as one turn and got
+    one answer between them."""
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        session = await b.peer.new_session()
+        prompt = {"sessionId": session, "prompt": PROMPT}
+        frame = {"jsonrpc": "2.0", "id": "twice", "method": "session/prompt", "params": prompt}
+        await b.peer.send_raw((json.dumps(frame) + "\n").encode() * 2)
+        refused = await b.peer.wait_for(lambda f: f.get("id") == "twice" and "error" in f)
+        assert refused["error"] == {
+            "code": -32600,
+            "message": "request id 'twice' is already a prompt's in flight",
+        }
+        answered = await b.peer.wait_for(lambda f: f.get("id") == "twice" and "result" in f)
+        assert answered["result"] == {"stopReason": "end_turn"}
+        await trio.testing.wait_all_tasks_blocked()
+        assert len([f for f in b.peer.frames if f.get("id") == "twice"]) == 2
+        events = b.runtime.sessions.get(session).events  # type: ignore[union-attr]
+        assert len([e for e in events if isinstance(e, UserMessage)]) == 1

@@ -279,6 +279,10 @@ class AcpConnection:
 
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self.live_record(params.session_id)
+        if request_id in record.prompts:  # its answer would be the other's, sent once
+            raise RpcError(
+                INVALID_REQUEST, f"request id {request_id!r} is already a prompt's in flight"
+            )
         agent = record.handle.agent  # type: ignore[union-attr]
         content = prompt_content(params.prompt, agent.session.header)
         command = None
