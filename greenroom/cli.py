@@ -295,11 +295,28 @@ def main(argv: list[str] | None = None) -> int:
             return run_stdio(models, store, args.interrupted)
         if args.store:
             return _sessions(args.verb, args, store_from_url(args.store, read_only=True), None)
-        state = usable_state_dir(args.state_dir or default_state_dir(), create=False)
+        if args.state_dir is None:  # the default: none yet is no sessions yet, not an error
+            state = default_state_dir()
+            if not state.exists():
+                return _none_yet(args, state)
+            state = usable_state_dir(state, create=False, named="the state directory")
+        else:
+            state = usable_state_dir(args.state_dir, create=False)
         return _sessions(args.verb, args, JsonlPersistence(sessions_root(state)), state)
     except (StateDirError, StoreError) as exc:
         print(f"greenroom {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def _none_yet(args: argparse.Namespace, state_dir: Path) -> int:
+    """``sessions`` before anything made the default state directory: there are no sessions
+    yet (`list` says so and succeeds; `show` finds none)."""
+    why = f"no sessions yet ({state_dir} does not exist)"
+    if args.verb == "list":
+        print(why, file=sys.stderr)
+        return 0
+    print(f"greenroom sessions: no stored session {args.session_id!r}: {why}", file=sys.stderr)
+    return 1
 
 
 def _sessions(

@@ -8,24 +8,29 @@ alike, and is tested without either.
 
 from __future__ import annotations
 
-from typing import Final
-
-#: How much of a line past the limit its `LineTooLong` keeps: enough for a frame's leading
-#: members (a JSON-RPC id), never the line.
-HEAD: Final = 4096
+from typing import Protocol
 
 
 class LineTooLong(Exception):
     """A line grew past the buffer's limit. Raised once per such line, as soon as it is
-    past the limit; the buffer then drops it, up to and with its newline.
+    past the limit; the buffer then drops it, up to and with its newline (handing each
+    piece to its `Dropped`, if it has one)."""
 
-    ``head`` is the line's first `HEAD` bytes (a reader may scan it, say for an id to
-    answer); the rest is gone.
+    def __init__(self, limit: int) -> None:
+        super().__init__(f"a line longer than {limit} bytes")
+
+
+class Dropped(Protocol):
+    """What sees every line past a buffer's limit go by, without the buffer keeping it.
+
+    `feed` is called with the line's bytes in order, from its first, in pieces of any
+    size (none of them to be kept: the buffer reuses them once `feed` returns); `end`
+    once the line is over (at its newline, or at `LineBuffer.rest`: the end of input).
     """
 
-    def __init__(self, limit: int, head: bytes) -> None:
-        super().__init__(f"a line longer than {limit} bytes")
-        self.head = head
+    def feed(self, data: bytes | bytearray | memoryview) -> None: ...
+
+    def end(self) -> None: ...
 
 
 class LineBuffer:
@@ -33,13 +38,15 @@ class LineBuffer:
 
     Each byte is searched for a newline once, however the stream is chunked,
     and a taken line's bytes are dropped in place, so reading a stream costs
-    time linear in its size and memory of about one line plus one chunk.
+    time linear in its size and memory of about one line plus one chunk; a
+    line past the limit costs one chunk, whatever its length.
     """
 
-    __slots__ = ("_buffer", "_limit", "_scanned", "_skipping")
+    __slots__ = ("_buffer", "_dropped", "_limit", "_scanned", "_skipping")
 
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, dropped: Dropped | None = None) -> None:
         self._limit = limit
+        self._dropped = dropped
         self._buffer = bytearray()
         self._scanned = 0  # bytes of the buffer known to hold no newline
         self._skipping = False  # dropping the rest of a line past the limit
@@ -56,35 +63,49 @@ class LineBuffer:
             end = buffer.find(b"\n", self._scanned)
             if end < 0:
                 if self._skipping:
-                    buffer.clear()
-                    self._scanned = 0
+                    self._drop(len(buffer))
                     return None
                 self._scanned = len(buffer)
                 if self._scanned > self._limit:
                     self._skipping = True
-                    head = bytes(buffer[:HEAD])
-                    buffer.clear()
-                    self._scanned = 0
-                    raise LineTooLong(self._limit, head)
+                    self._drop(len(buffer))
+                    raise LineTooLong(self._limit)
                 return None
             self._scanned = 0
             if self._skipping:
-                del buffer[: end + 1]
-                self._skipping = False
+                self._drop(end, ended=True)
                 continue
             if end > self._limit:
-                head = bytes(buffer[: min(end, HEAD)])
-                del buffer[: end + 1]
-                raise LineTooLong(self._limit, head)
+                self._drop(end, ended=True)
+                raise LineTooLong(self._limit)
             line = bytes(buffer[:end])
             del buffer[: end + 1]  # cheap: a bytearray drops its head in place
             return line
 
     def rest(self) -> bytes:
         """At the end of input: what follows the last newline (the last line, if it lacked
-        one; empty if nothing does, or if it is the rest of a line past the limit)."""
+        one; empty if nothing does, or if it is the rest of a line past the limit, which
+        ends here)."""
+        if self._skipping and self._dropped is not None:
+            self._dropped.end()
         rest = b"" if self._skipping else bytes(self._buffer)
         self._buffer.clear()
         self._scanned = 0
         self._skipping = False
         return rest
+
+    def _drop(self, end: int, *, ended: bool = False) -> None:
+        """Drop the buffer's first `end` bytes, of a line past the limit (and its newline, if
+        `ended`), handing them to the `Dropped` first."""
+        buffer, dropped = self._buffer, self._dropped
+        if dropped is not None:
+            with memoryview(buffer) as view, view[:end] as piece:
+                dropped.feed(piece)
+            if ended:
+                dropped.end()
+        if ended:
+            del buffer[: end + 1]
+            self._skipping = False
+        else:
+            buffer.clear()
+        self._scanned = 0

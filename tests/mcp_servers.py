@@ -8,6 +8,10 @@
   ``tools/list`` and then ignores the end of its stdin and SIGTERM (only
   SIGKILL ends it);
 * ``silent``: reads its stdin and never answers anything (not even ``initialize``);
+* ``stops-reading [stubborn]``: a bare JSON-RPC server that answers the
+  handshake and ``tools/list`` (one read-only tool, ``take {text}``), then
+  never reads its stdin again; ``stubborn``, it ignores SIGTERM too (only
+  SIGKILL ends it);
 * ``slow-start SECONDS``: sleeps SECONDS, then serves like ``stdio``;
 * ``hostile``: a bare JSON-RPC server (`Hostile`) that misbehaves on demand:
   garbage lines on its stdout, odd tool names, endless pages, floods of
@@ -150,6 +154,32 @@ def ignore_eof() -> None:
         reply = {"jsonrpc": "2.0", "id": message["id"], "result": result}
         sys.stdout.write(json.dumps(reply) + "\n")
         sys.stdout.flush()
+    while True:
+        time.sleep(60)
+
+
+def stops_reading(flags: list[str]) -> None:
+    """Answer initialize and tools/list; then read nothing more (``stubborn``: nor exit on
+    SIGTERM)."""
+    if "stubborn" in flags:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    for line in sys.stdin:
+        message = json.loads(line)
+        if "id" not in message:
+            continue
+        if message["method"] == "initialize":
+            result: object = {
+                "protocolVersion": message["params"]["protocolVersion"],
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "deaf", "version": "1"},
+            }
+        else:
+            result = {"tools": [_tool("take")]}
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}))
+        sys.stdout.write("\n")
+        sys.stdout.flush()
+        if message["method"] == "tools/list":
+            break
     while True:
         time.sleep(60)
 
@@ -350,6 +380,8 @@ def serve(argv: list[str]) -> None:
         ignore_eof()
     elif mode == "silent":
         silent()
+    elif mode == "stops-reading":
+        stops_reading(argv[1:])
     elif mode == "hostile":
         Hostile(argv[1:]).serve()
     elif mode == "daemonize":

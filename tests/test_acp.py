@@ -19,6 +19,7 @@ import pytest
 import trio
 import trio.testing
 
+from greenroom import open_runtime
 from greenroom.acp import connection
 from greenroom.models import CallTool, End, Hang, Say, ScriptedModel, Think, Wait
 from greenroom.protocol.events import (
@@ -1066,3 +1067,58 @@ async def test_session_new_refuses_a_cwd_it_cannot_use(
         assert answer["error"]["code"] == -32602
         assert message in answer["error"]["message"]
         assert b.runtime.agents.list() == []
+
+
+async def test_every_method_before_initialize_is_refused_naming_it(tmp_path: Path) -> None:
+    """session/new before initialize was served: the client had not said what it offers."""
+    store = JsonlPersistence(tmp_path)
+    async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as runtime:
+        client, server = trio.testing.memory_stream_pair()
+        peer = Peer(client)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(peer.read_loop)
+            nursery.start_soon(connection.serve_connection, runtime, server)
+            session = {"sessionId": "s1"}
+            early = {
+                "session/new": {"cwd": str(tmp_path), "mcpServers": []},
+                "session/load": {"cwd": str(tmp_path), "mcpServers": [], **session},
+                "session/list": {},
+                "session/prompt": {"prompt": PROMPT, **session},
+                "session/set_mode": {"modeId": "default", **session},
+                "session/close": session,
+                "session/cancel": session,  # a notification sent as a request
+                "authenticate": {"methodId": "x"},
+            }
+            for method, params in early.items():
+                answer = await peer.call(method, params)
+                assert answer["error"]["code"] == -32600, (method, answer)
+                assert answer["error"]["message"] == (
+                    f"{method} before initialize: the client must initialize first"
+                )
+            assert (await peer.call("nope/nothing"))["error"]["code"] == -32601
+            assert not list(tmp_path.iterdir())  # nothing was made
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            assert "sessionId" in (await peer.call("session/new", early["session/new"]))["result"]
+            await peer.close()
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_prompt_reusing_the_id_of_one_in_flight_is_refused(tmp_path: Path) -> None:
+    """Found by the fuzz: two prompts with one id, queued together, ran as one turn and got
+    one answer between them."""
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        session = await b.peer.new_session()
+        prompt = {"sessionId": session, "prompt": PROMPT}
+        frame = {"jsonrpc": "2.0", "id": "twice", "method": "session/prompt", "params": prompt}
+        await b.peer.send_raw((json.dumps(frame) + "\n").encode() * 2)
+        refused = await b.peer.wait_for(lambda f: f.get("id") == "twice" and "error" in f)
+        assert refused["error"] == {
+            "code": -32600,
+            "message": "request id 'twice' is already a prompt's in flight",
+        }
+        answered = await b.peer.wait_for(lambda f: f.get("id") == "twice" and "result" in f)
+        assert answered["result"] == {"stopReason": "end_turn"}
+        await trio.testing.wait_all_tasks_blocked()
+        assert len([f for f in b.peer.frames if f.get("id") == "twice"]) == 2
+        events = b.runtime.sessions.get(session).events  # type: ignore[union-attr]
+        assert len([e for e in events if isinstance(e, UserMessage)]) == 1

@@ -7,6 +7,7 @@ an asyncio loop of their own; every wait is bounded with ``asyncio.wait_for``.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ import trio
 import trio.testing
 from acp import schema
 
+from greenroom.acp.frames import MAX_FRAME
 from tests.acp_process import acp_process
 
 LIMIT = 30.0  # seconds, per scenario
@@ -169,4 +171,45 @@ async def test_greenroom_acp_answers_a_thousand_deep_frame_and_serves_the_next_p
             assert (await agent.prompt(session, "still alive"))["result"] == {
                 "stopReason": "end_turn"
             }
+            assert await agent.close() == 0
+
+
+@pytest.mark.real_clock
+async def test_greenroom_acp_fails_a_permission_whose_reply_cannot_be_read_and_goes_on(
+    tmp_path: Path,
+) -> None:
+    """A reply to session/request_permission nested 5,000 deep, then one over the 8 MiB
+    limit whose id lies at its end: each fails the call it asked for (it used to wait for
+    ever), and the turn goes on."""
+    deep = b'{"outcome":' + b"[" * 5000 + b"]" * 5000 + b"}"
+    huge = b'{"outcome":"' + b"x" * MAX_FRAME + b'"}'
+    with trio.fail_after(60):
+        async with acp_process(tmp_path, "--model", "scripted:0") as agent:
+            session = await agent.new_session(str(tmp_path))
+            for result, why in [
+                (deep, "nested too deep to decode"),
+                (huge, f"a frame longer than {MAX_FRAME:,} bytes"),
+            ]:
+                prompt = [{"type": "text", "text": "bash: touch ran"}]
+                asked = await agent.request(
+                    "session/prompt", {"sessionId": session, "prompt": prompt}
+                )
+                request = await agent.until(
+                    lambda f: f.get("method") == "session/request_permission" and "id" in f
+                )
+                request_id = json.dumps(request["id"]).encode()
+                await agent.send_raw(
+                    b'{"jsonrpc":"2.0","result":%s,"id":%s}\n' % (result, request_id)
+                )
+                assert (await agent.response(asked))["result"] == {"stopReason": "end_turn"}
+                (failed,) = [
+                    f["params"]["update"]
+                    for f in agent.frames
+                    if f.get("method") == "session/update"
+                    and f["params"]["update"].get("status") == "failed"
+                    and why in json.dumps(f["params"]["update"])
+                ]
+                assert "session/request_permission" in json.dumps(failed)
+                agent.frames.clear()
+            assert not (tmp_path / "ran").exists()
             assert await agent.close() == 0

@@ -326,3 +326,39 @@ def test_sessions_list_takes_the_state_dir_after_the_verb(
     (tmp_path / "sessions").mkdir()
     assert main(["sessions", "list", "--state-dir", str(tmp_path)]) == 0
     assert f"no sessions in {tmp_path / 'sessions'}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("via", ["GREENROOM_HOME", "HOME"])
+def test_no_state_directory_yet_is_no_sessions_yet(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, via: str
+) -> None:
+    """A first `greenroom sessions list` failed with "--state-dir ...: no such directory",
+    exit 2, naming a flag the user never gave."""
+    monkeypatch.delenv("GREENROOM_STORE", raising=False)
+    if via == "HOME":
+        monkeypatch.delenv("GREENROOM_HOME", raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path))
+        state = tmp_path / ".local" / "state" / "greenroom"
+    else:
+        state = tmp_path / "never-made"
+        monkeypatch.setenv("GREENROOM_HOME", str(state))
+    assert main(["sessions", "list"]) == 0
+    err = capsys.readouterr().err
+    assert err == f"no sessions yet ({state} does not exist)\n"
+    assert main(["sessions", "show", "s1"]) == 1
+    err = capsys.readouterr().err
+    assert (
+        err
+        == f"greenroom sessions: no stored session 's1': no sessions yet ({state} does not exist)\n"
+    )
+    assert not state.exists()  # reading made nothing
+    # Given, a directory that does not exist is still the user's mistake.
+    assert main(["sessions", "list", "--state-dir", str(state)]) == 2
+    assert f"--state-dir {state}: no such directory" in capsys.readouterr().err
+    # The default is not a flag: a file there is named as the state directory.
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text("")
+    assert main(["sessions", "list"]) == 2
+    assert capsys.readouterr().err == (
+        f"greenroom sessions: the state directory {state}: not a directory\n"
+    )

@@ -151,6 +151,16 @@ def test_text_only_families() -> None:
         ([Resource("file:///x")], ValueError, "needs exactly one of text and blob"),
         ([Resource("file:///x", blob=b"1")], ValueError, "needs its mime_type"),
         (
+            [Text("a"), Image("iVBORw0KGgo=", "image/png")],  # type: ignore[arg-type]
+            TypeError,
+            "content block 1: the image's data must be bytes (not base64 text), got str",
+        ),
+        (
+            [Resource("file:///x", blob="AAEC", mime_type="application/pdf")],  # type: ignore[arg-type]
+            TypeError,
+            "content block 0: the blob's data must be bytes (not base64 text), got str",
+        ),
+        (
             [Text("a"), Image(b"x" * (MAX_IMAGE_BYTES + 1), "image/png")],
             ValueError,
             f"content block 1: the image is {MAX_IMAGE_BYTES + 1:,} bytes, over the limit of"

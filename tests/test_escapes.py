@@ -24,12 +24,11 @@ import pytest
 import trio
 
 from greenroom import Image, Text, open_runtime
-from greenroom.acp.frames import MAX_FRAME, dropped
+from greenroom.acp.frames import MAX_FRAME, Bad, FrameScan, Unread, dropped
 from greenroom.acp.params import RpcError, check_cwd, check_roots
 from greenroom.acp.presenter import Presenter
 from greenroom.actors.types import ToolInvocation
 from greenroom.cli import main
-from greenroom.lines import HEAD, LineBuffer, LineTooLong
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.acp import ToolCallProgress
 from greenroom.protocol.events import Completed, SessionHeader, ToolResult
@@ -500,7 +499,7 @@ async def test_an_editors_reply_over_the_frame_limit_fails_its_request(
 ) -> None:
     """The editor answered fs/read_text_file with 9 MB in one frame, past the reader's 8 MiB:
     the reply was dropped unread and the tool call waited for it until a cancel. Now the
-    dropped reply's id (found at its start) fails the request, naming the limit."""
+    dropped reply's id (found by a scan of it) fails the request, naming the limit."""
     (tmp_path / "big.txt").write_text("x")
     written: list[str] = []
 
@@ -716,43 +715,29 @@ def test_a_long_path_in_a_params_error_keeps_its_head_and_its_end(tmp_path: Path
 
 
 @pytest.mark.parametrize(
-    ("head", "request_id", "reply"),
+    ("line", "request_id", "reply"),
     [
-        (b'{"jsonrpc":"2.0","id":"gr-3","result":{"content":"xx', "gr-3", True),
-        (b'{"jsonrpc": "2.0", "id": 7, "error": {"message": "', 7, True),
-        (b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"p":"', 7, False),
-        (b'{"id":"x","params":{"a":"', "x", False),  # the method may follow: answered
-        (b'{"result":"' + b"x" * 5000, None, True),  # the id after it: not found
-        # Quotes inside the cut value are escaped: no key, so no id, can be forged there.
-        (b'{"jsonrpc":"2.0","result":{"c":"a\\"}, \\"id\\": \\"gr-9\\", \\"', None, True),
+        (b'{"jsonrpc":"2.0","id":"gr-3","result":{"content":"xx"}}', "gr-3", True),
+        (b'{"jsonrpc": "2.0", "id": 7, "error": {"message": "m"}}', 7, True),
+        (b'{"jsonrpc":"2.0","id":7,"method":"session/prompt","params":{"p":""}}', 7, False),
+        (b'{"id":"x","params":{"a":""},"method":"m"}', "x", False),  # the method last
+        (b'{"result":"' + b"x" * 5000 + b'","id":"gr-3"}', "gr-3", True),  # the id past 4 KiB
+        # Quotes inside a value are escaped: no key, so no id, can be forged there.
+        (b'{"jsonrpc":"2.0","result":{"c":"a\\"}, \\"id\\": \\"gr-9\\", \\""}}', None, True),
         (b"x" * 4096, None, False),
     ],
 )
-def test_a_dropped_frame_is_told_from_its_start(
-    head: bytes, request_id: str | int | None, reply: bool
+def test_a_dropped_frame_is_told_by_a_scan_of_all_of_it(
+    line: bytes, request_id: str | int | None, reply: bool
 ) -> None:
-    frame = dropped(head)
-    assert (frame.id, frame.reply) == (request_id, reply)
-    assert f"longer than {MAX_FRAME:,} bytes" in frame.message
-
-
-@pytest.mark.parametrize("chunk", [100, 1_000_000])  # past the limit before, or with, its end
-def test_a_line_past_the_limit_keeps_its_head_only(chunk: int) -> None:
-    line = bytes(b for b in range(256) if b != 10) * 40 + b"z" * 10_000  # 20,200 bytes
-    buffer = LineBuffer(20_000)
-    data = line + b"\nnext\n"
-    heads = []
-    taken = []
-    for start in range(0, len(data), chunk):
-        buffer.feed(data[start : start + chunk])
-        while True:
-            try:
-                got = buffer.next_line()
-            except LineTooLong as exc:
-                heads.append(exc.head)
-                continue
-            if got is None:
-                break
-            taken.append(got)
-    assert heads == [line[:HEAD]]
-    assert taken == [b"next"]
+    scan = FrameScan()
+    for start in range(0, len(line), 7):
+        scan.feed(line[start : start + 7])
+    frame = dropped(scan.end())
+    if reply:
+        assert frame == Unread(request_id, frame.why)
+        assert f"longer than {MAX_FRAME:,} bytes" in frame.why
+    else:
+        assert isinstance(frame, Bad)
+        assert frame.id == request_id
+        assert f"longer than {MAX_FRAME:,} bytes" in frame.message

@@ -10,12 +10,18 @@ import asyncio
 import json
 import signal
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import acp
+import pytest
+import trio
 from acp import schema
 
+from greenroom.tools.mcp import tool_name
+from tests.acp_process import acp_process
 from tests.test_acp_e2e import Recorder, text
 from tests.test_mcp import SERVERS, TIME_SERVER, alive, pids
 
@@ -159,3 +165,57 @@ async def _new(conn: Any, cwd: Path, name: str, record: Path) -> str:
     while len(pids(record)) == started:
         await asyncio.sleep(0.02)
     return str(answer.session_id)
+
+
+def _update(session: str, kind: str, text: str = "") -> Callable[[dict[str, Any]], bool]:
+    """An update of `session` of `kind` (``sessionUpdate``) that holds `text`."""
+
+    def check(frame: dict[str, Any]) -> bool:
+        if frame.get("method") != "session/update" or frame["params"]["sessionId"] != session:
+            return False
+        return frame["params"]["update"]["sessionUpdate"] == kind and text in json.dumps(frame)
+
+    return check
+
+
+@pytest.mark.real_clock
+async def test_a_server_that_stops_reading_holds_neither_the_cancel_nor_the_exit(
+    tmp_path: Path,
+) -> None:
+    """Measured on `greenroom acp` before: with 1 MB of arguments to a server that stopped
+    reading its stdin, session/cancel was answered after 5.0 s and the process exited 7.2 s
+    after the end of its input."""
+    record = tmp_path / "record"
+    server = {
+        "name": "deaf",
+        "command": sys.executable,
+        "args": [str(SERVERS), "stops-reading"],
+        "env": [{"name": "MCP_RECORD", "value": str(record)}],
+    }
+    arguments = json.dumps({"text": "x" * 1_000_000})
+    with trio.fail_after(LIMIT):
+        async with acp_process(tmp_path, "--model", "scripted:0") as agent:
+            answer = await agent.call("session/new", {"cwd": str(tmp_path), "mcpServers": [server]})
+            session = answer["result"]["sessionId"]
+            await agent.call("session/list", {})  # answered after the notices new's answer led
+            told = [f for f in agent.frames if "'deaf' is not ready" in json.dumps(f)]
+            if told:  # a slow start: it is told when ready
+                await agent.until(_update(session, "agent_message_chunk", "'deaf' is ready"))
+            (pid,) = pids(record)
+            prompt = [{"type": "text", "text": f"tool: {tool_name('deaf', 'take')} {arguments}"}]
+            asked = await agent.request("session/prompt", {"sessionId": session, "prompt": prompt})
+            await agent.until(_update(session, "tool_call"))
+            await trio.sleep(0.3)  # the call's megabyte is stuck in the server's stdin
+            before = time.monotonic()
+            cancel = {
+                "jsonrpc": "2.0",
+                "method": "session/cancel",
+                "params": {"sessionId": session},
+            }
+            await agent.send_raw(json.dumps(cancel).encode() + b"\n")
+            assert (await agent.response(asked))["result"] == {"stopReason": "cancelled"}
+            assert time.monotonic() - before < 0.5
+            before = time.monotonic()
+            assert await agent.close() == 0
+            assert time.monotonic() - before < 5.0
+            assert not alive(pid)

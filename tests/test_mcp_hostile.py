@@ -23,11 +23,13 @@ import trio
 from greenroom import open_runtime
 from greenroom.acp import connection
 from greenroom.actors.events import AGENT_ERROR
+from greenroom.actors.types import Agent
 from greenroom.models.scripted import CallTool, Say, ScriptedModel
-from greenroom.protocol.events import Completed
+from greenroom.protocol.events import Completed, ToolCall
 from greenroom.protocol.mcp import McpHttpServer, McpServerError, McpStdioServer
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT as MAX_RESULT
 from greenroom.tools.mcp import SessionMcp, tool_name
+from greenroom.tools.mcp import client as mcp_client
 from greenroom.tools.mcp.client import McpConnection
 from greenroom.tools.mcp.servers import ServerSlot
 from tests.test_mcp import (
@@ -425,6 +427,77 @@ async def test_a_server_killed_while_its_agent_is_disposed(tmp_path: Path) -> No
             assert [s.state for s in statuses] == ["ready"]
             assert [e.outcome for e in rt.supervisor.exits] == ["normal"]
             assert not alive(pid)
+
+
+def calls(agent: Agent) -> list[ToolCall]:
+    return [e for e in agent.session.events if isinstance(e, ToolCall)]
+
+
+#: A tool argument larger than any pipe holds: its write blocks while the server does not read.
+A_MEGABYTE = "x" * 1_000_000
+
+
+async def test_a_server_that_stops_reading_holds_neither_a_cancel_nor_its_stop(
+    tmp_path: Path,
+) -> None:
+    """A server that stopped reading its stdin, given 1 MB of arguments: the write of the
+    call blocked, and the SDK's notifications/cancelled waited behind it (shielded, 5 s),
+    so a cancel took 5 s, and a dispose 5 s more than its stop."""
+    record = tmp_path / "record"
+    call = CallTool(tool_name("deaf", "take"), {"text": A_MEGABYTE})
+    model = ScriptedModel([[call], [call]])
+    spec = served("deaf", "stops-reading", "stubborn", record=record)
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=model) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s", mcp_servers=[spec])
+            agent = handle.agent
+            agent.send("take it")
+            await until(lambda: len(calls(agent)) == 1, "the call began")
+            await trio.sleep(0.3)  # its write is stuck in the pipe
+            before = time.monotonic()
+            agent.cancel("stop")
+            await agent.when_idle()
+            assert time.monotonic() - before < 0.5
+            assert results(agent)[-1].error.code == "aborted"  # type: ignore[union-attr]
+            agent.send("again")  # queued behind the first call's unread megabyte
+            await until(lambda: len(calls(agent)) == 2, "the call began")
+            await trio.sleep(0.3)
+            (pid,) = pids(record)
+            before = time.monotonic()
+            await handle.dispose()  # the turn's cancel, then the server's stop
+            assert time.monotonic() - before < DISPOSE_BOUND
+            assert not alive(pid)
+
+
+async def test_what_a_server_leaves_unread_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(mcp_client, "MAX_UNREAD", 2_500_000)
+    record = tmp_path / "record"
+    call = CallTool(tool_name("deaf", "take"), {"text": A_MEGABYTE})
+    model = ScriptedModel([[call], [call], [call], [Say("ok")]])
+    with trio.fail_after(LIMIT):
+        async with open_runtime(model=model) as rt:
+            statuses = watch(rt)
+            spec = served("deaf", "stops-reading", record=record)
+            handle = await rt.agents.create(agent_id="a", session_id="s", mcp_servers=[spec])
+            agent = handle.agent
+            for turn in (1, 2):
+                agent.send("take it")
+                await until(lambda n=turn: len(calls(agent)) == n, "the call began")
+                await trio.sleep(0.3)
+                agent.cancel("stop")
+                await agent.when_idle()
+            agent.send("once more")  # 3 MB would wait unread: the server stopped reading
+            await agent.when_idle()
+            refused = results(agent)[-1]
+            assert refused.is_error
+            assert "MCP server 'deaf'" in refused.content
+            assert ends(agent)[-1].reason == Completed()  # the turn went on
+            await until(lambda: len(pids(record)) == 2, "the server was started again")
+    failed = [s for s in statuses if s.state == "failed"]
+    assert failed
+    assert "stopped reading its stdin (2,000," in failed[0].message
 
 
 # -- tool lists ------------------------------------------------------------------------

@@ -9,10 +9,12 @@ when the lock is bypassed.
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import TypeVar
 
@@ -34,12 +36,14 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.session.persistence import (
+    Holder,
     JsonlPersistence,
     LeaseLost,
     Persistence,
     SessionLocked,
     SqlitePersistence,
 )
+from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.postgres import PostgresPersistence
 from tests.acp_process import acp_process
 from tests.agents_helpers import assert_enclosed
@@ -191,3 +195,50 @@ async def test_the_epoch_fences_a_holder_whose_exclusion_was_bypassed(
 
 def _at(seq: int, event: E) -> E:
     return msgspec.structs.replace(event, seq=seq)
+
+
+def _race(path: str) -> tuple[SessionLock, SessionLocked]:
+    """Two threads take `path` at once: the lock one got, and the other's refusal."""
+    start = threading.Barrier(2)
+    outcomes: list[SessionLock | SessionLocked] = []
+
+    def take() -> None:
+        start.wait()
+        try:
+            outcomes.append(SessionLock.acquire(path, "s"))
+        except SessionLocked as exc:
+            outcomes.append(exc)
+
+    takers = [threading.Thread(target=take) for _ in range(2)]
+    for taker in takers:
+        taker.start()
+    for taker in takers:
+        taker.join(10)
+    (held,) = [o for o in outcomes if isinstance(o, SessionLock)]
+    (refused,) = [o for o in outcomes if isinstance(o, SessionLocked)]
+    return held, refused
+
+
+@pytest.mark.parametrize("left", [False, True], ids=["fresh", "a-dead-holders-file"])
+def test_a_refusal_always_names_the_holder_however_the_race_falls(
+    tmp_path: Path, left: bool
+) -> None:
+    """Two takers racing for one session: the winner locks the file, then writes its name;
+    the loser, refused in between, read an empty file (15 of 40 races named no holder),
+    or, in a file a dead holder left, that dead holder's name."""
+    dead = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        text=True,
+        capture_output=True,
+        check=True,
+    )
+    me = Holder(os.getpid(), socket.gethostname())
+    path = tmp_path / "s.lock"
+    for _ in range(200):
+        if left:  # its pid runs no more (reaped); its start time is not that of any process
+            record = {"pid": int(dead.stdout), "host": me.host, "start": 1, "owner": "gone"}
+            path.write_bytes(msgspec.json.encode(record))
+        held, refused = _race(str(path))
+        assert refused.holder == me, str(refused)
+        assert f"pid {me.pid} on host {me.host}" in str(refused)
+        held.release()

@@ -7,6 +7,8 @@ or a persistence's writer works). Every test runs against both backends.
 from __future__ import annotations
 
 import logging
+import os
+import stat
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -15,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom import open_runtime
+from greenroom import Image, Text, open_runtime
 from greenroom.actors.events import AGENT_DISPOSED, AGENT_ERROR
 from greenroom.actors.registry import AgentIdInUse
 from greenroom.actors.types import Agent, ToolInvocation
@@ -542,3 +544,30 @@ async def test_a_session_id_the_backend_cannot_store_is_refused_before_anything_
 
 def test_the_sqlite_backend_takes_long_ids(tmp_path: Path) -> None:
     SqlitePersistence(tmp_path / "db").check_session_id("s" * 5000)
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+async def test_every_file_of_a_store_is_private_to_its_user(tmp_path: Path, kind: str) -> None:
+    """Sessions hold prompts and file contents: the SQLite database, its -wal and -shm were
+    made 0644, the folder of its blobs 0755, where JSONL made its files 0600."""
+    root = tmp_path / "store"
+    root.mkdir()
+    store: Persistence = (
+        JsonlPersistence(root / "sessions") if kind == "jsonl" else SqlitePersistence(root / "s.db")
+    )
+    previous = os.umask(0o022)  # the usual one, whatever this process was given
+    try:
+        async with open_runtime(model=ScriptedModel(delay=0), persistence=store) as rt:
+            handle = await rt.agents.create(agent_id="a", session_id="s1")
+            await handle.agent.run([Text("look"), Image(b"\x89PNG...", "image/png")])
+            made = sorted(root.rglob("*"))
+            modes = {path.relative_to(root): stat.S_IMODE(path.stat().st_mode) for path in made}
+            await handle.dispose()
+    finally:
+        os.umask(previous)
+    assert {p.name.rsplit(".", 1)[-1] for p in modes if p.suffix} >= (
+        {"jsonl", "lock"} if kind == "jsonl" else {"db", "db-wal", "db-shm", "lock"}
+    ), modes
+    assert any(len(p.name) == 64 for p in modes), modes  # a blob
+    loose = {p: oct(m) for p, m in modes.items() if m != (0o700 if (root / p).is_dir() else 0o600)}
+    assert loose == {}

@@ -2,9 +2,13 @@
 
 `ClientRequests` numbers each request (``gr-1``, ``gr-2``, ...: never an id
 the client uses), writes it through the connection's one writer, and waits
-for the client's reply. A caller cancelled while it waits withdraws its
-request with ``$/cancel_request``; a reply that comes later is dropped. At
-teardown every waiting request fails at once.
+for the client's reply. Each request is settled exactly once: by its reply;
+by a reply that could not be read (`frames.Unread`: too large, or nested too
+deep, its id found by a scan), which fails it saying why; by its caller's
+cancel or its deadline (``fs/*`` only: `FILES_DEADLINE`), either of which
+withdraws it with ``$/cancel_request``; or by the connection's end, which
+fails every request still waiting at once. A reply that comes later is
+dropped. Permission and questions wait for a person: they have no deadline.
 
 `AcpPermissions` asks ``session/request_permission`` with the four options
 of the spec; `AcpQuestions` asks ``elicitation/create`` (a form of one
@@ -16,6 +20,7 @@ buffers are read and edits land in the editor.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
@@ -56,6 +61,10 @@ OPTIONS: Final = [
 #: which ends with its task, so the client's session would ask again. Not offered.
 ONCE: Final = [o for o in OPTIONS if o.kind.endswith("_once")]
 
+#: Seconds the client has to answer a request for a file (``fs/*``): it reads or writes a file,
+#: no person is asked; past it the request is withdrawn and its tool call fails.
+FILES_DEADLINE: Final = 30.0
+
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 
@@ -86,21 +95,26 @@ class ClientRequests:
         self._waiting: dict[str, _Waiting] = {}
         self._closed = False
 
-    async def call(self, method: str, params: msgspec.Struct, result: type[T]) -> T:
-        """Send `method` and wait for its reply, decoded as `result`; raises `ClientError`."""
+    async def call(
+        self, method: str, params: msgspec.Struct, result: type[T], deadline: float = math.inf
+    ) -> T:
+        """Send `method` and wait for its reply, decoded as `result`, at most `deadline`
+        seconds; raises `ClientError` naming the method and why. Cancelled, the request
+        is withdrawn and the cancel goes on."""
         if self._closed:
             raise ClientError(f"{method}: the connection is closing")
         request_id = f"gr-{next(self._ids)}"
         waiting = self._waiting[request_id] = _Waiting()
         self._send(OutgoingRequest(request_id, method, params))
         try:
-            await waiting.done.wait()
-        except trio.Cancelled:
-            if not waiting.done.is_set():
-                self._send(Notification("$/cancel_request", CancelRequestParams(request_id)))
-            raise
+            with trio.move_on_after(deadline):
+                await waiting.done.wait()
         finally:
-            self._waiting.pop(request_id, None)
+            del self._waiting[request_id]
+            if not waiting.done.is_set():  # cancelled, or past its deadline
+                self._send(Notification("$/cancel_request", CancelRequestParams(request_id)))
+        if not waiting.done.is_set():
+            raise ClientError(f"{method}: the client did not answer within {deadline:g} s")
         if waiting.error is not None:
             raise ClientError(f"{method}: {waiting.error}")
         assert waiting.result is not None
@@ -217,7 +231,8 @@ class AcpQuestions:
 
 
 class AcpFiles:
-    """A session's files as the editor has them (``fs/read_text_file``, ``fs/write_text_file``)."""
+    """A session's files as the editor has them (``fs/read_text_file``, ``fs/write_text_file``),
+    each request answered within `FILES_DEADLINE` or failed."""
 
     __slots__ = ("_requests", "_session_id")
 
@@ -227,12 +242,14 @@ class AcpFiles:
 
     async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
         params = ReadTextFileParams(self._session_id, path, line, limit)
-        answer = await self._requests.call("fs/read_text_file", params, ReadTextFileResult)
+        answer = await self._requests.call(
+            "fs/read_text_file", params, ReadTextFileResult, FILES_DEADLINE
+        )
         return answer.content
 
     async def write_text(self, path: str, content: str) -> None:
         params = WriteTextFileParams(self._session_id, path, content)
-        await self._requests.call("fs/write_text_file", params, msgspec.Raw)
+        await self._requests.call("fs/write_text_file", params, msgspec.Raw, FILES_DEADLINE)
 
 
 def session_client(

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -146,6 +146,8 @@ class AcpConnection:
         self.closed = False
         self.scope = Scope("acp connection")
         self._in_flight: dict[RequestId, trio.CancelScope] = {}
+        #: What a request may ask: `initialize` only, until it is answered; then `ROUTES`.
+        self._routes: Mapping[str, Inline | Waiting] = UNINITIALIZED
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
         #: Each session's slash commands (`commands.SessionCommands`), from its start on.
@@ -168,11 +170,11 @@ class AcpConnection:
 
     # -- frames in ---------------------------------------------------------------------
 
-    def handle_line(self, line: bytes) -> None:
-        """Decode and act on one frame: a request is answered exactly once, a notification
-        never; nothing a frame holds can raise out of here."""
+    def handle_frame(self, frame: frames.Frame) -> None:
+        """Act on one frame: a request is answered exactly once, a notification never, a
+        reply (read or not) settles the request of ours it answers; nothing a frame holds
+        can raise out of here."""
         outbox = self.outbox
-        frame = frames.decode_frame(line)
         if isinstance(frame, frames.Bad):
             outbox.fail(frame.id, frame.code, frame.message)
         elif isinstance(frame, frames.Request):
@@ -194,21 +196,15 @@ class AcpConnection:
                 logger.info("dropped notification %s: %s", frame.method, exc.message)
             except Exception:
                 logger.warning("notification %s failed", frame.method, exc_info=True)
-        else:  # a reply to a request greenroom sent
+        elif isinstance(frame, frames.Reply):  # a reply to a request greenroom sent
             error = None if frame.error is msgspec.UNSET else bytes(frame.error).decode()
             result = None if frame.result is msgspec.UNSET else frame.result
             outbox.requests.reply(frame.id, result, error)
-
-    def oversized(self, frame: frames.Dropped) -> None:
-        """A frame too long to read: a reply of the client's fails the request it answers
-        (its caller waits no more); anything else is answered with the error."""
-        if frame.reply:
-            self.outbox.requests.reply(frame.id, None, frame.message)
-        else:
-            self.outbox.fail(frame.id, INVALID_REQUEST, frame.message)
+        else:  # a reply that could not be read: its request fails, saying why
+            outbox.requests.reply(frame.id, None, frame.why)
 
     def _request(self, request_id: RequestId, method: str, raw: msgspec.Raw) -> None:
-        route = ROUTES.get(method)
+        route = self._routes.get(method)
         if route is not None:
             params = decode(route.params, raw)
             if isinstance(route, Inline):
@@ -216,6 +212,10 @@ class AcpConnection:
             else:
                 self._spawn(request_id, route.run(self, params))
             return
+        if self._routes is not ROUTES and (method in ROUTES or method in NOTIFICATIONS):
+            raise RpcError(
+                INVALID_REQUEST, f"{method} before initialize: the client must initialize first"
+            )
         notification = NOTIFICATIONS.get(method)
         if notification is None:
             raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
@@ -267,6 +267,7 @@ class AcpConnection:
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
         self.outbox.respond(request_id, INITIALIZED)
+        self._routes = ROUTES
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:
         # `authMethods` is empty: no method id is one of ours, and none is needed.
@@ -278,6 +279,10 @@ class AcpConnection:
 
     def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
         record = self.live_record(params.session_id)
+        if request_id in record.prompts:  # its answer would be the other's, sent once
+            raise RpcError(
+                INVALID_REQUEST, f"request id {request_id!r} is already a prompt's in flight"
+            )
         agent = record.handle.agent  # type: ignore[union-attr]
         content = prompt_content(params.prompt, agent.session.header)
         command = None
@@ -620,6 +625,8 @@ ROUTES: Final[dict[str, Inline | Waiting]] = {
     "session/close": Waiting(SessionParams, starts.close),
     "session/delete": Waiting(SessionParams, starts.delete),
 }
+#: The only method served before `initialize` is answered: any other known one is -32600.
+UNINITIALIZED: Final[dict[str, Inline | Waiting]] = {"initialize": ROUTES["initialize"]}
 #: Each notification acted on (any other is ignored).
 NOTIFICATIONS: Final[dict[str, Acting]] = {
     "session/cancel": Acting(SessionParams, AcpConnection._cancel),
@@ -660,9 +667,7 @@ async def serve_connection(
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(runtime, owner, handlers, frames_in, interrupted)
                         try:
-                            await frames.read_lines(
-                                stream, connection.handle_line, connection.oversized
-                            )
+                            await frames.read_lines(stream, connection.handle_frame)
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()

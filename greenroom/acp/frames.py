@@ -2,18 +2,22 @@
 
 `decode_frame` never raises: whatever a peer sends (any bytes, any JSON, any
 nesting, any size up to `MAX_FRAME`) comes back as a `Request`, a
-`Notification`, a `Reply` to a request of ours, or a `Bad` frame carrying
-the JSON-RPC error to answer it with (and the id to answer, when the frame
-had a usable one). A line past `MAX_FRAME` is never decoded: `dropped` tells
-what it was from its start (a reply to fail, or a frame to answer).
-`read_lines` hands every newline-terminated line to its callback, and the
-last one at end of input even without its newline.
+`Notification`, a `Reply` to a request of ours, an `Unread` reply (one
+nested too deep to decode: it fails the request it answers), or a `Bad`
+frame carrying the JSON-RPC error to answer it with (and the id to answer,
+when the frame had a usable one). A line past `MAX_FRAME` is never decoded
+nor kept: `FrameScan` reads its members as it goes by, and `dropped` tells
+what it was (a reply to fail, or a frame to answer). `read_lines` hands
+every newline-terminated line to its callback as a frame, and the last one
+at end of input even without its newline.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections.abc import Callable
+from itertools import accumulate
 from typing import Final, NamedTuple
 
 import msgspec
@@ -45,6 +49,14 @@ class Reply(NamedTuple):
     error: msgspec.Raw | msgspec.UnsetType
 
 
+class Unread(NamedTuple):
+    """A reply of the peer's that could not be read (too large, or nested too deep): it fails
+    the request of ours it answers, saying ``why``."""
+
+    id: RequestId
+    why: str
+
+
 class Bad(NamedTuple):
     """A frame to answer with this error; ``id`` is None when the frame had no usable id."""
 
@@ -53,7 +65,7 @@ class Bad(NamedTuple):
     message: str
 
 
-Frame = Request | Notification | Reply | Bad
+Frame = Request | Notification | Reply | Unread | Bad
 
 NO_PARAMS: Final = msgspec.Raw(b"{}")
 
@@ -124,90 +136,256 @@ def _classify(envelope: _Envelope) -> Frame:
     return Request(request_id, method, params)
 
 
-# Strings whole (so brackets inside them are skipped), and the structural bytes.
-_TOKEN: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[][{},:]')
+# -- frames too large or too deep to decode -------------------------------------------------
+
+#: At the top level: a string's opening quote, or a structural byte.
+_TOP: Final = re.compile(rb'["{}\[\],:]')
+#: Inside a member's value: a string's opening quote, or a run of brackets.
+_NESTED: Final = re.compile(rb'"|[{\[]+|[}\]]+')
+#: A string's body: up to its closing quote, the end of the piece, or a backslash ending it.
+_BODY: Final = re.compile(rb'[^"\\]*(?:\\.[^"\\]*)*', re.DOTALL)
+#: Whole strings, found from outside one (so always in step: a quote it meets opens one).
+_STRINGS: Final = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.DOTALL)
+_NOT_BRACKETS: Final = bytes(b for b in range(256) if b not in b"[]{}")
+_STEPS: Final = tuple(1 if b in b"[{" else -1 if b in b"]}" else 0 for b in range(256))
+_QUOTE, _BACKSLASH, _COLON, _OBJECT = b'"'[0], b"\\"[0], b":"[0], b"{"[0]
+_OPEN, _CLOSE, _KEY_BEFORE = frozenset(b"{["), frozenset(b"}]"), frozenset(b"{,")
 #: Nesting past this, under a top-level member, names that member as the deep one.
 _DEEP: Final = 64
+#: The most bytes of a member's name or of an id a scan keeps: a longer name is none it looks
+#: for, a longer id not one to answer with (greenroom's own are a few bytes).
+_KEPT: Final = 1024
+#: The most top-level members a scan reads: a JSON-RPC frame has three or four, so past
+#: these the line is no frame, and the rest of it is not looked at.
+_MEMBERS: Final = 64
+#: Inside a member's value the scan takes this many bytes at a time in bulk (strings
+#: dropped, brackets counted), byte by byte only the stretch where the value ends.
+_WINDOW: Final = 4096
+
+_name = msgspec.json.Decoder(str)
 
 
-class _Members(NamedTuple):
-    id: RequestId  # the top-level id, if it is a usable one
-    keys: frozenset[bytes]  # the top-level members' names, quoted as in the frame
-    deep_key: bytes | None  # the member whose value nests past _DEEP
+class FrameScan:
+    """A frame's top-level members as far as a scan tells, for a line that cannot be decoded:
+    one past `MAX_FRAME`, or nested too deep.
 
-
-def _members(line: bytes) -> _Members:
-    """The top-level object's members, found by a scan without recursion (of a whole
-    frame, or of the start of one: a member the start cuts is not found)."""
-    depth = 0
-    key = value_key = deep_key = None
-    keys: set[bytes] = set()
-    value_from = 0
-    request_id: RequestId = None
-    previous = b""
-    for match in _TOKEN.finditer(line):
-        token = match.group()
-        head = token[:1]
-        if head in (b"{", b"["):
-            depth += 1
-            if depth == _DEEP + 1 and deep_key is None:
-                deep_key = value_key
-        elif head in (b"}", b"]"):
-            if depth == 1 and value_key == b'"id"':
-                request_id = _scalar_id(line[value_from : match.start()])
-            depth -= 1
-        elif depth != 1:
-            pass
-        elif head == b'"' and previous in (b"{", b","):
-            key = token
-        elif head == b":":
-            value_key, value_from = key, match.end()
-            if key is not None:
-                keys.add(key)
-        elif head == b",":
-            if value_key == b'"id"':
-                request_id = _scalar_id(line[value_from : match.start()])
-            value_key = None
-        if depth <= 1:
-            previous = head
-    return _Members(request_id, frozenset(keys), deep_key)
-
-
-def _too_deep(line: bytes) -> Bad:
-    """A frame too deeply nested to decode: answer it, with its id if a scan finds one.
-
-    The member whose value holds the nesting decides the code (``params``: -32602).
-    """
-    members = _members(line)
-    if members.deep_key == b'"params"':
-        return Bad(members.id, INVALID_PARAMS, "invalid params: nested too deep to decode")
-    return Bad(members.id, INVALID_REQUEST, "a frame nested too deep to decode")
-
-
-class Dropped(NamedTuple):
-    """A line over `MAX_FRAME`, dropped unread, as far as its start tells.
-
-    ``reply`` when the start names no method but a result or an error: the
-    peer's answer to ``id``, a request of ours, to be failed rather than
-    answered. Otherwise a frame to answer with ``message`` (``id`` None when
-    the start holds no usable one, say when a long member comes first).
+    Fed the line in pieces of any size (`feed`), then told its end (`end`), it keeps
+    the same few fields whatever the line's size or nesting: the depth, whether it is
+    inside a string, and at most `_KEPT` bytes of the member name or the id being read;
+    never the line. It tells the top-level ``id`` (a string, an integer or null; None
+    when there is none, or none usable), whether a ``method`` is named, whether a
+    ``result`` or an ``error`` is (`answers`: a reply, when no method is), and
+    ``deep``, the member whose value nests past `_DEEP` levels. Strings are skipped
+    whole, escapes and all, so nothing inside a value is taken for a member, and so is
+    every member's value: in bulk, at C speed, but for the stretch where it ends. At
+    most `_MEMBERS` top-level members are read, so the work done a byte at a time is
+    bounded whatever the line. Never raises; a line that is not a JSON object has no
+    members.
     """
 
-    id: RequestId
-    reply: bool
-    message: str
+    __slots__ = (
+        "_depth",
+        "_escaped",
+        "_in_string",
+        "_kept",
+        "_key",
+        "_members",
+        "_previous",
+        "_value_key",
+        "deep",
+        "id",
+        "method",
+        "reply",
+    )
+
+    def __init__(self) -> None:
+        self._depth = 0  # -1 once the top-level object is over (or there is none)
+        self._in_string = False
+        self._escaped = False  # a piece ended inside a string's escape
+        self._previous = 0  # the last structural byte at the top level
+        self._kept: bytearray | None = None  # a member's name, or the id's value, being read
+        self._key: str | None = None  # the name just read
+        self._value_key: str | None = None  # the member whose value is being read
+        self._members = 0
+        self.id: RequestId = None
+        self.method = False
+        self.reply = False
+        self.deep: str | None = None
+
+    @property
+    def answers(self) -> bool:
+        """The frame is a reply: it names no method, but a result or an error."""
+        return self.reply and not self.method
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        """Scan the next piece of the line (not kept once this returns)."""
+        position, end = 0, len(data)
+        bytewise = 0  # inside a value, scanned byte by byte up to here (where it ends)
+        while position < end and self._depth >= 0:
+            if self._in_string:
+                position = self._string(data, position, end)
+            elif self._depth <= 1:
+                position = self._top(data, position, end)
+            elif position < bytewise:
+                position = self._nested(data, position, bytewise)
+            else:
+                position, bytewise = self._skip(data, position, end)
+
+    def end(self) -> FrameScan:
+        """The line is over (an id at its very end, unclosed, still counts); returns itself."""
+        if not self._in_string and self._depth == 1:
+            self._value_end()
+        return self
+
+    def _keep(self, piece: bytes | bytearray | memoryview) -> None:
+        kept = self._kept
+        if kept is not None and len(kept) <= _KEPT:
+            kept += piece[: _KEPT + 1 - len(kept)]  # one byte past: too long to be used
+
+    def _string(self, data: bytes | bytearray | memoryview, position: int, end: int) -> int:
+        if self._escaped:
+            self._escaped = False
+            self._keep(data[position : position + 1])
+            position += 1
+        stop = _body_end(data, position, end)
+        if stop == end or data[stop] == _BACKSLASH:  # the string goes on in the next piece
+            self._keep(data[position:end])
+            self._escaped = stop < end
+            return end
+        self._keep(data[position : stop + 1])
+        self._in_string = False
+        if self._kept is not None and self._value_key is None:  # a member's name
+            name, self._kept = bytes(self._kept), None
+            self._key = None
+            if len(name) <= _KEPT:
+                with contextlib.suppress(msgspec.DecodeError):
+                    self._key = _name.decode(name)
+        return stop + 1
+
+    def _top(self, data: bytes | bytearray | memoryview, position: int, end: int) -> int:
+        match = _TOP.search(data, position, end)
+        at = end if match is None else match.start()
+        self._keep(data[position:at])  # the id's bytes, if it is not a string
+        if match is None:
+            return end
+        byte = data[at]
+        if self._depth == 0:
+            self._depth = 1 if byte == _OBJECT else -1
+        elif byte == _QUOTE:
+            self._in_string = True
+            if self._previous in _KEY_BEFORE:
+                self._kept, self._value_key = bytearray(b'"'), None
+            else:
+                self._keep(b'"')
+        elif byte in _OPEN:
+            self._depth = 2
+            if self._value_key == "id":
+                self._kept = None  # an object or an array: no usable id
+        elif byte in _CLOSE:
+            self._value_end()
+            self._depth = -1
+        elif byte == _COLON:
+            self._members += 1
+            if self._members > _MEMBERS:
+                self._depth = -1
+                return end
+            key = self._value_key = self._key
+            self._key = None
+            if key == "method":
+                self.method = True
+            elif key in ("result", "error"):
+                self.reply = True
+            elif key == "id":
+                self.id = None
+                self._kept = bytearray()
+        else:  # a comma
+            self._value_end()
+        self._previous = byte
+        return at + 1
+
+    def _nested(self, data: bytes | bytearray | memoryview, position: int, end: int) -> int:
+        """A value's last stretch, a token (a string's start, a run of brackets) at a time."""
+        match = _NESTED.search(data, position, end)
+        if match is None:
+            return end
+        at, stop = match.span()
+        byte = data[at]
+        if byte == _QUOTE:
+            self._in_string = True
+        elif byte in _OPEN:
+            self._depth += stop - at
+            if self._depth > _DEEP + 1 and self.deep is None:
+                self.deep = self._value_key
+        else:
+            self._depth -= stop - at
+            if self._depth <= 0:
+                self._depth = -1  # the top-level object closed with the value
+            elif self._depth == 1:
+                self._previous = b"]"[0]
+        return stop
+
+    def _skip(
+        self, data: bytes | bytearray | memoryview, position: int, end: int
+    ) -> tuple[int, int]:
+        """Inside a value: the next `_WINDOW` bytes in bulk if the value goes on past them
+        (returns where they end, and 0); else ``(position, where they end)``, for
+        `_nested` to find where the value ends."""
+        stop = min(position + _WINDOW, end)
+        rest = _STRINGS.sub(b"", data[position:stop])
+        tail = rest.find(b'"')  # a string the window ends inside: its other quotes are escaped
+        brackets = (rest if tail < 0 else rest[:tail]).translate(None, _NOT_BRACKETS)
+        closes = brackets.count(b"]") + brackets.count(b"}")
+        depth, opens = self._depth, len(brackets) - closes
+        may_end = depth - closes <= 1
+        may_deepen = self.deep is None and depth + opens > _DEEP + 1
+        if may_end or may_deepen:
+            walk = list(accumulate(map(_STEPS.__getitem__, brackets)))  # depth, less `depth`
+            if may_end and depth + min(walk) <= 1:
+                return position, stop
+            if may_deepen and depth + max(walk) > _DEEP + 1:
+                self.deep = self._value_key
+        self._depth = depth + opens - closes
+        if tail >= 0:
+            self._in_string = True
+            self._escaped = _body_end(rest, tail + 1, len(rest)) < len(rest)
+        return stop, 0
+
+    def _value_end(self) -> None:
+        if self._value_key == "id":
+            kept, self._kept = self._kept, None
+            if kept is not None and len(kept) <= _KEPT:
+                self.id = _scalar_id(bytes(kept))
+        self._value_key = None
 
 
-_REPLY_KEYS: Final = frozenset((b'"result"', b'"error"'))
+def _body_end(data: bytes | bytearray | memoryview, position: int, end: int) -> int:
+    """Where a string's body from `position` stops: at its closing quote, at `end`, or at a
+    backslash that `end` cuts from what it escapes."""
+    match = _BODY.match(data, position, end)
+    assert match is not None  # an empty body matches
+    return match.end()
 
 
-def dropped(head: bytes) -> Dropped:
-    """What a line over `MAX_FRAME` whose first bytes are `head` was; never raises."""
-    members = _members(head)
+def _too_deep(line: bytes) -> Frame:
+    """A frame too deeply nested to decode: a reply fails the request it answers; anything
+    else is answered, with its id if the scan finds one, -32602 if the nesting is in
+    ``params``."""
+    scan = FrameScan()
+    scan.feed(line)
+    scan.end()
+    if scan.answers:
+        return Unread(scan.id, "the client's reply is nested too deep to decode")
+    if scan.deep == "params":
+        return Bad(scan.id, INVALID_PARAMS, "invalid params: nested too deep to decode")
+    return Bad(scan.id, INVALID_REQUEST, "a frame nested too deep to decode")
+
+
+def dropped(scan: FrameScan) -> Unread | Bad:
+    """What a line over `MAX_FRAME`, scanned whole as it went by, was."""
     limit = f"a frame longer than {MAX_FRAME:,} bytes, the most greenroom reads"
-    if b'"method"' not in members.keys and members.keys & _REPLY_KEYS:
-        return Dropped(members.id, True, f"the client's reply is {limit}: dropped unread")
-    return Dropped(members.id, False, f"{limit}: dropped unread")
+    if scan.answers:
+        return Unread(scan.id, f"the client's reply is {limit}: dropped unread")
+    return Bad(scan.id, INVALID_REQUEST, f"{limit}: dropped unread")
 
 
 def _scalar_id(raw: bytes) -> RequestId:
@@ -218,29 +396,42 @@ def _scalar_id(raw: bytes) -> RequestId:
         return None
 
 
-async def read_lines(
-    stream: trio.abc.ReceiveStream,
-    on_line: Callable[[bytes], None],
-    on_oversized: Callable[[Dropped], None],
-) -> None:
-    """Call `on_line` with each line of `stream` until end of input (blank lines skipped).
+class _Oversized:
+    """The reader's `greenroom.lines.Dropped`: each line past `MAX_FRAME` scanned as it goes
+    by, and told as a frame (`dropped`) once it ends."""
 
-    A line longer than `MAX_FRAME` is dropped: `on_oversized` is called once
-    for it, as soon as it is past the limit, with what its start says it was
-    (`dropped`). A last line without its newline still counts.
+    __slots__ = ("_on_frame", "_scan")
+
+    def __init__(self, on_frame: Callable[[Frame], None]) -> None:
+        self._on_frame = on_frame
+        self._scan = FrameScan()
+
+    def feed(self, data: bytes | bytearray | memoryview) -> None:
+        self._scan.feed(data)
+
+    def end(self) -> None:
+        scan, self._scan = self._scan, FrameScan()
+        self._on_frame(dropped(scan.end()))
+
+
+async def read_lines(stream: trio.abc.ReceiveStream, on_frame: Callable[[Frame], None]) -> None:
+    """Call `on_frame` with each line of `stream`, decoded (`decode_frame`), until end of
+    input (blank lines skipped); a last line without its newline still counts.
+
+    A line longer than `MAX_FRAME` is never kept: it is scanned as it goes by
+    (`FrameScan`) and, once it ends, told as what the scan found (`dropped`).
     """
-    lines = LineBuffer(MAX_FRAME)
+    lines = LineBuffer(MAX_FRAME, _Oversized(on_frame))
     while chunk := await stream.receive_some(65536):
         lines.feed(chunk)
         while True:
             try:
                 line = lines.next_line()
-            except LineTooLong as exc:
-                on_oversized(dropped(exc.head))
-                continue
+            except LineTooLong:
+                continue  # told once it ends
             if line is None:
                 break
             if line.strip():
-                on_line(line)
+                on_frame(decode_frame(line))
     if (rest := lines.rest()).strip():
-        on_line(rest)
+        on_frame(decode_frame(rest))

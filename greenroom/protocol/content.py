@@ -81,8 +81,9 @@ Part: TypeAlias = Text | Resource | ImageRef | ResourceRef
 def checked(blocks: object) -> tuple[ContentBlock, ...]:
     """`blocks` as a tuple of content blocks, or `ValueError`/`TypeError` naming the first
     block that is wrong (its index) and why: not a block, an empty text, an image type
-    other than `IMAGE_TYPES`, a resource with neither or both of text and blob, an image
-    or blob over `MAX_IMAGE_BYTES`, all of them over `MAX_PROMPT_BYTES`, no block at all."""
+    other than `IMAGE_TYPES`, a resource with neither or both of text and blob, an image's
+    or blob's data that is not bytes (base64 text, say) or over `MAX_IMAGE_BYTES`, all of
+    them over `MAX_PROMPT_BYTES`, no block at all."""
     if isinstance(blocks, (str, bytes)) or not isinstance(blocks, Sequence):
         raise TypeError(
             f"content must be text (str), got {type(blocks).__name__}; or a sequence of"
@@ -132,7 +133,11 @@ def block_size(where: str, block: object) -> int:
     raise TypeError(f"{where}: expected Text, Image or Resource, got {type(block).__name__}")
 
 
-def _blob_size(where: str, what: str, data: bytes) -> int:
+def _blob_size(where: str, what: str, data: object) -> int:
+    if not isinstance(data, bytes):  # base64 text would reach the log's hash, and fail there
+        raise TypeError(
+            f"{where}: the {what}'s data must be bytes (not base64 text), got {type(data).__name__}"
+        )
     if not data:
         raise ValueError(f"{where}: the {what} is empty")
     if len(data) > MAX_IMAGE_BYTES:

@@ -31,11 +31,23 @@ def check_digest(digest: str) -> None:
         raise PersistenceError(f"not a blob name (a SHA-256 in hex): {digest!r}")
 
 
+def _private_directory(directory: str) -> None:
+    """Make `directory` and each of its parents that is missing, mode 0700 (`os.makedirs`
+    makes the parents with the default mode)."""
+    if os.path.exists(directory):
+        return
+    parent = os.path.dirname(directory)
+    if parent and parent != directory:
+        _private_directory(parent)
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(directory, 0o700)
+
+
 def put_files(directory: str, blobs: Mapping[str, bytes], *, durable: bool) -> None:
-    """Write each blob not there yet (made mode 0700, files 0600); with `durable`, each
-    file and the directory are fsynced before it returns."""
+    """Write each blob not there yet (made mode 0700, with its missing parents, files 0600);
+    with `durable`, each file and the directory are fsynced before it returns."""
     try:
-        os.makedirs(directory, mode=0o700, exist_ok=True)
+        _private_directory(directory)
         wrote = False
         for digest, data in blobs.items():
             check_digest(digest)

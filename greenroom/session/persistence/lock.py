@@ -18,6 +18,12 @@ swept, not only this session's processes: with their owner gone, none has
 anyone left to end it. A holder on another host is never swept (its pids
 mean nothing here).
 
+A taker writes its name just after it takes the lock, so one refused in
+between finds the file empty, or still naming the dead holder whose file it
+took over: the refused one reads the file again (and tries the lock again,
+the holder may have let go meanwhile) until it names a holder that runs, for
+at most `NAMING`.
+
 Blocking file work: call these from a worker thread.
 """
 
@@ -27,13 +33,19 @@ import fcntl
 import logging
 import os
 import socket
+import time
+from typing import Final
 
 import msgspec
 
-from greenroom.procs import owner, sweep_dead_holder
+from greenroom.procs import alive, owner, sweep_dead_holder
 from greenroom.session.persistence.base import Holder, SessionLocked
 
 logger = logging.getLogger("greenroom.session")
+
+#: Seconds a refused taker waits for the holder to name itself (it does so microseconds after
+#: it takes the lock; a holder stopped in between is named "another process" after these).
+NAMING: Final = 1.0
 
 
 class _Record(msgspec.Struct, frozen=True, gc=False):
@@ -46,8 +58,7 @@ class _Record(msgspec.Struct, frozen=True, gc=False):
     owner: str | None = None
 
 
-_holder_encoder = msgspec.json.Encoder()
-_holder_decoder = msgspec.json.Decoder(Holder)
+_record_encoder = msgspec.json.Encoder()
 _record_decoder = msgspec.json.Decoder(_Record)
 
 
@@ -63,13 +74,17 @@ class SessionLock:
     @classmethod
     def acquire(cls, path: str, session_id: str) -> SessionLock:
         """Hold `session_id` through `path`; raises `SessionLocked` naming the holder."""
+        host = socket.gethostname()
+        naming = _Naming()
         while True:
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
-                holder = _read_holder(fd)
+                holder = _running_holder(fd, host)
                 os.close(fd)
+                if holder is None and naming.wait():
+                    continue  # it has not written its name yet
                 raise SessionLocked(session_id, holder, str(path)) from None
             except BaseException:
                 os.close(fd)
@@ -79,9 +94,8 @@ class SessionLock:
             os.close(fd)  # its holder removed it between our open and our lock
         left = _read_record(fd)
         me = owner()
-        host = socket.gethostname()
         os.ftruncate(fd, 0)
-        os.pwrite(fd, _holder_encoder.encode(_Record(me.pid, host, me.start, me.token)), 0)
+        os.pwrite(fd, _record_encoder.encode(_Record(me.pid, host, me.start, me.token)), 0)
         if left is not None and left.host == host:
             sweep_dead_holder(session_id, left.pid, left.start, left.owner)
         return cls(fd, path)
@@ -106,11 +120,35 @@ def _read_record(fd: int) -> _Record | None:
         return None
 
 
-def _read_holder(fd: int) -> Holder | None:
-    try:
-        return _holder_decoder.decode(os.pread(fd, 4096, 0))
-    except (OSError, msgspec.DecodeError):
-        return None  # the holder has not written its name yet
+def _running_holder(fd: int, host: str) -> Holder | None:
+    """The holder the file names, if it runs: None while the file is empty (its holder has
+    not written its name yet) or names a holder of this host that is gone (the file is a
+    dead holder's, taken over by one that has not written its name yet). A holder of
+    another host is taken at its word."""
+    record = _read_record(fd)
+    if record is None:
+        return None
+    if record.host == host and record.start is not None and not alive(record.pid, record.start):
+        return None
+    return Holder(record.pid, record.host)
+
+
+class _Naming:
+    """A refused taker's wait for the holder's name: short pauses, growing, for `NAMING`."""
+
+    __slots__ = ("_deadline", "_pause")
+
+    def __init__(self) -> None:
+        self._deadline = time.monotonic() + NAMING
+        self._pause = 0.0005
+
+    def wait(self) -> bool:
+        """Pause, and say whether to look again (False once `NAMING` has passed)."""
+        if time.monotonic() >= self._deadline:
+            return False
+        time.sleep(self._pause)
+        self._pause = min(2 * self._pause, 0.05)
+        return True
 
 
 def _still_named(fd: int, path: str) -> bool:

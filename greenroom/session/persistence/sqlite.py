@@ -153,6 +153,8 @@ class SqlitePersistence:
         if read_only:
             self._db = _open_read_only(self.path, commit_timeout)
         else:
+            # Made private before SQLite opens it: its -wal and -shm take the database's mode.
+            os.close(os.open(self.path, os.O_RDONLY | os.O_CREAT | os.O_CLOEXEC, 0o600))
             self._db = sqlite3.connect(
                 self.path, check_same_thread=False, isolation_level=None, timeout=commit_timeout
             )

@@ -22,7 +22,12 @@ Where the SDK's defaults do not fit, and what is done instead:
   running whatever the server started in its process group when the server
   itself exits at the end of its stdin. `_stdio` is greenroom's: lines are
   cut in linear time and bounded (`MAX_MESSAGE`), a line that is not a
-  message is skipped, and the group is killed once the server is gone.
+  message is skipped, and the group is killed once the server is gone;
+* a server that stops reading its stdin blocks a write to it, and the SDK
+  sends a cancelled call's ``notifications/cancelled`` shielded, waiting up
+  to 5 s on that write: a cancel, and a stop, took that long. `_stdio`
+  queues what the session sends (`_Stdin`), so no send waits on the server;
+  what it leaves unread is bounded (`MAX_UNREAD`).
 
 A server's answers are bounded too: its tool list (`MAX_TOOL_PAGES` pages,
 and a list after ``tools/list_changed`` within ``start_timeout``, like the
@@ -53,7 +58,7 @@ import anyio
 import httpx2
 import mcp_types as types
 import trio
-from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client.session import ClientSession, IncomingMessage
 from mcp.client.stdio import get_default_environment
 from mcp.client.streamable_http import MCP_SESSION_ID, streamable_http_client
@@ -77,6 +82,9 @@ CLIENT_INFO = types.Implementation(
 
 #: The longest line a stdio server may write, in bytes; a longer one ends its connection.
 MAX_MESSAGE: Final = 32 * 1024 * 1024
+#: The most bytes a stdio server may leave unread on its stdin; past it, it has stopped reading:
+#: its connection ends (and it is restarted).
+MAX_UNREAD: Final = 32 * 1024 * 1024
 #: The most pages a server's tool list may have.
 MAX_TOOL_PAGES: Final = 100
 #: A stopping stdio server's time to exit once its stdin is closed, then once SIGTERMed
@@ -344,9 +352,10 @@ async def _every_page(
 async def _transport(
     spec: McpServer, cwd: str | None, lost: Callable[[str], None]
 ) -> AsyncIterator[Streams]:
-    """The server's streams; ``lost(why)`` is told when an HTTP server forgot the session."""
+    """The server's streams; ``lost(why)`` is told when an HTTP server forgot the session, or
+    a stdio server stopped reading."""
     if isinstance(spec, McpStdioServer):
-        async with _stdio(spec, cwd) as streams:
+        async with _stdio(spec, cwd, lost) as streams:
             yield streams
     else:
         assert isinstance(spec, McpHttpServer)
@@ -369,10 +378,14 @@ async def _transport(
 
 
 @asynccontextmanager
-async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams]:
+async def _stdio(
+    spec: McpStdioServer, cwd: str | None, lost: Callable[[str], None]
+) -> AsyncIterator[Streams]:
     """The server as a child in a process group of its own, speaking lines of JSON-RPC.
 
-    Its stderr is the runtime's. Leaving stops it, shielded and bounded
+    What the session sends is queued (`_Stdin`, which tells ``lost`` when the
+    server has stopped reading), so neither a send nor a stop waits on a
+    server that does not read. Its stderr is the runtime's. Leaving stops it, shielded and bounded
     (`_stop`): stdin closed, `STDIN_GRACE`; SIGTERM to its group,
     `TERM_GRACE`; then SIGKILL to the group whether or not the server is
     still there, so nothing it started in its group outlives it, and to
@@ -394,12 +407,12 @@ async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams
     assert stdin is not None
     assert stdout is not None
     received, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
-    requests, to_send = anyio.create_memory_object_stream[SessionMessage](0)
+    requests = _Stdin(lost)
     written = trio.Event()
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_read_lines, spec.name, stdout, received)
-            nursery.start_soon(_write_lines, to_send, stdin, received, written)
+            nursery.start_soon(_write_lines, requests, stdin, received, written)
             try:
                 yield messages, requests
             finally:
@@ -410,7 +423,7 @@ async def _stdio(spec: McpStdioServer, cwd: str | None) -> AsyncIterator[Streams
                 # A process that left the group may hold stdout open: stop reading.
                 nursery.cancel_scope.cancel()
     finally:
-        for stream in (received, messages, requests, to_send):
+        for stream in (received, messages, requests):
             stream.close()
         with trio.CancelScope(shield=True):
             for pipe in (stdin, stdout):
@@ -480,22 +493,79 @@ class _Lines:
             self._open = False
 
 
+class _Stdin:
+    """The session's write stream to a stdio server: each message queued, as a line, for
+    `_write_lines`; a send never waits on the server.
+
+    Past `MAX_UNREAD` bytes queued and not yet written, the server has stopped
+    reading: ``lost`` is told (its connection ends; it is restarted) and the
+    message is refused (`anyio.BrokenResourceError`, the SDK's "connection
+    closed"). Closed (by the session, or `close`), a send raises
+    `anyio.ClosedResourceError`.
+    """
+
+    __slots__ = ("_lost", "_queue", "_unread", "lines")
+
+    def __init__(self, lost: Callable[[str], None]) -> None:
+        self._lost = lost
+        self._queue, self.lines = trio.open_memory_channel[bytes](math.inf)
+        self._unread = 0
+
+    async def send(self, message: SessionMessage, /) -> None:
+        await trio.lowlevel.checkpoint()
+        line = message.message.model_dump_json(by_alias=True, exclude_unset=True).encode()
+        if self._unread + len(line) + 1 > MAX_UNREAD:
+            self._lost(f"stopped reading its stdin ({self._unread:,} bytes unread)")
+            raise anyio.BrokenResourceError
+        try:
+            self._queue.send_nowait(line + b"\n")
+        except trio.ClosedResourceError:
+            raise anyio.ClosedResourceError from None
+        except trio.BrokenResourceError:
+            raise anyio.BrokenResourceError from None
+        self._unread += len(line) + 1
+
+    def written(self, line: bytes) -> None:
+        """`_write_lines` wrote `line`."""
+        self._unread -= len(line)
+
+    def close(self) -> None:
+        """No more messages: `_write_lines` ends once it wrote those queued."""
+        self._queue.close()
+
+    async def aclose(self) -> None:
+        self.close()
+        await trio.lowlevel.checkpoint()
+
+    async def __aenter__(self) -> _Stdin:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+
 async def _write_lines(
-    requests: MemoryObjectReceiveStream[SessionMessage],
+    requests: _Stdin,
     stdin: trio.abc.SendStream,
     messages: MemoryObjectSendStream[SessionMessage | Exception],
     written: trio.Event,
 ) -> None:
-    """The session's messages as lines on the server's stdin, until the session is done.
+    """The session's messages, as `requests` queued them, on the server's stdin, until the
+    session is done and they are all written (`written` is set then).
 
-    A server that stops reading (it exited) ends the connection: a request
-    must not wait for an answer that cannot come.
+    A server that stops reading because it exited ends the connection: a
+    request must not wait for an answer that cannot come.
     """
     try:
-        async with requests:
-            async for message in requests:
-                line = message.message.model_dump_json(by_alias=True, exclude_unset=True)
-                await stdin.send_all(line.encode() + b"\n")
+        async with requests.lines:
+            async for line in requests.lines:
+                await stdin.send_all(line)
+                requests.written(line)
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         messages.close()
     finally:
