@@ -499,6 +499,7 @@ class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
     allow: bool
 
 
+@final
 class Protections(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     """What the kernel enforces on the commands a session runs (`greenroom.sandbox`).
 
@@ -518,6 +519,7 @@ class Protections(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
     memory: int | None = None
 
 
+@final
 class SandboxProtections(Event, frozen=True, gc=False, tag="sandbox/protections"):
     """The protections that hold for this session's commands, logged by the first command
     of each of its lives (a resume may run on another kernel)."""
