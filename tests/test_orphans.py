@@ -282,6 +282,9 @@ def test_the_next_holder_ends_what_a_killed_holder_left(tmp_path: Path, backend:
         ) as (conn, process):
             await conn.initialize(protocol_version=1)
             session = await _detaching_session(conn, tmp_path, marker)
+            # Stopped first: greenroom must not see its launcher die (it would end the
+            # launcher's commands itself), and the launcher must not see greenroom die.
+            process.send_signal(signal.SIGSTOP)
             os.kill(_keeper_of(tmp_path), signal.SIGKILL)
             for launcher in launchers_of(process.pid):
                 os.kill(launcher, signal.SIGKILL)
@@ -393,6 +396,7 @@ def test_the_next_postgres_holder_ends_what_a_killed_holder_left(
             pid, host, _, token = _holder(postgres_dsn, session)
             assert (pid, host) == (process.pid, socket.gethostname())
             (keeper,) = keepers(token)
+            process.send_signal(signal.SIGSTOP)  # as above: nothing may see the others die
             os.kill(keeper, signal.SIGKILL)
             for launcher in launchers_of(process.pid):
                 os.kill(launcher, signal.SIGKILL)
