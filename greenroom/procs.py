@@ -27,6 +27,10 @@ use it, one for each way an owner ends:
   each such process that leads one (a member that replaced its environment
   goes with its group), then exits. Each spawn checks that the keeper still
   runs (its end of the pipe is open) and starts another if not.
+* **Its cgroups** (where it could make them: `greenroom.sandbox`): every process a
+  spawn started, whatever it did to its environment or its process group, is in
+  a cgroup under ``greenroom-<token>`` (`cgroup_tree`), which the keeper kills
+  (``cgroup.kill``) and removes too, as the next holder's sweep does.
 * **The keeper died too** (killed with its owner): the next holder of one of
   the dead process's sessions sweeps every process carrying the dead
   process's token (`sweep_owner`), which the session lock records beside the
@@ -234,6 +238,7 @@ def _kill_all(candidates: Callable[[], Iterable[int]], match: Match) -> list[int
 
 def sweep_owner(token: str) -> int:
     """SIGKILL every process carrying a mark of `token`, and wait for them; how many there were.
+    Then kill and remove `token`'s cgroups, if it made any here (`cgroup_tree`).
 
     For a token whose process is gone (the next holder's sweep, the keeper).
     Blocking (it waits up to `KILL_WAIT` seconds): call it from a thread.
@@ -241,7 +246,75 @@ def sweep_owner(token: str) -> int:
     prefix = token.encode() + b"."
     killed = _kill_all(_pids, lambda marks: any(m.startswith(prefix) for m in marks))
     _wait_exited(killed, KILL_WAIT)
+    remove_cgroup_tree(cgroup_tree(token))
     return len(killed)
+
+
+# -- cgroups ---------------------------------------------------------------------------------
+
+#: The cgroup hierarchies greenroom uses: v2 (``""``), and the v1 ones it can limit with.
+HIERARCHIES: Final = ("", "pids", "memory")
+
+
+def cgroup_places() -> dict[str, str]:
+    """This process's cgroup directories: by hierarchy (`HIERARCHIES`), those mounted."""
+    mounts: dict[str, tuple[str, str]] = {}  # hierarchy -> (its root in the mount, mount point)
+    try:
+        with open(f"{_PROC}/self/mountinfo") as file:
+            for line in file:
+                fields = line.split()
+                kind = fields[fields.index("-") + 1]
+                if kind == "cgroup2":
+                    mounts.setdefault("", (fields[3], fields[4]))
+                elif kind == "cgroup":
+                    for option in fields[-1].split(","):
+                        if option in HIERARCHIES:
+                            mounts.setdefault(option, (fields[3], fields[4]))
+        with open(f"{_PROC}/self/cgroup") as file:
+            lines = file.read().splitlines()
+    except (OSError, ValueError, IndexError):
+        return {}
+    places = {}
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        for hierarchy in controllers.split(",") if controllers else [""]:
+            if hierarchy in mounts:
+                root, point = mounts[hierarchy]
+                if path == root or path.startswith(root.rstrip("/") + "/"):
+                    places[hierarchy] = point + path[len(root.rstrip("/")) :]
+    return places
+
+
+def cgroup_tree(token: str) -> dict[str, str]:
+    """Where the cgroups of the process with `token` are (by hierarchy), if it made any:
+    ``greenroom-<token>`` under this process's own cgroup in each hierarchy."""
+    return {h: f"{place.rstrip('/')}/greenroom-{token}" for h, place in cgroup_places().items()}
+
+
+def remove_cgroup_tree(tree: dict[str, str]) -> None:
+    """SIGKILL everything in the v2 directory of `tree` (``cgroup.kill``), wait up to
+    `KILL_WAIT` for it to empty, then remove every directory of `tree`, deepest first.
+    Blocking; a tree that is not there is no error."""
+    top = tree.get("")
+    if top is not None and os.path.isdir(top):
+        with contextlib.suppress(OSError), open(f"{top}/cgroup.kill", "w") as kill:
+            kill.write("1")
+        deadline = time.monotonic() + KILL_WAIT
+        while populated(top) and time.monotonic() < deadline:
+            time.sleep(0.01)
+    for place in tree.values():
+        for directory, _subdirectories, _files in os.walk(place, topdown=False):
+            with contextlib.suppress(OSError):
+                os.rmdir(directory)
+
+
+def populated(cgroup: str) -> bool:
+    """Whether a cgroup v2 directory, or one below it, still holds a live process."""
+    try:
+        with open(f"{cgroup}/cgroup.events") as events:
+            return "populated 1" in events.read()
+    except OSError:
+        return False
 
 
 def sweep_dead_holder(session_id: str, pid: int, start: int | None, token: str | None) -> None:
@@ -469,7 +542,7 @@ def _keep(token: str) -> None:
             with contextlib.suppress(OSError):
                 if os.getpgid(pid) == pid:
                     os.killpg(pid, signal.SIGKILL)
-    sweep_owner(token)
+    sweep_owner(token)  # and its cgroups
 
 
 if __name__ == "__main__":

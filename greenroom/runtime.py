@@ -31,6 +31,7 @@ from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
 from greenroom.models.scripted import ScriptedModel
 from greenroom.resolve import SpecResolver
+from greenroom.sandbox import Sandboxes, SandboxSettings
 from greenroom.session import SessionStore
 from greenroom.session.history import HistoryEntry, history_of
 from greenroom.session.persistence import Interruption, Persistence, StoredSession
@@ -235,6 +236,7 @@ async def open_runtime(
     workdir: str | None = None,
     max_tool_result: int = DEFAULT_MAX_TOOL_RESULT,
     compaction: CompactionPolicy = DEFAULT_POLICY,
+    sandbox: SandboxSettings | None = None,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
     """Open a runtime; closing it disposes every agent it owns.
@@ -264,7 +266,11 @@ async def open_runtime(
     the runtime closes); not a positive int: `ValueError`. ``tools`` are
     registered for every agent: `Tool`s, and functions decorated with
     `greenroom.tool`; anything else (a plain function, a plugin) raises
-    `TypeError` saying what a tool is, before anything starts.
+    `TypeError` saying what a tool is, before anything starts. ``sandbox``: what the
+    sandbox of its commands and MCP stdio servers lets them write, and each session's
+    process and memory limits (`greenroom.sandbox.SandboxSettings`; what the kernel
+    enforces is `Runtime.bash.sandboxes.protections`, and a warning is logged when it
+    offers nothing).
 
     An exception raised in the body comes out as itself, not wrapped in the
     groups the runtime's nurseries make (``except ValueError:`` around the
@@ -282,7 +288,7 @@ async def open_runtime(
         tool_registry.register(as_tool(tool))
     try:
         # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
-        # spill files of cut tool results.
+        # sandboxes' launcher and cgroups, then the spill files of cut tool results.
         runtime: Runtime | None = None
 
         async def plug(name: str, plugin: Plugin) -> list[str]:
@@ -293,7 +299,8 @@ async def open_runtime(
             open_models(models.values()),  # closed last: the model adapters' pooled connections
             SpecResolver(models, tool_registry, plug) as resolver,  # and those specs named
             aclosing(tool_registry),
-            LocalBashExecutor(workdir or os.getcwd()) as bash,
+            Sandboxes(sandbox) as sandboxes,
+            LocalBashExecutor(workdir or os.getcwd(), sandboxes=sandboxes) as bash,
             Supervisor(name=f"{name}:plugins") as plugins,
             Supervisor(name=f"{name}:agents") as supervisor,
         ):
@@ -306,7 +313,7 @@ async def open_runtime(
                 default_owner=supervisor,
                 persistence=persistence,
                 release_owned=partial(release_owner, bash),
-                servers=McpHub(tool_registry, hooks),
+                servers=McpHub(tool_registry, hooks, sandboxes),
                 limits=spawn_limits,
                 compaction=compaction,
                 watch_guards=Guards(hooks).watch,

@@ -29,6 +29,7 @@ import pytest
 import trio
 import trio.testing
 
+from greenroom.sandbox import launching
 from greenroom.session.persistence.writer import writers_busy
 from tests.pg_server import PgServer
 
@@ -89,7 +90,7 @@ def _trio_finalizer(task: trio.lowlevel.Task) -> bool:
 
 class HoldClockWhileThreadsWork(trio.abc.Instrument):
     """Pauses the autojump clock while a ``trio.to_thread`` call or a persistence's writer
-    works.
+    works, or the sandbox launcher starts a process.
 
     A file write in a worker thread is real progress the test waits for;
     jumping virtual time past it would race virtual deadlines (the
@@ -101,8 +102,11 @@ class HoldClockWhileThreadsWork(trio.abc.Instrument):
         self.clock = clock
 
     def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        busy = trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0 or writers_busy(
-            trio.lowlevel.current_trio_token()
+        token = trio.lowlevel.current_trio_token()
+        busy = (
+            trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0
+            or writers_busy(token)
+            or launching(token)
         )
         threshold = math.inf if busy else 0.0
         if self.clock.autojump_threshold != threshold:

@@ -42,6 +42,7 @@ class _Header:
     def __init__(self, session_id: str) -> None:
         self.id = session_id
         self.cwd: str | None = None
+        self.additional_directories: list[str] = []
 
 
 class _Session:
@@ -51,6 +52,10 @@ class _Session:
         self.config: dict[str, str] = {}  # the default mode: the runtime's policy decides
         self.permissions: dict[str, bool] = {}
         self.parent = None  # a top-level session: its own settings govern
+        self.events: list[object] = []
+
+    def append(self, event: object) -> None:
+        self.events.append(event)
 
 
 class FakeAgent:

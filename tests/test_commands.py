@@ -93,7 +93,10 @@ def say(words: str) -> list[Any]:
     return [acp.text_block(words)]
 
 
-BUILT_IN = {"compact": "optional instructions", "mode": "default | accept-edits | read-only"}
+BUILT_IN = {
+    "compact": "optional instructions",
+    "mode": "default | accept-edits | read-only | full-access",
+}
 
 
 def test_the_built_in_commands_are_listed_after_new_and_run(tmp_path: Path) -> None:

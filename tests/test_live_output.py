@@ -305,7 +305,7 @@ def test_acp_renders_a_terminal_when_the_client_opts_in(tmp_path: Path) -> None:
 async def test_a_client_that_never_reads_does_not_grow_greenrooms_memory(tmp_path: Path) -> None:
     work = tmp_path / "work"
     work.mkdir()
-    done = tmp_path / "done"
+    done = work / "done"  # in the session's directory: the command's sandbox writes there
     # 100 MB of output in about 5 s (1 MB, a pause, ...); then a mark that it ended.
     chunk = "head -c 1000000 /dev/zero | tr '\\\\0' a | fold -w 99"
     command = f"for i in $(seq 100); do {chunk}; sleep 0.05; done; touch {done}"

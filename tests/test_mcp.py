@@ -44,9 +44,15 @@ LIMIT = 30.0
 
 
 def served(name: str, mode: str, *args: str, record: Path | None = None) -> McpStdioServer:
+    """A test server; with a `record`, unsandboxed, since it writes the record where the test
+    reads it (in a cgroup of its own all the same, where this process may make one)."""
     env = {"MCP_RECORD": str(record)} if record is not None else {}
     return McpStdioServer(
-        name=name, command=sys.executable, args=[str(SERVERS), mode, *args], env=env
+        name=name,
+        command=sys.executable,
+        args=[str(SERVERS), mode, *args],
+        env=env,
+        sandbox="full-access" if record is not None else None,
     )
 
 
@@ -278,6 +284,7 @@ async def test_a_server_that_fails_its_start_is_reported_and_restarted(tmp_path:
             handle = await rt.agents.create(
                 agent_id="a",
                 session_id="s",
+                cwd=str(tmp_path),  # where its sandbox lets the server leave its marker
                 mcp_servers=[served("flaky", "fail-once", str(marker))],
             )
             # The session is live while its server is down.

@@ -241,6 +241,22 @@ def keepers(token: str) -> list[int]:
     return found
 
 
+def launchers_of(parent: int) -> list[int]:
+    """The sandbox launchers the process `parent` started (they end their commands' groups
+    when it dies)."""
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                cmdline = Path(f"/proc/{name}/cmdline").read_bytes().split(b"\0")
+                ppid = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            if ppid == parent and any(a.endswith(b"launcher.py") for a in cmdline):
+                found.append(int(name))
+    return found
+
+
 def _keeper_of(home: Path) -> int:
     """The keeper of the process holding the one session under `home` (its lock names it)."""
     (lock,) = [p for p in home.rglob("*.lock") if p.stat().st_size]
@@ -266,7 +282,12 @@ def test_the_next_holder_ends_what_a_killed_holder_left(tmp_path: Path, backend:
         ) as (conn, process):
             await conn.initialize(protocol_version=1)
             session = await _detaching_session(conn, tmp_path, marker)
+            # Stopped first: greenroom must not see its launcher die (it would end the
+            # launcher's commands itself), and the launcher must not see greenroom die.
+            process.send_signal(signal.SIGSTOP)
             os.kill(_keeper_of(tmp_path), signal.SIGKILL)
+            for launcher in launchers_of(process.pid):
+                os.kill(launcher, signal.SIGKILL)
             process.send_signal(signal.SIGKILL)
             await asyncio.wait_for(process.wait(), 10)
             await asyncio.sleep(0.5)
@@ -375,7 +396,10 @@ def test_the_next_postgres_holder_ends_what_a_killed_holder_left(
             pid, host, _, token = _holder(postgres_dsn, session)
             assert (pid, host) == (process.pid, socket.gethostname())
             (keeper,) = keepers(token)
+            process.send_signal(signal.SIGSTOP)  # as above: nothing may see the others die
             os.kill(keeper, signal.SIGKILL)
+            for launcher in launchers_of(process.pid):
+                os.kill(launcher, signal.SIGKILL)
             process.send_signal(signal.SIGKILL)
             await asyncio.wait_for(process.wait(), 10)
             await asyncio.sleep(ttl + 0.5)  # its lease has lapsed: taken over either way

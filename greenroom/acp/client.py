@@ -156,7 +156,8 @@ class AcpPermissions:
     client knows, so a child's (or grandchild's) request is asked on the
     client's session its family grew from, the call id prefixed with the
     child's session id (a child's call ids are its model's and may repeat the
-    parent's), and with the once options only (`ONCE`). The client keeps the
+    parent's), and with the once options only (`ONCE`), as a request that can take
+    no "always" answer (`PermissionRequest.once`) is. The client keeps the
     question as a tool call of its session; once answered it is closed there
     (``completed`` when allowed: the child's run shows in its ``task`` call,
     ``failed`` when refused), so it never hangs as pending.
@@ -171,7 +172,7 @@ class AcpPermissions:
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
         child = request.session_id != self._session_id
         call_id = f"{request.session_id}/{request.call_id}" if child else request.call_id
-        options = ONCE if child else OPTIONS
+        options = ONCE if child or request.once else OPTIONS
         title, raw_input = shown_call(request.title or request.tool, request.arguments)
         asked = RequestPermissionParams(
             self._session_id,

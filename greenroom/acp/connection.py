@@ -159,6 +159,7 @@ class AcpConnection:
         self.presenter = Presenter(
             list(runtime.models),
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
+            runtime.bash.sandboxes.protections,
         )
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
         runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)

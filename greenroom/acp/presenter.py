@@ -32,7 +32,7 @@ import msgspec
 
 from greenroom.acp import frames
 from greenroom.actors.compaction import learned_window
-from greenroom.actors.types import DEFAULT_MODE, MODES
+from greenroom.actors.types import DEFAULT_MODE, MODES, mode_descriptions
 from greenroom.protocol.acp import (
     AgentMessageChunk,
     AgentThoughtChunk,
@@ -81,6 +81,7 @@ from greenroom.protocol.events import (
     ModelRetry,
     PlanEntry,
     PlanSet,
+    Protections,
     SessionEvent,
     StepEnd,
     StepStart,
@@ -93,8 +94,6 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
 from greenroom.session import Session
 from greenroom.spill import cut
-
-_MODES = [SessionMode(id, name, what) for id, (name, what) in MODES.items()]
 
 #: The most characters of text one update carries, and of any one text in it (see the module).
 UPDATE_CHARS: Final = 1_000_000
@@ -111,7 +110,9 @@ class Presenter:
     """Log events as ``session/update``s, and a session's settings as ACP shows them.
 
     ``models`` are the runtime's model ids (the first is the default);
-    ``context_windows`` the tokens each can hold, for ``usage_update``.
+    ``context_windows`` the tokens each can hold, for ``usage_update``;
+    ``protections`` what the kernel enforces on commands, which each mode's
+    description says (None: `MODES` as they are).
     ``terminal``: the client opted into terminal content (`greenroom.acp.live`), so a
     ``bash`` call is shown as a terminal named after the call, and its end says its exit.
     ``compaction``: the client declared ``clientCapabilities.session.compaction``, so a
@@ -119,16 +120,23 @@ class Presenter:
     as an agent message.
     """
 
-    __slots__ = ("_context_windows", "_models", "compaction", "terminal")
+    __slots__ = ("_context_windows", "_models", "_modes", "compaction", "terminal")
 
-    def __init__(self, models: Sequence[str], context_windows: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        models: Sequence[str],
+        context_windows: Mapping[str, int],
+        protections: Protections | None = None,
+    ) -> None:
         self._models = list(models)
         self._context_windows = context_windows
+        described = MODES if protections is None else mode_descriptions(protections)
+        self._modes = [SessionMode(id, name, what) for id, (name, what) in described.items()]
         self.terminal = False
         self.compaction = False
 
     def modes(self, session: Session) -> SessionModeState:
-        return SessionModeState(session.config.get("mode", DEFAULT_MODE), _MODES)
+        return SessionModeState(session.config.get("mode", DEFAULT_MODE), self._modes)
 
     def config_options(self, session: Session) -> list[ConfigOption]:
         mode = session.config.get("mode", DEFAULT_MODE)
@@ -138,7 +146,7 @@ class Presenter:
                 "Mode",
                 "mode",
                 mode,
-                [ConfigChoice(mode.id, mode.name) for mode in _MODES],
+                [ConfigChoice(mode.id, mode.name) for mode in self._modes],
             ),
             ConfigOption(
                 "model",

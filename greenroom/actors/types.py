@@ -22,22 +22,54 @@ from greenroom.protocol.events import (
     Location,
     MessageSource,
     PermissionDecision,
+    Protections,
     StatusName,
     ToolError,
     ToolKind,
 )
 from greenroom.protocol.mcp import McpServer
 from greenroom.protocol.model import THOUGHT_LEVELS, ToolSchema
+from greenroom.sandbox import Access, confines, describe
 from greenroom.session import Session
 from greenroom.session.history import HistoryEntry
 
-#: The permission modes of a session (its ``mode`` setting): id -> (name, what it does).
+#: The permission modes of a session (its ``mode`` setting): id -> (name, what it does),
+#: where the kernel gives each mode's sandbox (`mode_descriptions` says what holds).
 MODES: Final = {
-    "default": ("Ask", "Ask before edits and commands"),
-    "accept-edits": ("Accept edits", "Edit without asking; ask before commands"),
-    "read-only": ("Read only", "Edits and commands are refused"),
+    "default": ("Ask", "Ask before edits and commands; commands run sandboxed (workspace write)"),
+    "accept-edits": (
+        "Accept edits",
+        "Edit and run commands without asking; commands run sandboxed (workspace write)",
+    ),
+    "read-only": ("Read only", "Edits refused; commands run without asking, read only, offline"),
+    "full-access": ("Full access", "Ask before edits and commands; commands run unsandboxed"),
 }
 DEFAULT_MODE: Final = "default"
+#: The sandbox each mode runs commands in (an escalated command: ``full-access``).
+MODE_ACCESS: Final[dict[str, Access]] = {
+    "default": "workspace-write",
+    "accept-edits": "workspace-write",
+    "read-only": "read-only",
+    "full-access": "full-access",
+}
+
+
+def mode_descriptions(protections: Protections) -> dict[str, tuple[str, str]]:
+    """`MODES` as this kernel has them: a mode whose sandbox does not hold says what it does
+    instead (read only refuses commands; the others run them unsandboxed), and each
+    sandboxed one what holds (`greenroom.sandbox.describe`)."""
+    held = describe(protections)
+    described = {}
+    for mode, (name, what) in MODES.items():
+        access = MODE_ACCESS[mode]
+        if access == "full-access":
+            described[mode] = (name, what)
+        elif not confines(protections, access):
+            instead = "commands refused" if access == "read-only" else "commands run unsandboxed"
+            described[mode] = (name, f"{what.split(';')[0]}; {instead} (no sandbox here: {held})")
+        else:
+            described[mode] = (name, f"{what} ({held})")
+    return described
 
 
 def check_setting(agent_id: str, key: str, value: str, models: Iterable[str]) -> None:
@@ -253,7 +285,9 @@ class Agent(Protocol):
 
 
 class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
-    """A tool call that waits for permission: who asks, and what the call would do."""
+    """A tool call that waits for permission: who asks, and what the call would do.
+    ``once``: only a once answer can be given (a command asked to run unsandboxed: an
+    "always" would cover every later call of the tool, which only its sandbox bounds)."""
 
     session_id: str
     call_id: str
@@ -261,6 +295,7 @@ class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
     kind: ToolKind
     title: str
     arguments: str  # the call's JSON arguments, as the model wrote them
+    once: bool = False
 
 
 class Permissions(Protocol):
@@ -388,14 +423,17 @@ class ToolOutcome(msgspec.Struct, frozen=True):
 
 class ToolView(msgspec.Struct, frozen=True, gc=False):
     """What a call does: its kind, a short title, the places it touches, whether
-    it may run beside the other concurrent calls of its step, and whether running
-    it twice does what running it once does (a continued turn runs it again)."""
+    it may run beside the other concurrent calls of its step, whether running
+    it twice does what running it once does (a continued turn runs it again), and
+    whether it asks to run outside the session's sandbox (``unsandboxed``: always
+    asked, never remembered, refused in read only)."""
 
     kind: ToolKind = "other"
     title: str = ""
     locations: list[Location] = []
     concurrent: bool = False
     idempotent: bool = False
+    unsandboxed: bool = False
 
 
 class ToolExecutor(Protocol):

@@ -499,6 +499,34 @@ class PermissionRule(Event, frozen=True, gc=False, tag="permission/rule"):
     allow: bool
 
 
+@final
+class Protections(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+    """What the kernel enforces on the commands a session runs (`greenroom.sandbox`).
+
+    ``filesystem``: the Landlock ABI that confines their writes (0: none);
+    ``read_only``: read only also opens no socket and changes no file's mode, owner,
+    times or extended attributes (a seccomp filter);
+    ``signals``: a confined command cannot signal a process outside its sandbox
+    (Landlock scoping, ABI 6); ``cgroup``: each command is in a cgroup of its own,
+    killed with it; ``pids`` and ``memory``: a session's limits, where they hold.
+    """
+
+    filesystem: int = 0
+    read_only: bool = False
+    signals: bool = False
+    cgroup: bool = False
+    pids: int | None = None
+    memory: int | None = None
+
+
+@final
+class SandboxProtections(Event, frozen=True, gc=False, tag="sandbox/protections"):
+    """The protections that hold for this session's commands, logged by the first command
+    of each of its lives (a resume may run on another kernel)."""
+
+    protections: Protections
+
+
 SessionEvent: TypeAlias = (
     TurnStart
     | TurnEnd
@@ -522,6 +550,7 @@ SessionEvent: TypeAlias = (
     | PlanSet
     | ConfigSet
     | PermissionRule
+    | SandboxProtections
 )
 
 StatusName: TypeAlias = Literal["idle", "running", "disposed"]

@@ -25,7 +25,10 @@ class McpStdioServer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"
     ``env`` is added to a small safe set of the runtime's variables (``PATH``,
     ``HOME``, ...); ``cwd`` defaults to the session's. ``timeout`` bounds each
     tool call in seconds (None: a call may take as long as it takes; a cancel
-    still stops it at once).
+    still stops it at once). ``sandbox``: what it may change, one of
+    ``read-only``, ``workspace-write``, ``full-access`` (`greenroom.sandbox`);
+    None: the sandbox of its session's mode when it starts (an editor's servers
+    are always so: ACP has no such field).
     """
 
     name: str
@@ -35,6 +38,7 @@ class McpStdioServer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type"
     cwd: str | None = None
     timeout: float | None = None
     start_timeout: float = DEFAULT_START_TIMEOUT
+    sandbox: Literal["read-only", "workspace-write", "full-access"] | None = None
 
 
 class McpHttpServer(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="http"):
@@ -147,6 +151,8 @@ def check_servers(servers: Sequence[McpServer]) -> None:
             for key in server.env:
                 if not key or "=" in key:
                     raise ValueError(f"{where}.env: {key!r} is not a variable name")
+            if server.sandbox not in (None, "read-only", "workspace-write", "full-access"):
+                raise ValueError(f"{where}.sandbox: {server.sandbox!r} is not a sandbox")
         else:
             if not server.url.startswith(("http://", "https://")):
                 raise ValueError(f"{where}.url: {server.url!r} is not an http(s) URL")

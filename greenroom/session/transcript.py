@@ -36,6 +36,7 @@ from greenroom.protocol.events import (
     PermissionRule,
     PluginSource,
     Refused,
+    SandboxProtections,
     SessionEvent,
     SessionHeader,
     SteeringMessage,
@@ -47,6 +48,7 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
+from greenroom.sandbox import describe
 from greenroom.session.persistence import StoredSession
 from greenroom.spill import cut, find_marker
 
@@ -147,6 +149,8 @@ def transcript(
                 yield f"  compacting ({cause}): about {tokens:,} tokens of {window:,}"
             case Compacted():
                 yield f"  {describe_compaction(event)}"
+            case SandboxProtections(protections=protections):
+                yield f"  sandbox: {describe(protections)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
             case GuardTripped(guard=guard, at=at, message=message):

@@ -3,7 +3,8 @@
 A tool declares its arguments as a msgspec Struct and what it does (its
 `ToolKind`); the registry decodes and validates the model's JSON against the
 Struct, then, for a tool that edits, deletes, moves or executes, decides
-whether it may run (the session's mode, its remembered "always" answers,
+whether it may run (a call asking to leave its sandbox, the session's mode
+and the sandbox the tool is confined to, its remembered "always" answers,
 then whom its front end asks, or the runtime's policy), and only then runs
 it. Every failure on the way (an unknown tool, bad JSON, a missing or
 mistyped field, a refusal, a tool that raises) becomes an error result for
@@ -30,6 +31,7 @@ import trio
 from greenroom.actors.step import TurnStopped
 from greenroom.actors.types import (
     DEFAULT_MODE,
+    MODE_ACCESS,
     PermissionRequest,
     Permissions,
     ToolInvocation,
@@ -45,6 +47,7 @@ from greenroom.protocol.events import (
     ToolKind,
 )
 from greenroom.protocol.model import ToolSchema
+from greenroom.sandbox import Access
 from greenroom.session import Session
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT, SpillDir, TextCap
 
@@ -62,7 +65,8 @@ ASKS_PERMISSION: Final = frozenset({"edit", "delete", "move", "execute"})
 class AllowAll:
     """The runtime's default policy when no front end asks anyone: every call may run.
 
-    The session's mode still applies (``read-only`` refuses edits and commands).
+    The session's mode still applies (``read-only`` refuses edits and the commands
+    no sandbox confines).
     """
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
@@ -81,7 +85,10 @@ class Tool(Generic[A]):
     ``idempotent``: running a call twice does what running it once does, so a
     call a crash cut after it started is run again when its turn is continued
     (``read`` tools are run again without it); any other such call is given an
-    ``interrupted`` result instead.
+    ``interrupted`` result instead. ``confined``: the sandboxes (`greenroom.sandbox`)
+    its calls run in when the session's mode asks for one of them, as the kernel
+    gives them: a mode whose sandbox is among them runs the call without asking
+    (read only, accept edits), since the kernel bounds what it can change.
     """
 
     name: str
@@ -92,6 +99,7 @@ class Tool(Generic[A]):
     view: Callable[[A], ToolView] | None = None
     concurrent: bool = False
     idempotent: bool = False
+    confined: frozenset[Access] = frozenset()
 
 
 class ToolEntry:
@@ -102,7 +110,17 @@ class ToolEntry:
     leaves validation to the tool.
     """
 
-    __slots__ = ("concurrent", "decode", "idempotent", "kind", "name", "run", "schema", "view")
+    __slots__ = (
+        "concurrent",
+        "confined",
+        "decode",
+        "idempotent",
+        "kind",
+        "name",
+        "run",
+        "schema",
+        "view",
+    )
 
     def __init__(
         self,
@@ -113,6 +131,7 @@ class ToolEntry:
         view: Callable[[Any], ToolView] | None = None,
         concurrent: bool = False,
         idempotent: bool = False,
+        confined: frozenset[Access] = frozenset(),
     ) -> None:
         self.name = schema.name
         self.schema = schema
@@ -122,6 +141,7 @@ class ToolEntry:
         self.view = view
         self.concurrent = concurrent
         self.idempotent = idempotent
+        self.confined = confined
 
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
@@ -135,6 +155,7 @@ class ToolEntry:
             tool.view,
             tool.concurrent,
             tool.idempotent,
+            tool.confined,
         )
 
 
@@ -280,23 +301,31 @@ class ToolRegistry:
     async def _permit(self, invocation: ToolInvocation, tool: ToolEntry) -> ToolOutcome | None:
         """None if the call may run; else the refusal, as a result for the model.
 
-        The session's mode first (``read-only`` refuses; ``accept-edits`` lets
-        edits through), then its remembered "always" answers, then whoever
-        the session's front end asks (or the runtime's policy). An "always"
-        answer is logged (``permission/rule``), so it outlives the process.
-        A sub-agent's session runs under its family's: the root's mode, and
-        the first remembered answer of the session or an ancestor.
+        The session's mode first: a call asking to run unsandboxed is refused in
+        ``read-only`` and otherwise always asked, a once answer only; a call of a
+        tool confined to the mode's sandbox runs unasked in ``read-only`` and
+        ``accept-edits``; otherwise ``read-only`` refuses, and ``accept-edits``
+        lets edits through. Then the session's remembered "always" answers, then
+        whoever the session's front end asks (or the runtime's policy). An "always"
+        answer is logged (``permission/rule``), so it outlives the process. A
+        sub-agent's session runs under its family's: the root's mode, and the first
+        remembered answer of the session or an ancestor.
         """
         if tool.kind not in ASKS_PERMISSION:
             return None
         session = invocation.agent.session if invocation.agent is not None else None
         family = _family(session)
-        mode = family[-1].config.get("mode", DEFAULT_MODE) if family else DEFAULT_MODE
+        mode = session_mode(session)
+        view = _view(tool, invocation.arguments)
+        if view.unsandboxed:
+            if mode == "read-only":
+                return _read_only(tool, "run unsandboxed")
+            return await self._ask(invocation, tool, view, session, once=True)
+        confined = MODE_ACCESS.get(mode) in tool.confined
+        if confined and mode in ("read-only", "accept-edits"):
+            return None
         if mode == "read-only":
-            return ToolOutcome.failed(
-                f"refused: {tool.name} ({tool.kind}) cannot run, the session is read-only",
-                "read-only",
-            )
+            return _read_only(tool, "run")
         if mode == "accept-edits" and tool.kind != "execute":
             return None
         remembered = next(
@@ -304,6 +333,18 @@ class ToolRegistry:
         )
         if remembered is not None:
             return None if remembered else _refused(tool.name, "always")
+        return await self._ask(invocation, tool, view, session, once=False)
+
+    async def _ask(
+        self,
+        invocation: ToolInvocation,
+        tool: ToolEntry,
+        view: ToolView,
+        session: Session | None,
+        *,
+        once: bool,
+    ) -> ToolOutcome | None:
+        """Ask the session's front end (or the runtime's policy) whether the call may run."""
         client = invocation.client
         permissions = (client.permissions if client is not None else None) or self._permissions
         request = PermissionRequest(
@@ -311,8 +352,9 @@ class ToolRegistry:
             call_id=invocation.call_id,
             tool=tool.name,
             kind=tool.kind,
-            title=_view(tool, invocation.arguments).title,
+            title=view.title,
             arguments=invocation.arguments,
+            once=once,
         )
         try:
             decision = await permissions.decide(request)
@@ -322,9 +364,22 @@ class ToolRegistry:
                 "refused",
                 type(exc).__name__,
             )
-        if decision.endswith("_always") and session is not None:
+        if decision.endswith("_always") and session is not None and not once:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
         return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+def session_mode(session: Session | None) -> str:
+    """The mode `session` runs under: its root session's (a sub-agent's is its family's)."""
+    family = _family(session)
+    return family[-1].config.get("mode", DEFAULT_MODE) if family else DEFAULT_MODE
+
+
+def _read_only(tool: ToolEntry, what: str) -> ToolOutcome:
+    return ToolOutcome.failed(
+        f"refused: {tool.name} ({tool.kind}) cannot {what}, the session is read-only",
+        "read-only",
+    )
 
 
 def _texts(outcome: ToolOutcome) -> Iterator[str]:

@@ -1,7 +1,9 @@
 """`LocalBashExecutor`: ``bash -c`` in its own process group, on this machine.
 
 * Each command is a fresh non-login ``bash -c`` with stdin closed, started in
-  a new session (so its process group id is its pid), with an environment
+  a new session (so its process group id is its pid) by the runtime's
+  `greenroom.sandbox.Sandboxes`, in its request's sandbox (none: as any
+  process greenroom starts, unconfined, in no cgroup), with an environment
   scrubbed of names matching KEY, SECRET, TOKEN, PASSWORD, PASS, PWD, AUTH,
   CRED or DSN, and of SSH_AUTH_SOCK, and set up for plain output
   (``NO_COLOR=1``, ``TERM=dumb``, ``PAGER=cat``, ``GIT_PAGER=cat``).
@@ -16,10 +18,11 @@
   counted (``dropped``), not kept, and the results say how much.
 * Each command is a `greenroom.procs.Spawn`: its environment carries its
   mark (``GREENROOM_OWNER``). When the shell exits, whatever it left in its
-  group is SIGKILLed at once, and then whatever still carries its mark
-  (detached by ``setsid`` or a double fork), waited for up to
-  `greenroom.procs.KILL_WAIT`: a command's background children do not
-  outlive it. Should greenroom die, its keeper ends them (see `greenroom.procs`).
+  group is SIGKILLed at once, and then everything in its cgroup (where it has
+  one) and whatever still carries its mark (detached by ``setsid`` or a double
+  fork), waited for up to `greenroom.procs.KILL_WAIT` (`greenroom.sandbox.Child.end`):
+  a command's background children do not outlive it. Should greenroom die,
+  its keeper ends them (see `greenroom.procs`).
 * Background tasks run in the executor's nursery. A finished task's record
   (its tails, its spill files) is kept until `forget`, and at most
   `FINISHED_KEPT` per owner token: the oldest goes first. Closing the executor
@@ -37,7 +40,6 @@ import math
 import os
 import re
 import signal
-import subprocess
 from collections.abc import Callable
 from types import TracebackType
 from typing import Final
@@ -45,8 +47,8 @@ from typing import Final
 import trio
 
 from greenroom.hooks import Disposers, Listeners
-from greenroom.procs import KILL_WAIT, Spawn, exited, owner
 from greenroom.protocol.events import PROGRESS_BYTES
+from greenroom.sandbox import Child, Sandboxes
 from greenroom.spill import MAX_SPILL_FILE, SpillDir
 from greenroom.tools.bash.seam import (
     DEFAULT_TIMEOUT_MS,
@@ -230,31 +232,25 @@ def _write_all(fd: int, data: bytes | bytearray) -> None:
 
 
 class _Command:
-    """One running ``bash -c``: its process, its mark, its two captures, and how to stop it."""
+    """One running ``bash -c``: its process, its two captures, and how to stop it."""
 
-    __slots__ = ("_swept", "owned", "process", "stderr", "stdout")
+    __slots__ = ("_ended", "child", "stderr", "stdout")
 
-    def __init__(self, process: trio.Process, owned: Spawn, spills: SpillDir) -> None:
-        self.process = process
-        self.owned = owned
-        self._swept: trio.Event | None = None  # set once the sweep has run, by whichever path
+    def __init__(self, child: Child, spills: SpillDir) -> None:
+        self.child = child
+        self._ended: trio.Event | None = None  # set once `end` has run, by whichever path
         self.stdout = _Capture(spills)
         self.stderr = _Capture(spills)
 
     @classmethod
-    async def spawn(cls, spec: BashExecSpec, spills: SpillDir) -> _Command:
-        owned = owner().spawn(scrubbed_environment(dict(os.environ)))
-        process = await trio.lowlevel.open_process(
-            ["bash", "-c", spec.command],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
+    async def spawn(cls, spec: BashExecSpec, spills: SpillDir, sandboxes: Sandboxes) -> _Command:
+        child = await sandboxes.shell(
+            spec.command,
             cwd=spec.workdir,
-            env=owned.env,
-            start_new_session=True,
+            env=scrubbed_environment(dict(os.environ)),
+            sandbox=spec.sandbox,
         )
-        owned.started(process.pid)
-        return cls(process, owned, spills)
+        return cls(child, spills)
 
     async def finish(
         self, kill_after: float = math.inf, progress: OutputProgress | None = None
@@ -265,8 +261,9 @@ class _Command:
         terminated and reaped (shielded) before the cancel propagates. With
         `progress`, the output so far is told as `BashExecutor.run` says.
         """
-        assert self.process.stdout is not None
-        assert self.process.stderr is not None
+        child = self.child
+        assert child.stdout is not None
+        assert child.stderr is not None
         timed_out = False
         try:
             async with trio.open_nursery() as nursery:
@@ -275,11 +272,11 @@ class _Command:
                 if progress is not None:
                     live = _LiveTail()
                     nursery.start_soon(_report, live, progress)
-                nursery.start_soon(_pump, self.process.stdout, self.stdout, drained[0], live)
-                nursery.start_soon(_pump, self.process.stderr, self.stderr, drained[1], live)
+                nursery.start_soon(_pump, child.stdout, self.stdout, drained[0], live)
+                nursery.start_soon(_pump, child.stderr, self.stderr, drained[1], live)
                 try:
                     with trio.move_on_after(kill_after) as waiting:
-                        await self.process.wait()
+                        await child.wait()
                     if waiting.cancelled_caught:
                         timed_out = True
                         await self.terminate()
@@ -289,8 +286,7 @@ class _Command:
                     raise
                 # What the shell left running dies with it, now, while the group id
                 # cannot yet belong to anyone else.
-                self.signal_group(signal.SIGKILL)
-                await self._sweep()
+                await self._end()
                 with trio.move_on_after(DRAIN_GRACE):  # a child it left may hold the pipes
                     for event in drained:
                         await event.wait()
@@ -300,50 +296,44 @@ class _Command:
             self.stderr.close()
         return timed_out
 
-    def signal_group(self, sig: signal.Signals) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.process.pid, sig)
-
     async def terminate(self) -> None:
         """SIGTERM the group; SIGKILL it once the shell is gone or `KILL_GRACE` ran out; reap.
 
         The SIGKILL goes to the group either way: what the shell leaves behind
         after a TERM is a straggler. Idempotent.
         """
-        self.signal_group(signal.SIGTERM)
+        child = self.child
+        child.signal_group(signal.SIGTERM)
         with trio.move_on_after(KILL_GRACE):
-            await self.process.wait()
-        self.signal_group(signal.SIGKILL)
-        await self.process.wait()
-        await self._sweep()
+            await child.wait()
+        child.signal_group(signal.SIGKILL)
+        await child.wait()
+        await self._end()
 
-    async def _sweep(self) -> None:
-        """End what the shell detached from its group (it carries the mark); once reaped.
+    async def _end(self) -> None:
+        """End what the shell left: its group, its cgroup, what carries its mark (`Child.end`).
 
-        Waits up to `KILL_WAIT` for what it killed to exit (not on a cancel).
         Both ends of a killed task (its watch, its kill) come here: the second
-        waits for the first's sweep, so the task ends only once it is done.
+        waits for the first's, so the task ends only once it is done.
         """
-        if self._swept is not None:
-            await self._swept.wait()
+        if self._ended is not None:
+            await self._ended.wait()
             return
-        self._swept = trio.Event()
+        self._ended = trio.Event()
         try:
-            sweep = self.owned.end()
-            if sweep is not None:
-                with trio.move_on_after(KILL_WAIT):
-                    await exited(sweep.kill())
+            with trio.CancelScope(shield=True):
+                await self.child.end()
         finally:
-            self._swept.set()
+            self._ended.set()
 
     @property
     def exit_code(self) -> int | None:
-        code = self.process.returncode
+        code = self.child.returncode
         return code if code is not None and code >= 0 else None
 
     @property
     def signal_name(self) -> str | None:
-        code = self.process.returncode
+        code = self.child.returncode
         if code is None or code >= 0:
             return None
         try:
@@ -397,10 +387,18 @@ class LocalBashExecutor:
 
     ``default_workdir`` is where a request without a workdir runs;
     ``max_spill`` the most bytes one stream's spill file holds (the rest of
-    the stream is counted, not kept, and the results say so).
+    the stream is counted, not kept, and the results say so); ``sandboxes``
+    where a request's sandbox is made (the runtime's; without one, the executor
+    opens its own and closes it with itself).
     """
 
-    def __init__(self, default_workdir: str, *, max_spill: int = MAX_SPILL_FILE) -> None:
+    def __init__(
+        self,
+        default_workdir: str,
+        *,
+        max_spill: int = MAX_SPILL_FILE,
+        sandboxes: Sandboxes | None = None,
+    ) -> None:
         if not os.path.isabs(default_workdir):
             raise ValueError(f"default_workdir must be absolute, got {default_workdir!r}")
         if isinstance(max_spill, bool) or not isinstance(max_spill, int) or max_spill <= 0:
@@ -414,6 +412,12 @@ class LocalBashExecutor:
         self._nursery_manager = trio.open_nursery()
         self._spills = SpillDir("greenroom-bash-", file_cap=max_spill)
         self._closed = False
+        self._own_sandboxes = sandboxes is None
+        self._sandboxes = Sandboxes() if sandboxes is None else sandboxes
+
+    @property
+    def sandboxes(self) -> Sandboxes:
+        return self._sandboxes
 
     @property
     def spills(self) -> SpillDir:
@@ -421,6 +425,8 @@ class LocalBashExecutor:
         return self._spills
 
     async def __aenter__(self) -> LocalBashExecutor:
+        if self._own_sandboxes:
+            await self._sandboxes.__aenter__()
         self._nursery = await self._nursery_manager.__aenter__()
         return self
 
@@ -443,6 +449,8 @@ class LocalBashExecutor:
         for record in self._tasks.values():
             await record.done.wait()
         self._spills.close()
+        if self._own_sandboxes:
+            await self._sandboxes.__aexit__(None, None, None)
 
     # -- the seam ------------------------------------------------------------------
 
@@ -463,6 +471,7 @@ class LocalBashExecutor:
             workdir=workdir,
             timeout_ms=min(timeout, MAX_TIMEOUT_MS),
             owner=request.owner,
+            sandbox=request.sandbox,
         )
 
     async def run(
@@ -470,7 +479,7 @@ class LocalBashExecutor:
     ) -> BashRunResult:
         """Run in the foreground, telling `progress` the output so far (see the seam). A
         cancel of the caller kills the group, reaps, then propagates."""
-        command = await _Command.spawn(spec, self._spills)
+        command = await _Command.spawn(spec, self._spills, self._sandboxes)
         timed_out = await command.finish(spec.timeout_ms / 1000, progress)
         return BashRunResult(
             exit_code=command.exit_code,
@@ -485,7 +494,7 @@ class LocalBashExecutor:
         """Start in the background (no timeout); returns at once with the task's id."""
         if self._closed or self._nursery is None:
             raise RuntimeError("the bash executor is closed")
-        command = await _Command.spawn(spec, self._spills)
+        command = await _Command.spawn(spec, self._spills, self._sandboxes)
         self._count += 1
         record = _TaskRecord(f"bash-{self._count}", spec, command)
         self._tasks[record.id] = record
@@ -551,6 +560,9 @@ class LocalBashExecutor:
     ) -> Callable[[], None]:
         """Call ``listener(task)`` once per task when it ends; never after the executor closed."""
         return self._listeners.add(listener, scope=scope)
+
+    async def end_session(self, session: str) -> None:
+        await self._sandboxes.end_session(session)
 
     # -- internals -----------------------------------------------------------------------
 

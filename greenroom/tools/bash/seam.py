@@ -15,6 +15,7 @@ from typing import Final, Literal, Protocol, TypeAlias
 import msgspec
 
 from greenroom.hooks import Disposers
+from greenroom.sandbox import Sandbox, Sandboxes
 
 DEFAULT_TIMEOUT_MS: Final = 120_000
 MAX_TIMEOUT_MS: Final = 600_000
@@ -24,19 +25,25 @@ TaskStatus: TypeAlias = Literal["running", "completed", "killed"]
 
 
 class BashExecRequest(msgspec.Struct, frozen=True, kw_only=True):
+    """A command to run; ``sandbox``: how it is confined (None: not at all, and not
+    contained in a cgroup either: the executor used on its own)."""
+
     command: str
     workdir: str | None = None
     timeout_ms: int | None = None
     owner: str | None = None
+    sandbox: Sandbox | None = None
 
 
 class BashExecSpec(msgspec.Struct, frozen=True, kw_only=True):
-    """A request resolved: an absolute existing workdir, a bounded timeout."""
+    """A request resolved: an absolute existing workdir, a bounded timeout. A background
+    task keeps its sandbox for its life (a mode changed since applies to new commands)."""
 
     command: str
     workdir: str
     timeout_ms: int
     owner: str | None = None
+    sandbox: Sandbox | None = None
 
 
 class StreamOutput(msgspec.Struct, frozen=True):
@@ -105,8 +112,11 @@ class BashExecutor(Protocol):
 
     Every method but `run`, `start` and `wait` is synchronous and never
     checkpoints. An unknown task id raises `UnknownTask` (``get`` and
-    ``owner_of`` return None instead).
+    ``owner_of`` return None instead). ``default_workdir``: where a request
+    without a workdir runs.
     """
+
+    default_workdir: str
 
     def resolve(self, request: BashExecRequest) -> BashExecSpec: ...
 
@@ -143,3 +153,13 @@ class BashExecutor(Protocol):
     def on_task_done(
         self, listener: TaskDoneListener, *, scope: Disposers | None = None
     ) -> Callable[[], None]: ...
+
+    @property
+    def sandboxes(self) -> Sandboxes:
+        """Where its commands are confined, and what the kernel enforces there."""
+        ...
+
+    async def end_session(self, session: str) -> None:
+        """`session` ended (its tasks were released): the places its sandbox made for it
+        (temporary directory, cgroups) go once its last process has."""
+        ...

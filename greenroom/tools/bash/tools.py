@@ -16,13 +16,21 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 import trio
 
-from greenroom.actors.types import Agent, AgentDisposed, ToolInvocation, ToolOutcome, ToolView
-from greenroom.protocol.events import PluginSource
+from greenroom.actors.types import (
+    MODE_ACCESS,
+    Agent,
+    AgentDisposed,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
+from greenroom.protocol.events import PluginSource, Protections, SandboxProtections
+from greenroom.sandbox import ACCESSES, Access, Sandbox, confines, describe
 from greenroom.tools.bash.seam import (
     BashExecRequest,
     BashExecutor,
@@ -32,7 +40,7 @@ from greenroom.tools.bash.seam import (
     UnknownTask,
 )
 from greenroom.tools.plugins import PluginContext
-from greenroom.tools.registry import Tool
+from greenroom.tools.registry import Tool, session_mode
 
 PLUGIN = "tool-bash"
 
@@ -46,6 +54,7 @@ class BashArgs(msgspec.Struct, kw_only=True):
     timeout_ms: int | None = None
     workdir: str | None = None
     run_in_background: bool = False
+    unsandboxed: bool = False
 
 
 class TaskArgs(msgspec.Struct, kw_only=True):
@@ -70,21 +79,21 @@ def kill_owned(executor: BashExecutor, token: str) -> None:
 
 
 async def release_owner(executor: BashExecutor, token: str) -> None:
-    """End what `token` holds: kill its running tasks, wait until each is reaped, forget all.
+    """End what `token` holds: kill its running tasks, wait until each is reaped, forget all;
+    then the session's sandbox goes once its last process has (`BashExecutor.end_session`).
 
     After it returns no task of `token` is left, so a later life of the same
     session id cannot read or kill an earlier life's tasks. It runs shielded:
-    a cancelled caller still sees every group reaped. With nothing owned it
-    returns at once, without a checkpoint.
+    a cancelled caller still sees every group reaped.
     """
     tasks = owned_tasks(executor, token)
-    if not tasks:
-        return
-    kill_owned(executor, token)
     with trio.CancelScope(shield=True):  # bounded: a kill escalates to SIGKILL in KILL_GRACE
-        for task in tasks:
-            await executor.wait(task.id)
-            executor.forget(task.id)
+        if tasks:
+            kill_owned(executor, token)
+            for task in tasks:
+                await executor.wait(task.id)
+                executor.forget(task.id)
+        await executor.end_session(token)
 
 
 def render_result(result: BashRunResult) -> str:
@@ -141,10 +150,16 @@ def render_output(output: BashOutput) -> str:
 def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
     """The three tools over `executor`.
 
-    A finished task read by its owner's live agent (found through `live`,
-    the agent its completion notice went to) is forgotten after that read:
-    the read delivered everything the task will ever say.
+    A command runs in the sandbox of its session's mode (`MODE_ACCESS`), or
+    unsandboxed when the call asks to (``unsandboxed``: the gate asks the user
+    each time); its session is told once per life what the kernel enforces (a
+    ``sandbox/protections`` event). A finished task read by its owner's live
+    agent (found through `live`, the agent its completion notice went to) is
+    forgotten after that read: the read delivered everything the task will
+    ever say.
     """
+    protections = executor.sandboxes.protections
+    confined = frozenset(a for a in ACCESSES if a != "full-access" and confines(protections, a))
 
     async def bash(args: BashArgs, call: ToolInvocation) -> str | ToolOutcome:
         for field in ("command", "description"):
@@ -158,24 +173,39 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
                 "invalid-arguments",
                 "BashError",
             )
-        session_cwd = call.agent.session.header.cwd if call.agent is not None else None
+        session = call.agent.session if call.agent is not None else None
+        header = session.header if session is not None else None
+        session_cwd = header.cwd if header is not None else None
         workdir = args.workdir
         if workdir is not None and not os.path.isabs(workdir) and session_cwd is not None:
             workdir = os.path.join(session_cwd, workdir)
+        access = "full-access" if args.unsandboxed else MODE_ACCESS[session_mode(session)]
+        # The session's directories; without a session cwd, the one its commands run in.
+        roots: tuple[str, ...] = (session_cwd or executor.default_workdir,)
+        if header is not None:
+            roots += tuple(header.additional_directories)
+        sandbox = Sandbox(access, caller_token(call), roots)
         request = BashExecRequest(
             command=args.command,
             workdir=workdir or session_cwd,
             timeout_ms=args.timeout_ms,
             owner=caller_token(call) if args.run_in_background else None,
+            sandbox=sandbox,
         )
         try:
             spec = executor.resolve(request)
         except ValueError as exc:
             return ToolOutcome.failed(f"bash: {exc}", "invalid-arguments", "BashError")
+        if session is not None and executor.sandboxes.first_told(session.id):
+            session.append(SandboxProtections(protections=protections))
         if args.run_in_background:
             task = await executor.start(spec)
             return f"started background task {task.id}"
-        return render_result(await executor.run(spec, call.progress))
+        result = await executor.run(spec, call.progress)
+        text = render_result(result)
+        if access in confined and _denied(result):
+            text += "\n" + _sandbox_note(access, roots, executor.sandboxes.settings.cache_dirs)
+        return text
 
     def _reachable(task_id: str, call: ToolInvocation) -> ToolOutcome | None:
         """An error outcome when the caller may not reach `task_id`, else None."""
@@ -220,11 +250,13 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         Tool(
             "bash",
             "Run a shell command (bash -c) in the session's working directory. "
-            "Set run_in_background to start it as a task and read it with bash_output.",
+            "Set run_in_background to start it as a task and read it with bash_output. "
+            + _sandbox_description(protections, confined),
             BashArgs,
             bash,
             kind="execute",
-            view=lambda a: ToolView(title=a.command),
+            view=_bash_view,
+            confined=confined,
         ),
         Tool(
             "bash_output",
@@ -242,6 +274,57 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
             view=lambda a: ToolView(title=f"stop {a.task_id}"),
         ),
     ]
+
+
+def _bash_view(args: BashArgs) -> ToolView:
+    if args.unsandboxed:
+        return ToolView(title=f"{args.command}  (unsandboxed)", unsandboxed=True)
+    return ToolView(title=args.command)
+
+
+#: What a confined command's own error output says when its sandbox refused something.
+_REFUSALS: Final = ("Permission denied", "Operation not permitted", "Read-only file system")
+
+
+def _denied(result: BashRunResult) -> bool:
+    return any(r in text for text in (result.stderr.text, result.stdout.text) for r in _REFUSALS)
+
+
+def _sandbox_note(access: Access, roots: tuple[str, ...], caches: tuple[str, ...]) -> str:
+    if access == "read-only":
+        what = (
+            "the session is read only: nothing can be written but in $TMPDIR, and no socket opened"
+        )
+    else:
+        places = ", ".join((*roots, "$TMPDIR", *caches))
+        what = f"writes are allowed only under {places}"
+    return (
+        f"[the sandbox refused what was denied above: {what}. A command that must go"
+        " further can be run again with unsandboxed: true; the user is asked first]"
+    )
+
+
+def _sandbox_description(protections: Protections, confined: frozenset[Access]) -> str:
+    """What the model is told of the sandbox its commands run in."""
+    if not confined:
+        return (
+            "Commands run unsandboxed: this machine's kernel offers no sandbox"
+            f" ({describe(protections)})."
+        )
+    parts = [
+        "Commands run in a sandbox the kernel enforces: they read anything but write only"
+        " under the session's directories, $TMPDIR (private to the session) and the package"
+        " caches"
+    ]
+    if "read-only" in confined:
+        parts.append("; in read-only mode only $TMPDIR, with the network off")
+    if protections.signals:
+        parts.append("; they cannot signal processes outside their own command")
+    parts.append(
+        ". A refused write fails with 'Permission denied'. To run one command outside the"
+        " sandbox, set unsandboxed: true: the user is asked each time."
+    )
+    return "".join(parts)
 
 
 def completion_notice(task: BashTask) -> str:

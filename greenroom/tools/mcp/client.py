@@ -48,7 +48,6 @@ import logging
 import math
 import os
 import signal
-import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager, suppress
 from types import TracebackType
@@ -68,8 +67,8 @@ from mcp.shared.message import SessionMessage
 
 from greenroom.actors.types import ToolOutcome
 from greenroom.lines import LineBuffer, LineTooLong
-from greenroom.procs import Spawn, exited, owner
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpServerError, McpStdioServer
+from greenroom.sandbox import Child, Sandbox, Sandboxes
 
 logger = logging.getLogger("greenroom.mcp")
 T = TypeVar("T")
@@ -115,6 +114,8 @@ class McpConnection:
         "_cwd",
         "_ended",
         "_prompts_changed",
+        "_sandbox",
+        "_sandboxes",
         "_session",
         "_wake",
         "prompts",
@@ -122,9 +123,13 @@ class McpConnection:
         "tools",
     )
 
-    def __init__(self, spec: McpServer, cwd: str | None) -> None:
+    def __init__(
+        self, spec: McpServer, cwd: str | None, sandboxes: Sandboxes, sandbox: Sandbox
+    ) -> None:
         self.spec = spec
         self._cwd = cwd
+        self._sandboxes = sandboxes
+        self._sandbox = sandbox
         self.tools: list[types.Tool] = []
         self.prompts: list[types.Prompt] = []
         self._prompts_changed = False
@@ -146,7 +151,8 @@ class McpConnection:
 
     async def _serve(self, offer: Callable[[McpConnection], None]) -> NoReturn:
         spec = self.spec
-        async with _transport(spec, self._cwd, self._end) as (read, write):
+        transport = _transport(spec, self._cwd, self._end, self._sandboxes, self._sandbox)
+        async with transport as (read, write):
             watched = _Watched(read, self._on_end)
             async with ClientSession(
                 watched, write, message_handler=self._on_message, client_info=CLIENT_INFO
@@ -350,12 +356,16 @@ async def _every_page(
 
 @asynccontextmanager
 async def _transport(
-    spec: McpServer, cwd: str | None, lost: Callable[[str], None]
+    spec: McpServer,
+    cwd: str | None,
+    lost: Callable[[str], None],
+    sandboxes: Sandboxes,
+    sandbox: Sandbox,
 ) -> AsyncIterator[Streams]:
     """The server's streams; ``lost(why)`` is told when an HTTP server forgot the session, or
-    a stdio server stopped reading."""
+    a stdio server stopped reading. A stdio server runs in `sandbox`."""
     if isinstance(spec, McpStdioServer):
-        async with _stdio(spec, cwd, lost) as streams:
+        async with _stdio(spec, cwd, lost, sandboxes, sandbox) as streams:
             yield streams
     else:
         assert isinstance(spec, McpHttpServer)
@@ -379,33 +389,35 @@ async def _transport(
 
 @asynccontextmanager
 async def _stdio(
-    spec: McpStdioServer, cwd: str | None, lost: Callable[[str], None]
+    spec: McpStdioServer,
+    cwd: str | None,
+    lost: Callable[[str], None],
+    sandboxes: Sandboxes,
+    sandbox: Sandbox,
 ) -> AsyncIterator[Streams]:
-    """The server as a child in a process group of its own, speaking lines of JSON-RPC.
+    """The server as a child in a process group of its own, in `sandbox`, speaking lines of
+    JSON-RPC.
 
     What the session sends is queued (`_Stdin`, which tells ``lost`` when the
     server has stopped reading), so neither a send nor a stop waits on a
     server that does not read. Its stderr is the runtime's. Leaving stops it, shielded and bounded
     (`_stop`): stdin closed, `STDIN_GRACE`; SIGTERM to its group,
     `TERM_GRACE`; then SIGKILL to the group whether or not the server is
-    still there, so nothing it started in its group outlives it, and to
-    whatever carries its mark (`greenroom.procs`), so nothing it detached
-    does either.
+    still there, so nothing it started in its group outlives it, and to its
+    cgroup and whatever carries its mark (`greenroom.sandbox.Child.end`), so
+    nothing it detached does either.
     """
-    owned = owner().spawn(get_default_environment() | spec.env)
-    process = await trio.lowlevel.open_process(
+    process = await sandboxes.spawn(
         [spec.command, *spec.args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        env=owned.env,
-        cwd=spec.cwd or cwd,
-        start_new_session=True,
+        cwd=spec.cwd or cwd or os.getcwd(),
+        env=get_default_environment() | spec.env,
+        sandbox=sandbox,
+        stdin="pipe",
+        stderr="inherit",
     )
-    owned.started(process.pid)
     # No checkpoint before the try: a cancel here would leave the process running.
     stdin, stdout = process.stdin, process.stdout
     assert stdin is not None
-    assert stdout is not None
     received, messages = anyio.create_memory_object_stream[SessionMessage | Exception](0)
     requests = _Stdin(lost)
     written = trio.Event()
@@ -419,7 +431,7 @@ async def _stdio(
                 with trio.CancelScope(shield=True):
                     with trio.move_on_after(_FLUSH):
                         await written.wait()
-                    await _stop(process, owned)
+                    await _stop(process)
                 # A process that left the group may hold stdout open: stop reading.
                 nursery.cancel_scope.cancel()
     finally:
@@ -572,7 +584,7 @@ async def _write_lines(
         written.set()
 
 
-async def _stop(process: trio.Process, owned: Spawn) -> None:
+async def _stop(process: Child) -> None:
     """End the server, its whole group and what it detached within 4.75 s (its caller
     shields it)."""
     assert process.stdin is not None
@@ -581,25 +593,17 @@ async def _stop(process: trio.Process, owned: Spawn) -> None:
     with trio.move_on_after(STDIN_GRACE):
         await process.wait()
     if process.returncode is None:
-        _signal_group(process, signal.SIGTERM)
+        process.signal_group(signal.SIGTERM)
         with trio.move_on_after(TERM_GRACE):
             await process.wait()
     # What the server left in its group dies now, while the group's id cannot yet
     # belong to anyone else (the server is not reaped, or a member still holds it).
-    _signal_group(process, signal.SIGKILL)
+    process.signal_group(signal.SIGKILL)
     with trio.move_on_after(_REAP):
         await process.wait()
     if process.returncode is None:
         logger.warning("MCP server process %d survived SIGKILL; abandoning it", process.pid)
-    sweep = owned.end()
-    if sweep is not None:
-        with trio.move_on_after(_SWEEP):
-            await exited(sweep.kill())
-
-
-def _signal_group(process: trio.Process, sig: signal.Signals) -> None:
-    with suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, sig)
+    await process.end(_SWEEP)
 
 
 class _Watched:

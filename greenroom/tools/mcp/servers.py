@@ -32,15 +32,30 @@ import msgspec
 import trio
 
 from greenroom.actors.events import AGENT_ERROR
-from greenroom.actors.types import Agent, ToolExecutor, ToolInvocation, ToolOutcome, ToolView
+from greenroom.actors.types import (
+    MODE_ACCESS,
+    Agent,
+    ToolExecutor,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
 from greenroom.backoff import Backoff
 from greenroom.hooks import EmitHook, Hooks
 from greenroom.protocol.events import ToolKind
-from greenroom.protocol.mcp import McpServer, McpServerError, McpState, McpStatus, safe_name
+from greenroom.protocol.mcp import (
+    McpServer,
+    McpServerError,
+    McpState,
+    McpStatus,
+    McpStdioServer,
+    safe_name,
+)
 from greenroom.protocol.model import ToolSchema
+from greenroom.sandbox import Sandbox, Sandboxes
 from greenroom.supervisor import ChildSpec, Supervisor, SupervisorEscalation
 from greenroom.supervisor.supervisor import describe_error
-from greenroom.tools.registry import NO_TOOLS, ToolEntry, ToolRegistry
+from greenroom.tools.registry import NO_TOOLS, ToolEntry, ToolRegistry, session_mode
 
 if TYPE_CHECKING:
     import mcp_types
@@ -92,13 +107,15 @@ _object_decoder: msgspec.json.Decoder[dict[str, Any]] = msgspec.json.Decoder(dic
 
 
 class McpHub:
-    """Opens the `SessionMcp` of each session given servers; one per runtime."""
+    """Opens the `SessionMcp` of each session given servers; one per runtime. Its stdio
+    servers run in `sandboxes` (the runtime's)."""
 
-    __slots__ = ("_hooks", "_registry")
+    __slots__ = ("_hooks", "_registry", "_sandboxes")
 
-    def __init__(self, registry: ToolRegistry, hooks: Hooks) -> None:
+    def __init__(self, registry: ToolRegistry, hooks: Hooks, sandboxes: Sandboxes) -> None:
         self._registry = registry
         self._hooks = hooks
+        self._sandboxes = sandboxes
 
     def open(
         self,
@@ -108,7 +125,9 @@ class McpHub:
         tools: ToolExecutor,
         wait: float = math.inf,
     ) -> SessionMcp:
-        return SessionMcp(self._registry, tools, self._hooks, session_id, cwd, servers, wait)
+        return SessionMcp(
+            self._registry, tools, self._hooks, self._sandboxes, session_id, cwd, servers, wait
+        )
 
 
 class SessionMcp:
@@ -130,6 +149,7 @@ class SessionMcp:
         "_schemas",
         "_schemas_of",
         "_wait",
+        "sandboxes",
         "session_id",
         "slots",
     )
@@ -139,6 +159,7 @@ class SessionMcp:
         registry: ToolRegistry,
         base: ToolExecutor,
         hooks: Hooks,
+        sandboxes: Sandboxes,
         session_id: str,
         cwd: str | None,
         servers: Sequence[McpServer],
@@ -148,6 +169,7 @@ class SessionMcp:
         self._base = base
         self._hooks = hooks
         self._wait = wait
+        self.sandboxes = sandboxes
         self.session_id = session_id
         self.slots = [ServerSlot(self, spec, cwd) for spec in servers]
         self._entries: Mapping[str, ToolEntry] = NO_TOOLS
@@ -286,7 +308,10 @@ class ServerSlot:
         from greenroom.tools.mcp.client import McpConnection  # the SDK, on first use
 
         task_status.started()
-        connection = McpConnection(self.spec, self._cwd)
+        assert self._agent is not None
+        connection = McpConnection(
+            self.spec, self._cwd, self._owner.sandboxes, self._sandbox(self._agent)
+        )
         try:
             await connection.run(self._offer)
         except Exception as exc:
@@ -300,6 +325,16 @@ class ServerSlot:
                 self._owner.offered()
             self._offer_prompts([])
             self.settled.set()
+
+    def _sandbox(self, agent: Agent) -> Sandbox:
+        """The sandbox of a start: the spec's, else its session's mode's now."""
+        session = agent.session
+        spec = self.spec
+        chosen = spec.sandbox if isinstance(spec, McpStdioServer) else None
+        access = chosen or MODE_ACCESS[session_mode(session)]
+        header = session.header
+        roots = (*([header.cwd] if header.cwd else []), *header.additional_directories)
+        return Sandbox(access, session.id, tuple(roots))
 
     def _offer(self, connection: McpConnection) -> None:
         entries = self._entries(connection.tools)
