@@ -57,8 +57,11 @@ NAMES = ["jsonrpc", "id", "method", "params", "result", "error"]
 
 
 def _escaped(name: str) -> str:
-    """A member's name as JSON with every character escaped: the same name to a decoder."""
-    return '"' + "".join(f"\\u{ord(c):04x}" for c in name) + '"'
+    """A member's name as JSON with every character escaped: the same name to a decoder (a
+    character past the BMP as its UTF-16 surrogate pair, as JSON escapes it)."""
+    units = name.encode("utf-16-be")
+    pairs = (int.from_bytes(units[i : i + 2], "big") for i in range(0, len(units), 2))
+    return '"' + "".join(f"\\u{unit:04x}" for unit in pairs) + '"'
 
 
 @st.composite
