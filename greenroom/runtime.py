@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
-from typing import Any, cast
+from typing import Any, Protocol, cast, runtime_checkable
 
 import trio
 
@@ -35,6 +35,7 @@ from greenroom.sandbox import Sandboxes, SandboxSettings
 from greenroom.session import SessionStore
 from greenroom.session.history import HistoryEntry, history_of
 from greenroom.session.persistence import Interruption, Persistence, StoredSession
+from greenroom.session.persistence.urls import store_from_url
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
 from greenroom.tools import Tool, ToolRegistry
@@ -186,6 +187,13 @@ class Runtime:
         await self.plug(name, getattr(module, plugin.__qualname__))
 
 
+@runtime_checkable
+class _Connected(Protocol):
+    """A store that holds connections (SQLite's, PostgreSQL's): `close` lets them go."""
+
+    def close(self) -> None: ...
+
+
 def _under(workdir: str, cwd: str | None) -> str:
     """`cwd` from `workdir` (itself for None): the absolute path a session works in."""
     if cwd is not None and not isinstance(cwd, str):
@@ -230,6 +238,7 @@ async def open_runtime(
     model: ModelAdapter | None = None,
     models: Mapping[str, ModelAdapter] | None = None,
     persistence: Persistence | None = None,
+    store: str | None = None,
     permissions: Permissions | None = None,
     spawn_limits: SpawnLimits | None = None,
     tools: Iterable[Tool[Any] | Callable[..., Any]] = (),
@@ -251,7 +260,10 @@ async def open_runtime(
     context stays verbatim, unless its `AgentOptions.compaction` says otherwise.
     With ``persistence``,
     every session's events go to its sink over it (one durable append per
-    turn) and `agents.resume` can load sessions back. The agents' supervisor
+    turn) and `agents.resume` can load sessions back; ``store`` is the same by
+    URL, as ``--store`` takes it (``"jsonl:DIR"``, ``"sqlite:PATH"``,
+    ``"postgresql://..."``; a bad one is a `StoreError` naming it), the store
+    then the runtime's to close. The agents' supervisor
     stops its children in reverse start order, so agents are disposed in
     reverse creation order, each through the same path as
     `AgentHandle.dispose` (closing ``turn/end``, flush, its session's bash
@@ -286,6 +298,15 @@ async def open_runtime(
         raise ValueError("give open_runtime either model= or a non-empty models=, not both")
     for tool in tools:
         tool_registry.register(as_tool(tool))
+    if store is not None:
+        if persistence is not None:
+            raise ValueError("give open_runtime either persistence= or store=, not both")
+        persistence = await trio.to_thread.run_sync(
+            partial(store_from_url, store, what="open_runtime(store=...)")
+        )
+        owned = persistence
+    else:
+        owned = None
     try:
         # The nesting is the teardown order: agents, then plugins, then bash tasks, then the
         # sandboxes' launcher and cgroups, then the spill files of cut tool results.
@@ -337,3 +358,7 @@ async def open_runtime(
         if error is None:
             raise
         raise error from None
+    finally:
+        if isinstance(owned, _Connected):  # the store the URL made: after every agent's log
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(owned.close)

@@ -170,3 +170,21 @@ async def test_start_refuses_what_is_not_a_spec_and_a_bad_cwd() -> None:
             await rt.start("coder")  # type: ignore[arg-type]
         with pytest.raises(TypeError, match="cwd must be a path"):
             await rt.start(AgentSpec(name="a"), cwd=3)  # type: ignore[arg-type]
+
+
+async def test_open_runtime_takes_a_store_url_and_a_bad_one_is_named(tmp_path: Path) -> None:
+    from greenroom.session.persistence.urls import StoreError
+
+    url = f"sqlite:{tmp_path / 'state.db'}"
+    async with open_runtime(store=url) as rt:
+        handle = await rt.start(AgentSpec(name="a"), "s")
+        await handle.agent.run("kept")
+    async with open_runtime(store=url) as rt:
+        again = await rt.start(AgentSpec(name="a"), "s")
+        assert [e.text for e in again.agent.history()] == ["kept", "kept"]
+    with pytest.raises(StoreError, match=r"open_runtime\(store=\.\.\.\) nope: not a store URL"):
+        async with open_runtime(store="nope"):
+            pass
+    with pytest.raises(ValueError, match="either persistence= or store="):
+        async with open_runtime(store=url, persistence=JsonlPersistence(tmp_path)):
+            pass

@@ -27,7 +27,6 @@ from acp import schema
 
 from greenroom import open_runtime
 from greenroom.acp.connection import TEARDOWN_GRACE
-from greenroom.cli import StoreError, store_from_url
 from greenroom.models import ScriptedModel
 from greenroom.models.scripted import Hang
 from greenroom.protocol.events import (
@@ -49,6 +48,7 @@ from greenroom.session.persistence import (
     SqlitePersistence,
 )
 from greenroom.session.persistence import jsonl as jsonl_module
+from greenroom.session.persistence.urls import StoreError, store_from_url
 from greenroom.session.persistence.writer import Job, Writer
 from greenroom.supervisor import ChildSpec, Supervisor, cleanup_scope
 from tests.acp_process import acp_process

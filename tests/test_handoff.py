@@ -209,7 +209,7 @@ async def test_an_acp_client_is_told_when_its_idle_session_is_handed_off(
 
 
 def test_greenroom_acp_keep_busy_reaches_the_store(postgres_dsn: str) -> None:
-    from greenroom.cli import store_from_url
+    from greenroom.session.persistence.urls import store_from_url
 
     for keep in (False, True):
         store = store_from_url(postgres_dsn, keep_busy=keep)
