@@ -116,5 +116,3 @@ def safe_url(url: str) -> str:
 
 
 _PASSWORD = re.compile(r"(://[^:/@]*:).*(?=@)|([?&]password=)[^&]*")
-
-
