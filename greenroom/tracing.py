@@ -47,6 +47,7 @@ from greenroom.actors.events import (
     AGENT_STEP_START,
     AGENT_TURN_END,
     AGENT_TURN_START,
+    SUBAGENT_STARTED,
 )
 from greenroom.actors.types import Agent
 from greenroom.models.base import ModelAdapter
@@ -62,7 +63,6 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import Finish
 from greenroom.session import SESSION_EVENT, Session
 from greenroom.tools.plugins import Plugin, PluginContext
-from greenroom.tools.subagents import SUBAGENT_STARTED
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer, TracerProvider

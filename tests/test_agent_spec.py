@@ -188,3 +188,36 @@ async def test_open_runtime_takes_a_store_url_and_a_bad_one_is_named(tmp_path: P
     with pytest.raises(ValueError, match="either persistence= or store="):
         async with open_runtime(store=url, persistence=JsonlPersistence(tmp_path)):
             pass
+
+
+async def test_a_parent_spawns_a_spec_and_the_task_tool_starts_only_the_specs_it_was_given() -> (
+    None
+):
+    from greenroom.actors.events import SUBAGENT_STARTED
+    from greenroom.tools.subagents import task_tool
+
+    researcher_model = ScriptedModel([[Say("found it")]])
+    researcher = AgentSpec(name="researcher", model=researcher_model, instructions="Dig.")
+    lead_model = ScriptedModel(
+        [
+            [CallTool("task", {"prompt": "look it up", "agent": "researcher"})],
+            [CallTool("task", {"prompt": "write it", "agent": "writer"})],
+            [Say("done")],
+        ]
+    )
+    lead = AgentSpec(name="lead", model=lead_model, tools=[task_tool([researcher])])
+    started: list[tuple[str, str]] = []
+    async with open_runtime() as rt:
+        rt.hooks.on(SUBAGENT_STARTED, lambda parent, call, child: started.append((call, child.id)))
+        handle = await rt.start(lead, "L")
+        answer = await handle.agent.run("research and write")
+        child = await handle.spawn(researcher, session_id="R2")
+        assert (child.id, child.spec) == ("researcher:R2", researcher)
+        assert child.agent.session.header.parent_session == "L"
+    results = [(c.name, c.result, c.is_error) for c in answer.tool_calls]
+    assert results[0] == ("task", "found it", False)
+    assert results[1][2] is True
+    assert "agent must be one of researcher, not 'writer'" in results[1][1]
+    assert researcher_model.requests[0].system == "Dig."
+    assert len(started) == 1
+    assert started[0][1].startswith("researcher:")

@@ -10,12 +10,12 @@ import trio
 
 from greenroom import Runtime, open_runtime
 from greenroom.acp.connection import AcpConnection
-from greenroom.actors.events import AGENT_STATUS
+from greenroom.actors.events import AGENT_STATUS, SUBAGENT_STARTED
 from greenroom.actors.types import Agent, SpawnRefused
 from greenroom.models import Hang, Say
 from greenroom.protocol.events import DISPOSED, Aborted, SessionHeader, TurnEnd
 from greenroom.session.persistence import JsonlPersistence, SessionLog
-from greenroom.tools.subagents import SUBAGENT_STARTED, task_plugin
+from greenroom.tools.subagents import task_plugin
 from tests.acp_peer import bridge
 from tests.persistence_helpers import Delegating
 from tests.test_subagents import Routed, ends, record, results, task

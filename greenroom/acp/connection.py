@@ -55,7 +55,7 @@ from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.prompts import prompt_content
 from greenroom.acp.sessions import InFlight, SessionRecord
 from greenroom.acp.starts import LIST_PAGE, SERVER_WAIT, Started
-from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS
+from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
 from greenroom.actors.prompt import Answer, Prompt
 from greenroom.actors.types import Agent, AgentDisposed, SessionClient
 from greenroom.protocol.acp import (
@@ -103,7 +103,6 @@ from greenroom.session.persistence import (
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.bash.tools import kill_owned
 from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts, McpServerError
-from greenroom.tools.subagents import SUBAGENT_STARTED
 
 __all__ = [
     "LIST_PAGE",

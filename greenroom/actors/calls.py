@@ -8,17 +8,20 @@ without a result yet, and every later one, an ``aborted`` result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import partial
 
 import trio
 
-from greenroom.actors.events import AGENT_TOOL_PROGRESS
+from greenroom.actors.events import AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
 from greenroom.actors.life import AgentLife
 from greenroom.actors.limits import Budget
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
 from greenroom.actors.step import LimitStop, StepFailed, TurnStopped, write_ahead
 from greenroom.actors.types import (
     Agent,
+    AgentOptions,
+    ChildHandle,
     SessionClient,
     ToolExecutor,
     ToolInvocation,
@@ -27,6 +30,7 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.protocol.events import LimitReached, ToolCall, ToolProgress, ToolResult, ToolStart
+from greenroom.protocol.mcp import McpServer
 from greenroom.protocol.model import ToolCallChunk
 from greenroom.session import Session
 
@@ -34,7 +38,8 @@ from greenroom.session import Session
 class ToolCalls:
     """Runs and logs the tool calls of one agent's steps (see the module docstring).
 
-    A tool that starts a child agent calls the agent's `AgentHandle.spawn`; the
+    A tool that starts a child agent calls the agent's `AgentHandle.spawn` (told as
+    ``subagent/started``, with the call's id, once the child is live); the
     running turn's scope, read off the `CancelMarker`, is what a call's work
     runs under.
     """
@@ -135,12 +140,37 @@ class ToolCalls:
                 self._marker.running,
                 self._client,
                 partial(self._log_start, turn, step, call.call_id),
-                self._life.handle.spawn,
+                partial(self._spawn, call.call_id),
                 partial(self._show_progress, turn, step, call.call_id),
             )
         )
         self.log_result(turn, step, call, outcome)
         results.add(call.call_id)
+
+    async def _spawn(
+        self,
+        call_id: str,
+        spec: object = None,
+        /,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> ChildHandle:
+        """A call's spawn (`ToolInvocation.spawn`): the agent's, then ``subagent/started``."""
+        child = await self._life.handle.spawn(
+            spec,
+            agent_id=agent_id,
+            session_id=session_id,
+            options=options,
+            tools=tools,
+            mcp_servers=mcp_servers,
+        )
+        if SUBAGENT_STARTED in self._hooks.listened:
+            self._hooks.emit(SUBAGENT_STARTED, self._agent, call_id, child.agent)
+        return child
 
     def _settle_rest(
         self,

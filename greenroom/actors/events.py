@@ -28,6 +28,8 @@ AGENT_TOOL_PROGRESS: EmitHook[[Agent, ToolProgress]] = EmitHook("agent/tool-prog
 AGENT_STEERING: EmitHook[[Agent, int, str]] = EmitHook("agent/steering")
 #: (agent, turn, step, error); turn or step is 0 outside one
 AGENT_ERROR: EmitHook[[Agent, int, int, Exception]] = EmitHook("agent/error")
+#: a tool call started a child of its agent: (the calling agent, the call's id, the child)
+SUBAGENT_STARTED: EmitHook[[Agent, str, Agent]] = EmitHook("subagent/started")
 
 #: the model request of (agent, turn, step), before it is sent
 AGENT_REQUEST: WaterfallHook[ModelRequest, [Agent, int, int]] = WaterfallHook("agent/request")

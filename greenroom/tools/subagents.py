@@ -15,12 +15,14 @@ caller's turn goes on.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from typing import Final
 
 import msgspec
 import trio
 
 from greenroom.actors.loop import CLOSING_GRACE
+from greenroom.actors.spec import AgentSpec
 from greenroom.actors.types import (
     Agent,
     AgentOptions,
@@ -30,7 +32,6 @@ from greenroom.actors.types import (
     ToolOutcome,
     ToolView,
 )
-from greenroom.hooks import EmitHook, Hooks
 from greenroom.protocol.events import (
     Aborted,
     AgentSource,
@@ -47,56 +48,76 @@ from greenroom.tools.registry import Tool
 
 PLUGIN: Final = "tool-task"
 
-#: A ``task`` call started its child: (the calling agent, the call's id, the child).
-SUBAGENT_STARTED: EmitHook[[Agent, str, Agent]] = EmitHook("subagent/started")
-
 
 class TaskArgs(msgspec.Struct, frozen=True, kw_only=True):
-    """The arguments of ``task``."""
+    """The arguments of ``task``: the work, a few words for the user, and either the system
+    prompt of a fresh sub-agent or the `agent` (one of the specs the tool was given)."""
 
     prompt: str
     description: str = ""
     instructions: str | None = None
+    agent: str | None = None
 
 
-def task_tool(hooks: Hooks) -> Tool[TaskArgs]:
+def task_tool(specs: Sequence[AgentSpec] = ()) -> Tool[TaskArgs]:
+    """The ``task`` tool. Without `specs`, each call starts a fresh sub-agent (the caller's
+    model, the call's `instructions`); with them, a call names the one to start (`agent`:
+    a spec's name; its description lists them), and may start only those: give it as an
+    agent's own tool (``AgentSpec(tools=[task_tool([researcher, writer])])``). A spec
+    named twice is a `ValueError`."""
+    named = {spec.name: spec for spec in specs}
+    if len(named) < len(specs):
+        raise ValueError("task_tool: two specs share a name; each must be told apart by it")
+
     async def run(args: TaskArgs, invocation: ToolInvocation) -> ToolOutcome:
         parent, spawn = invocation.agent, invocation.spawn
         if parent is None or spawn is None:
             await trio.lowlevel.checkpoint()
-            return ToolOutcome.failed(
-                "task: there is no agent to spawn a sub-agent from", "no-agent", "TaskError"
-            )
+            return _failed("there is no agent to spawn a sub-agent from", "no-agent")
         if not args.prompt.strip():
             await trio.lowlevel.checkpoint()
-            return ToolOutcome.failed("task: the prompt is empty", "invalid-arguments", "TaskError")
-        child_id = str(uuid.uuid4())
-        options = AgentOptions(model=parent.options.model, system_prompt=args.instructions)
+            return _failed("the prompt is empty", "invalid-arguments")
         try:
-            child = await spawn(agent_id=child_id, session_id=child_id, options=options)
+            if named:
+                spec = named.get(args.agent or "")
+                if spec is None:
+                    await trio.lowlevel.checkpoint()
+                    known = ", ".join(named)
+                    return _failed(
+                        f"agent must be one of {known}, not {args.agent!r}", "unknown-agent"
+                    )
+                child = await spawn(spec)
+            else:
+                child_id = str(uuid.uuid4())
+                options = AgentOptions(model=parent.options.model, system_prompt=args.instructions)
+                child = await spawn(agent_id=child_id, session_id=child_id, options=options)
         except SpawnRefused as exc:
-            return ToolOutcome.failed(
-                f"task: no sub-agent was started: {exc}", "spawn-refused", "TaskError"
-            )
-        hooks.emit(SUBAGENT_STARTED, parent, invocation.call_id, child.agent)
+            return _failed(f"no sub-agent was started: {exc}", "spawn-refused")
         try:
             return await _answer(child, args.prompt, parent)
         finally:
             with trio.CancelScope(shield=True), trio.move_on_after(CLOSING_GRACE):
                 await child.dispose()
 
+    if named:
+        how = f" Name the sub-agent to start in `agent`: one of {', '.join(named)}."
+    else:
+        how = " `instructions` become its system prompt."
     return Tool(
         "task",
         "Hand a self-contained piece of work to a sub-agent with a fresh context. Give it"
-        " everything it needs in `prompt`; `description` is a few words for the user;"
-        " `instructions` become its system prompt. Returns its final answer. Several"
-        " task calls in one step run at once.",
+        " everything it needs in `prompt`; `description` is a few words for the user."
+        f"{how} Returns its final answer. Several task calls in one step run at once.",
         TaskArgs,
         run,
         kind="think",
         view=_view,
         concurrent=True,
     )
+
+
+def _failed(message: str, code: str) -> ToolOutcome:
+    return ToolOutcome.failed(f"task: {message}", code, "TaskError")
 
 
 async def _answer(child: ChildHandle, prompt: str, parent: Agent) -> ToolOutcome:
@@ -149,5 +170,5 @@ def _view(args: TaskArgs) -> ToolView:
 
 
 def task_plugin(ctx: PluginContext) -> None:
-    """The ``tool-task`` plugin: the ``task`` tool."""
-    ctx.register_tool(task_tool(ctx.hooks))
+    """The ``tool-task`` plugin: the ``task`` tool, starting fresh sub-agents."""
+    ctx.register_tool(task_tool())
