@@ -21,6 +21,9 @@
   mid-turn against ``scope.cancel()`` of a parked task and waiting for it;
 * spawn: ``parent.spawn(...)``, one turn of the child, its dispose, against
   ``rt.agents.create(...)``, one turn and dispose of a top-level agent;
+* spec: ``rt.start(spec)``, one turn, dispose, against ``rt.agents.create``,
+  one turn, dispose; and a turn of an agent with `Limits` and a prompt
+  `Guard` against the same turn with neither (timed, and its calls counted);
 * cost profile: the one-step turn and the round trip counted, not timed
   (Python calls under ``sys.setprofile``, task steps by a Trio instrument,
   traced bytes kept), per op as the difference of runs of 2M and M ops: the
@@ -47,6 +50,7 @@ import trio.testing
 
 from bench.counting import Profile, profile
 from bench.report import Row, compare
+from greenroom import AgentOptions, AgentSpec, Guard, Limits
 from greenroom.models import CallTool, Hang, Say, ScriptedModel
 from greenroom.protocol.events import AssistantChunk
 from greenroom.runtime import open_runtime
@@ -221,6 +225,53 @@ async def _top_level_turn(n: int) -> float:
             await handle.agent.when_idle()
             await handle.dispose()
         return (time.perf_counter() - t0) / n * 1e6
+
+
+_SPEC = AgentSpec(name="a", model="default")  # the runtime's model, by its id
+
+
+async def _spec_turn(n: int) -> float:
+    """Microseconds per ``rt.start(spec)`` + one turn + dispose."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        t0 = time.perf_counter()
+        for i in range(n):
+            handle = await rt.start(_SPEC, f"s{i}")
+            await handle.agent.run("ping")
+            await handle.dispose()
+        return (time.perf_counter() - t0) / n * 1e6
+
+
+async def _create_turn(n: int) -> float:
+    """Microseconds per ``rt.agents.create`` + one turn (``run``) + dispose."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        t0 = time.perf_counter()
+        for i in range(n):
+            handle = await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}")
+            await handle.agent.run("ping")
+            await handle.dispose()
+        return (time.perf_counter() - t0) / n * 1e6
+
+
+_BOUNDED = AgentOptions(
+    limits=Limits(requests=10, tool_calls=10, total_tokens=10**9, session_requests=10**9),
+    guards=(Guard(name="plain", prompt=lambda text: None),),
+)
+
+
+async def _bounded_turns(m: int) -> float:
+    """Microseconds per one-step text turn of an agent with limits and a prompt guard."""
+    async with open_runtime(model=ScriptedModel(delay=0)) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", options=_BOUNDED)
+        agent = handle.agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        t1 = time.perf_counter()
+        turns = agent.session.last_turn
+    if turns != m:
+        raise RuntimeError(f"expected {m} turns in the session log, found {turns}")
+    return (t1 - t0) / m * 1e6
 
 
 async def _child_turn(n: int) -> float:
@@ -412,8 +463,11 @@ def run(repeats: int, quick: bool) -> list[Row]:
     held = _alternate((_held_settled, _held_awaited), m, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
     spawn = _alternate((_top_level_turn, _child_turn), n_life // 4, repeats)
+    starts = _alternate((_create_turn, _spec_turn), n_life // 4, repeats)
+    bounded = _alternate((_our_turns, _bounded_turns), m, repeats)
     counted = min(m, 300)  # the counts do not vary; the profiler slows each op ~3x
     turn, trip = profile(_our_turns, counted), profile(_raw_turns, counted)
+    guarded = profile(_bounded_turns, counted)
     return [
         compare(
             SCENARIO,
@@ -516,6 +570,33 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="CancelScope.cancel() to task exit",
             raw=cancel["_raw_cancel"],
             max_ratio=2.0,
+        ),
+        compare(
+            SCENARIO,
+            f"rt.start(spec) + one turn + dispose (N={n_life // 4})",
+            "us",
+            starts["_spec_turn"],
+            baseline="agents.create + one turn + dispose",
+            raw=starts["_create_turn"],
+            max_ratio=1.2,
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn with limits and a prompt guard (M={m})",
+            "us",
+            bounded["_bounded_turns"],
+            baseline="the same turn with neither",
+            raw=bounded["_our_turns"],
+            max_ratio=1.2,
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-step turn with limits and a prompt guard (M={counted})",
+            "calls",
+            [guarded.calls],
+            baseline="per turn with neither",
+            raw=[turn.calls],
+            note=f"{guarded.calls - turn.calls:+.0f} calls; the goal is at most +5",
         ),
         compare(
             SCENARIO,

@@ -12,8 +12,7 @@ nothing for them.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Literal
 
 from greenroom.actors.events import AGENT_REQUEST, AGENT_STEP_RESULT
@@ -55,10 +54,24 @@ class Guards:
     ) -> ModelRequest:
         guards = agent.options.guards
         if guards and step == 1:
-            text = _turn_prompt(agent)
+            events = agent.session.events  # the turn's prompts: its user/messages
+            texts: list[str] = []
+            for index in range(len(events) - 1, -1, -1):
+                event = events[index]
+                if type(event) is TurnStart:
+                    break
+                if type(event) is UserMessage:
+                    texts.append(event.content)
+            text = "\n\n".join(reversed(texts))
             for guard in guards:
-                if guard.prompt is not None:
-                    await _check(guard, "prompt", guard.prompt, text)
+                check = guard.prompt
+                if check is not None:  # the sync path inline: a turn's cost is in calls
+                    try:
+                        verdict = check(text)
+                    except Exception as exc:
+                        raise _raised(guard, "prompt", exc, None) from exc
+                    if verdict is not None and (waiting := _judged(guard, "prompt", verdict)):
+                        await waiting
         return request
 
     async def _tool_call(self, invocation: ToolInvocation) -> ToolInvocation:
@@ -66,7 +79,7 @@ class Guards:
         if agent is not None:
             for guard in agent.options.guards:
                 if guard.tool_call is not None:
-                    await _check(
+                    waiting = _check(
                         guard,
                         "tool_call",
                         guard.tool_call,
@@ -74,6 +87,8 @@ class Guards:
                         invocation.arguments,
                         call_id=invocation.call_id,
                     )
+                    if waiting is not None:
+                        await waiting
         return invocation
 
     async def _answer(
@@ -82,37 +97,50 @@ class Guards:
         if not message.tool_calls:
             for guard in agent.options.guards:
                 if guard.answer is not None:
-                    await _check(guard, "answer", guard.answer, message.content)
+                    waiting = _check(guard, "answer", guard.answer, message.content)
+                    if waiting is not None:
+                        await waiting
         return message
 
 
-async def _check(
+def _check(
     guard: Guard,
     at: At,
     check: Callable[..., Verdict],
     *args: str,
     call_id: str | None = None,
-) -> None:
-    """Run `check`; raise `GuardTrip` when it trips (answers a message) or raises."""
+) -> Awaitable[None] | None:
+    """Run `check`; raise `GuardTrip` when it trips (answers a message) or raises. A sync
+    check answers at once (None: it passed); an async one is awaited by the caller, in
+    what this returns."""
     try:
         verdict = check(*args)
-        if inspect.isawaitable(verdict):
-            verdict = await verdict
     except Exception as exc:
-        message = f"{type(exc).__name__}: {exc}"
-        raise GuardTrip(guard.name, at, message, call_id=call_id, raised=True) from exc
-    if verdict is not None:
-        raise GuardTrip(guard.name, at, str(verdict), call_id=call_id)
+        raise _raised(guard, at, exc, call_id) from exc
+    return None if verdict is None else _judged(guard, at, verdict, call_id)
 
 
-def _turn_prompt(agent: Agent) -> str:
-    """The text of the turn's prompts (its ``user/message``s), as one text."""
-    events = agent.session.events
-    texts: list[str] = []
-    for index in range(len(events) - 1, -1, -1):
-        event = events[index]
-        if type(event) is TurnStart:
-            break
-        if type(event) is UserMessage:
-            texts.append(event.content)
-    return "\n\n".join(reversed(texts))
+def _judged(
+    guard: Guard, at: At, verdict: str | Awaitable[str | None], call_id: str | None = None
+) -> Awaitable[None]:
+    """A check's verdict that is not a pass: a message trips (`GuardTrip`, raised now), an
+    awaitable is returned to be awaited (it raises when its answer trips)."""
+    if isinstance(verdict, str):
+        raise GuardTrip(guard.name, at, verdict, call_id=call_id)
+    return _awaited(guard, at, verdict, call_id)
+
+
+async def _awaited(
+    guard: Guard, at: At, verdict: Awaitable[str | None], call_id: str | None
+) -> None:
+    try:
+        answer = await verdict
+    except Exception as exc:
+        raise _raised(guard, at, exc, call_id) from exc
+    if answer is not None:
+        raise GuardTrip(guard.name, at, str(answer), call_id=call_id)
+
+
+def _raised(guard: Guard, at: At, exc: Exception, call_id: str | None) -> GuardTrip:
+    message = f"{type(exc).__name__}: {exc}"
+    return GuardTrip(guard.name, at, message, call_id=call_id, raised=True)

@@ -75,6 +75,13 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
         )
 
 
+class _Limited(Protocol):
+    """A prompt, as a budget reads it: the limits its turn is held to, if any."""
+
+    @property
+    def limits(self) -> Limits | None: ...
+
+
 #: No limit at all: what a turn is held to when neither the agent nor its prompts set any.
 NO_LIMITS: Final = Limits()
 
@@ -115,9 +122,13 @@ class Budget:
     def limits(self) -> Limits:
         return self._limits
 
-    def turn(self, limits: Limits) -> None:
-        """A turn starts, under `limits` (its prompts' own, if stricter than the agent's)."""
-        self._limits = limits
+    def turn(self, limits: Limits | None, prompts: Sequence[_Limited]) -> None:
+        """A turn starts over `prompts`, under `limits` (the agent's) narrowed by theirs."""
+        turn = limits or NO_LIMITS
+        for prompt in prompts:
+            if prompt.limits is not None:
+                turn = turn.stricter(prompt.limits)
+        self._limits = turn
         self._requests = self._calls = 0
         self._usage = Usage()
         self.crossed = None
@@ -177,28 +188,3 @@ class Budget:
             if limit is not None and spent >= limit:
                 self.crossed = LimitReached(limit=name, allowed=limit, reached=spent)
                 return
-
-
-class _Limited(Protocol):
-    """A prompt, as a budget reads it: the limits its turn is held to, if any."""
-
-    @property
-    def limits(self) -> Limits | None: ...
-
-
-def budget_turn(
-    budget: Budget | None,
-    limits: Limits | None,
-    prompts: Sequence[_Limited],
-    events: Sequence[SessionEvent],
-) -> Budget:
-    """The agent's budget for the coming turn: held to its `limits` narrowed by its
-    `prompts`' own; made, from the session's `events`, at the first limited turn (then it
-    keeps the session's counts up to date)."""
-    turn = limits or NO_LIMITS
-    for prompt in prompts:
-        turn = turn.stricter(prompt.limits)
-    if budget is None:
-        budget = Budget(turn, events)
-    budget.turn(turn)
-    return budget

@@ -33,7 +33,7 @@ from greenroom.actors.events import (
 )
 from greenroom.actors.inbox import Inbox
 from greenroom.actors.life import AgentLife
-from greenroom.actors.limits import Budget, Limits, budget_turn
+from greenroom.actors.limits import NO_LIMITS, Budget, Limits
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
 from greenroom.actors.output import OutputTools, OutputTurn
 from greenroom.actors.prompt import Prompt, TurnOutcome, new_message_id, settle, take
@@ -177,7 +177,10 @@ class TurnDriver:
         marker = self._marker
         marker.running = marker.turns
         if self.limits is not None or self.budget is not None:
-            self.budget = budget_turn(self.budget, self.limits, prompts, self._session.events)
+            budget = self.budget
+            if budget is None:  # the first limited turn: the session's counts read once
+                budget = self.budget = Budget(NO_LIMITS, self._session.events)
+            budget.turn(self.limits, prompts)
         try:
             if body is None:
                 session = self._session
