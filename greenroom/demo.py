@@ -137,7 +137,7 @@ def live_view(runtime: Runtime, narrator: Narrator) -> str:
     return "\n".join(lines)
 
 
-class Watch:
+class Watching:
     """Wakes waiters whenever an agent's status changes or any session grows."""
 
     def __init__(self, runtime: Runtime) -> None:
@@ -171,7 +171,7 @@ async def story(
     session id is its name followed by `tag`."""
     say = narrator.say
     agents = runtime.agents
-    watch = Watch(runtime)
+    watch = Watching(runtime)
     handles = {
         name: await agents.create(agent_id=name, session_id=name + tag, cwd=str(work))
         for name in ("planner", "builder", "reviewer")

@@ -17,7 +17,7 @@ from typing import Literal
 
 from greenroom.actors.events import AGENT_REQUEST, AGENT_STEP_RESULT
 from greenroom.actors.step import GuardTrip
-from greenroom.actors.types import Agent, Guard, ToolInvocation, Verdict
+from greenroom.actors.types import Agent, Guard, GuardVerdict, ToolInvocation
 from greenroom.hooks import Hooks
 from greenroom.protocol.events import AssistantMessage, TurnStart, UserMessage
 from greenroom.protocol.model import ModelRequest
@@ -106,7 +106,7 @@ class Guards:
 def _check(
     guard: Guard,
     at: At,
-    check: Callable[..., Verdict],
+    check: Callable[..., GuardVerdict],
     *args: str,
     call_id: str | None = None,
 ) -> Awaitable[None] | None:

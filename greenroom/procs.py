@@ -1,9 +1,9 @@
 """No process outlives its owner: marks on what greenroom starts, and the sweeps that end them.
 
 Every process greenroom starts (a bash command, an MCP stdio server) is a
-`Spawn`: its environment carries ``GREENROOM_OWNER``, a ``:``-separated chain
+`MarkedProcess`: its environment carries ``GREENROOM_OWNER``, a ``:``-separated chain
 of marks, to which the spawn adds its own, ``<token>.<n>``. The token is
-random, one per greenroom process (`Owner`); ``n`` counts its spawns.
+random, one per greenroom process (`ProcessOwner`); ``n`` counts its spawns.
 Children inherit the environment, so whatever a spawn starts, in its process
 group or detached from it (``setsid``, a double fork), carries the mark, and
 a process of a spawn is found by reading ``/proc/PID/environ``. Three sweeps
@@ -336,7 +336,7 @@ def sweep_dead_holder(session_id: str, pid: int, start: int | None, token: str |
         )
 
 
-class Spawn:
+class MarkedProcess:
     """One process greenroom starts: its mark, then (once `started`) its pid, until `end`.
 
     ``env`` is the environment to start it with: the one given, with the
@@ -345,7 +345,7 @@ class Spawn:
 
     __slots__ = ("_born", "_owner", "env", "mark", "pid")
 
-    def __init__(self, owner: Owner, mark: str, env: dict[str, str]) -> None:
+    def __init__(self, owner: ProcessOwner, mark: str, env: dict[str, str]) -> None:
         self._owner = owner
         self.mark = mark
         chain = env.get(MARK_VAR)
@@ -387,7 +387,7 @@ class Sweep:
 
     __slots__ = ("_full", "_mark", "_owner", "_pid")
 
-    def __init__(self, owner: Owner, pid: int, mark: str, full: bool) -> None:
+    def __init__(self, owner: ProcessOwner, pid: int, mark: str, full: bool) -> None:
         self._owner = owner
         self._pid = pid
         self._mark = mark.encode()
@@ -430,7 +430,7 @@ async def exited(pidfds: list[int]) -> None:
             os.close(fd)
 
 
-class Owner:
+class ProcessOwner:
     """This process as the owner of its spawns: its token, its spawns' pids, its keeper.
 
     One per process (`owner()`); a forked child that goes on running Python
@@ -450,9 +450,9 @@ class Owner:
         self._ended: dict[int, float] = {}
         self._lifeline: int | None = None  # the write end of the keeper's pipe, never written to
 
-    def spawn(self, env: dict[str, str]) -> Spawn:
+    def spawn(self, env: dict[str, str]) -> MarkedProcess:
         """A new spawn's mark and environment (`Spawn.started` once it runs)."""
-        return Spawn(self, f"{self.token}.{next(self._count)}", env)
+        return MarkedProcess(self, f"{self.token}.{next(self._count)}", env)
 
     def spawned(self, pid: int) -> bool:
         """Whether `pid` is one of this process's spawns, running or just reaped."""
@@ -514,16 +514,16 @@ def _closed_at_the_other_end(write_end: int) -> bool:
     return bool(poller.poll(0))
 
 
-_owner: Owner | None = None
+_owner: ProcessOwner | None = None
 _owner_lock = threading.Lock()  # the session lock asks from worker threads
 
 
-def owner() -> Owner:
-    """This process's `Owner`."""
+def owner() -> ProcessOwner:
+    """This process's `ProcessOwner`."""
     global _owner
     with _owner_lock:
         if _owner is None or _owner.pid != os.getpid():
-            _owner = Owner()
+            _owner = ProcessOwner()
         return _owner
 
 

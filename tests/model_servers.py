@@ -12,11 +12,11 @@ from contextlib import contextmanager
 
 import trio
 
-from tests.sse_server import Reply, SseServer, sse_server
+from tests.sse_server import Served, SseServer, sse_server
 
 
 @contextmanager
-def model_server(replies: Sequence[Reply]) -> Iterator[SseServer]:
+def model_server(replies: Sequence[Served]) -> Iterator[SseServer]:
     """An `SseServer` answering `replies` in order, served from a thread of its own."""
     ready = threading.Event()
     started: list[tuple[SseServer, trio.lowlevel.TrioToken, trio.Event]] = []

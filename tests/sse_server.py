@@ -11,14 +11,14 @@ from contextlib import AbstractAsyncContextManager
 import trustme
 
 from greenroom.models.loopback import (
-    Answer,
-    Cut,
+    CutOff,
     Hold,
     LoopbackServer,
     Pause,
     Piece,
-    Reply,
+    Responder,
     Seen,
+    Served,
     serve,
     sse,
 )
@@ -27,11 +27,11 @@ from greenroom.models.loopback import (
 SseServer = LoopbackServer
 
 __all__ = [
-    "Cut",
+    "CutOff",
     "Hold",
     "Pause",
     "Piece",
-    "Reply",
+    "Served",
     "Seen",
     "SseServer",
     "client_tls",
@@ -63,7 +63,7 @@ def _server_tls() -> ssl.SSLContext:
 
 
 def sse_server(
-    replies: Sequence[Reply] | Answer, *, tls: bool = False
+    replies: Sequence[Served] | Responder, *, tls: bool = False
 ) -> AbstractAsyncContextManager[LoopbackServer]:
     """A server on a free port (answering `replies` in order, or each request by the
     function `replies`); with `tls`, https with a `test_ca` certificate."""

@@ -24,7 +24,7 @@ import pytest
 from acp import schema
 
 from tests.model_servers import model_server
-from tests.sse_server import Reply, SseServer
+from tests.sse_server import Served, SseServer
 from tests.wire import anthropic_text, openai_text, openai_tool
 
 LIMIT = 30.0
@@ -104,7 +104,7 @@ class Editor:
 
 @contextmanager
 def servers(
-    openai: list[Reply], anthropic: list[Reply] | None = None
+    openai: list[Served], anthropic: list[Served] | None = None
 ) -> Iterator[tuple[SseServer, SseServer]]:
     with ExitStack() as stack:
         first = stack.enter_context(model_server(openai))
@@ -167,14 +167,14 @@ def text(words: str) -> list[schema.TextContentBlock]:
     return [acp.text_block(words)]
 
 
-def write(call_id: str, path: str = "a.txt", content: str = "new") -> Reply:
-    return Reply(
+def write(call_id: str, path: str = "a.txt", content: str = "new") -> Served:
+    return Served(
         pieces=openai_tool(call_id, "write_file", json.dumps({"path": path, "content": content}))
     )
 
 
-def says(words: str) -> Reply:
-    return Reply(pieces=openai_text(words))
+def says(words: str) -> Served:
+    return Served(pieces=openai_text(words))
 
 
 # -- permission -------------------------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_each_mode_does_what_it_says(tmp_path: Path) -> None:
         says("Cannot."),
         write("c2"),  # accept-edits: runs, unasked
         says("Done."),
-        Reply(pieces=openai_tool("c3", "bash", bash)),  # accept-edits: sandboxed, unasked
+        Served(pieces=openai_tool("c3", "bash", bash)),  # accept-edits: sandboxed, unasked
         says("Ran."),
     ]
     editor = Editor()
@@ -332,7 +332,7 @@ def test_the_model_config_option_switches_the_model_between_two_steps(tmp_path: 
         return await allow("allow_once")(editor, call)
 
     editor = Editor(switch_then_allow)
-    claude = [Reply(pieces=anthropic_text("From the second model."))]
+    claude = [Served(pieces=anthropic_text("From the second model."))]
     with workspace(tmp_path) as (home, work), servers([write("c1")], claude) as (a, b):
 
         async def body(conn: Any, session: str) -> None:
@@ -351,7 +351,7 @@ def test_the_model_config_option_switches_the_model_between_two_steps(tmp_path: 
 
 def test_an_edit_goes_through_the_editors_buffer_not_the_disk(tmp_path: Path) -> None:
     edit = json.dumps({"path": "a.txt", "old_string": "world", "new_string": "there"})
-    replies = [Reply(pieces=openai_tool("c1", "edit_file", edit)), says("Edited.")]
+    replies = [Served(pieces=openai_tool("c1", "edit_file", edit)), says("Edited.")]
     editor = Editor()
     with workspace(tmp_path) as (home, work), servers(replies) as (a, b):
         (work / "a.txt").write_text("hello world (on disk)")
@@ -370,7 +370,7 @@ def test_an_edit_goes_through_the_editors_buffer_not_the_disk(tmp_path: Path) ->
 def test_a_path_escaping_the_session_is_refused_naming_it(tmp_path: Path) -> None:
     (tmp_path / "secret.txt").write_text("nope")
     replies = [
-        Reply(pieces=openai_tool("c1", "read_file", json.dumps({"path": "../secret.txt"}))),
+        Served(pieces=openai_tool("c1", "read_file", json.dumps({"path": "../secret.txt"}))),
         says("I may not."),
     ]
     editor = Editor()

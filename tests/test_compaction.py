@@ -502,13 +502,13 @@ OVERFLOW_BODIES = {
 @pytest.mark.real_clock
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_providers_overflow_error_compacts_and_retries_the_step(kind: str) -> None:
-    from tests.sse_server import Reply, client_tls, sse_server
+    from tests.sse_server import Served, client_tls, sse_server
     from tests.wire import anthropic_text, openai_text
 
     text = openai_text if kind == "openai" else anthropic_text
-    refusal = Reply(400, body=msgspec.json.encode(OVERFLOW_BODIES[kind]))
-    replies = [Reply(pieces=text(f"answer {n}")) for n in range(4)]
-    replies += [refusal, Reply(pieces=text("the summary")), Reply(pieces=text("answer 4"))]
+    refusal = Served(400, body=msgspec.json.encode(OVERFLOW_BODIES[kind]))
+    replies = [Served(pieces=text(f"answer {n}")) for n in range(4)]
+    replies += [refusal, Served(pieces=text("the summary")), Served(pieces=text("answer 4"))]
     with trio.fail_after(30):
         async with sse_server(replies, tls=True) as server:
             if kind == "openai":
@@ -541,13 +541,13 @@ async def test_a_providers_overflow_error_compacts_and_retries_the_step(kind: st
 
 @pytest.mark.real_clock
 async def test_a_second_overflow_fails_the_turn_and_the_next_prompt_is_tried_again() -> None:
-    from tests.sse_server import Reply, client_tls, sse_server
+    from tests.sse_server import Served, client_tls, sse_server
     from tests.wire import openai_text
 
-    refusal = Reply(400, body=msgspec.json.encode(OVERFLOW_BODIES["openai"]))
-    replies = [Reply(pieces=openai_text("answer 0")), Reply(pieces=openai_text("answer 1"))]
-    replies += [refusal, Reply(pieces=openai_text("the summary")), refusal]
-    replies += [Reply(pieces=openai_text("answer 2"))]
+    refusal = Served(400, body=msgspec.json.encode(OVERFLOW_BODIES["openai"]))
+    replies = [Served(pieces=openai_text("answer 0")), Served(pieces=openai_text("answer 1"))]
+    replies += [refusal, Served(pieces=openai_text("the summary")), refusal]
+    replies += [Served(pieces=openai_text("answer 2"))]
     with trio.fail_after(30):
         async with sse_server(replies, tls=True) as server:
             model = OpenAIChatModel(server.url + "/v1", "sk-test", "gpt-4o", verify=client_tls())

@@ -61,7 +61,7 @@ from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools import Tool
 from greenroom.tools.todo import todo_plugin
 from tests.agents_helpers import assert_enclosed, new_agent
-from tests.sse_server import Hold, Reply, Seen, sse, sse_server
+from tests.sse_server import Hold, Seen, Served, sse, sse_server
 from tests.wire import oai, oai_usage
 
 
@@ -137,7 +137,7 @@ class SmallServer:
         self.summaries: list[dict[str, Any]] = []
         self.sizes: list[int] = []
 
-    def __call__(self, seen: Seen) -> Reply:
+    def __call__(self, seen: Seen) -> Served:
         body = seen.body
         messages = body["messages"]
         chars = sum(len(m.get("content") or "") for m in messages)
@@ -154,26 +154,26 @@ class SmallServer:
                 "param": "messages",
                 "code": "context_length_exceeded",
             }
-            return Reply(400, body=json.dumps({"error": error}).encode())
+            return Served(400, body=json.dumps({"error": error}).encode())
         self.sizes.append(chars)
         if messages[0]["content"] == SUMMARY_SYSTEM:
             self.summaries.append(body)
             return self._summary(len(self.summaries))
         self.answers += 1
-        return Reply(pieces=_text(f"answer {self.answers}", chars // 4))
+        return Served(pieces=_text(f"answer {self.answers}", chars // 4))
 
-    def _summary(self, n: int) -> Reply:
+    def _summary(self, n: int) -> Served:
         match self.hostile:
             case "huge":  # 3x the window, whatever it was asked
-                return Reply(pieces=_text(_lines(3 * WINDOW_CHARS), 3 * WINDOW))
+                return Served(pieces=_text(_lines(3 * WINDOW_CHARS), 3 * WINDOW))
             case "growing":
-                return Reply(pieces=_text(_lines(n * 8_000), n * 2_000))
+                return Served(pieces=_text(_lines(n * 8_000), n * 2_000))
             case "empty":
-                return Reply(pieces=_text("", 0))
+                return Served(pieces=_text("", 0))
             case "http-500":
-                return Reply(500, body=b'{"error": {"message": "the summarizer is down"}}')
+                return Served(500, body=b'{"error": {"message": "the summarizer is down"}}')
             case _:  # "hang": headers, then nothing
-                return Reply(pieces=[Hold()])
+                return Served(pieces=[Hold()])
 
 
 def _lines(chars: int) -> str:

@@ -25,7 +25,7 @@ from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelt
 from greenroom.session.persistence import JsonlPersistence, SqlitePersistence
 from greenroom.session.transcript import transcript
 from tests.acp_peer import Bridge, bridge
-from tests.sse_server import Reply, client_tls
+from tests.sse_server import Served, client_tls
 from tests.sse_server import sse_server as tls_server
 from tests.test_model_adapters import KEY, LIMIT, STREAMS
 
@@ -65,7 +65,7 @@ def user_parts(request: ModelRequest) -> list[object]:
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_an_image_prompt_reaches_both_formats(kind: str) -> None:
     with trio.fail_after(LIMIT):
-        async with tls_server([Reply(pieces=STREAMS[kind]["text"])], tls=True) as server:
+        async with tls_server([Served(pieces=STREAMS[kind]["text"])], tls=True) as server:
             model: OpenAIChatModel | AnthropicModel
             if kind == "openai":
                 model = OpenAIChatModel(server.url + "/v1", KEY, "gpt-4o", verify=client_tls())
@@ -101,7 +101,7 @@ async def test_an_image_prompt_reaches_both_formats(kind: str) -> None:
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_text_only_model_refuses_an_image_before_any_request(kind: str) -> None:
     with trio.fail_after(LIMIT):
-        async with tls_server([Reply(pieces=STREAMS[kind]["text"])], tls=True) as server:
+        async with tls_server([Served(pieces=STREAMS[kind]["text"])], tls=True) as server:
             model: OpenAIChatModel | AnthropicModel
             if kind == "openai":
                 model = OpenAIChatModel(

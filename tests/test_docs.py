@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
-from greenroom.models.loopback import Reply, Seen, serve
+from greenroom.models.loopback import Seen, Served, serve
 from tests.wire import anthropic_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -22,9 +22,9 @@ def blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
 
 
-def answer(seen: Seen) -> Reply:
+def answer(seen: Seen) -> Served:
     """What the loopback Anthropic API says to any request: a haiku."""
-    return Reply(pieces=anthropic_text(HAIKU))
+    return Served(pieces=anthropic_text(HAIKU))
 
 
 GUIDE = blocks(ROOT / "docs" / "embedding.md")

@@ -10,7 +10,7 @@ import pytest
 import trio
 
 from tests.acp_process import acp_process
-from tests.sse_server import Reply, sse_server
+from tests.sse_server import Served, sse_server
 from tests.wire import openai_text
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -23,7 +23,7 @@ async def test_a_fresh_install_serves_a_real_model(tmp_path: Path) -> None:
         await trio.run_process([sys.executable, "-m", "venv", str(venv)])
         pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "--quiet"]
         await trio.run_process([*pip, "--disable-pip-version-check", "-e", str(ROOT)])
-        async with sse_server([Reply(pieces=openai_text("Hello from the model."))]) as server:
+        async with sse_server([Served(pieces=openai_text("Hello from the model."))]) as server:
             env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.url}
             async with acp_process(
                 tmp_path / "home",

@@ -38,7 +38,7 @@ from greenroom.protocol.model import (
 )
 from greenroom.tools import Tool
 from tests.agents_helpers import new_agent, turn_ends
-from tests.sse_server import Cut, Hold, Pause, Reply, SseServer, client_tls, sse
+from tests.sse_server import CutOff, Hold, Pause, Served, SseServer, client_tls, sse
 from tests.sse_server import sse_server as tls_server
 from tests.wire import (
     ant_block,
@@ -169,7 +169,7 @@ def adapter(kind: str, url: str, **options: Any) -> OpenAIChatModel | AnthropicM
     return AnthropicModel(url, KEY, "claude-sonnet-4-5", **options)
 
 
-def sse_server(replies: Sequence[Reply]) -> AbstractAsyncContextManager[SseServer]:
+def sse_server(replies: Sequence[Served]) -> AbstractAsyncContextManager[SseServer]:
     """The loopback server, over TLS."""
     return tls_server(replies, tls=True)
 
@@ -188,7 +188,7 @@ def of(kind: type[Any], chunks: list[StreamChunk]) -> list[Any]:
 async def one_stream(kind: str, stream: str) -> list[StreamChunk]:
     """The chunks `kind`'s adapter makes of the canned stream `stream`, served once."""
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind][stream])]) as server:
+        async with sse_server([Served(pieces=STREAMS[kind][stream])]) as server:
             return await collect(adapter(kind, server.url))
 
 
@@ -198,7 +198,7 @@ async def one_stream(kind: str, stream: str) -> list[StreamChunk]:
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_plain_text_and_usage(kind: str) -> None:
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([Served(pieces=STREAMS[kind]["text"])]) as server:
             chunks = await collect(adapter(kind, server.url))
     assert "".join(c.text for c in of(TextDelta, chunks)) == "Hello world"
     assert of(Usage, chunks) == [Usage(9, 2)]
@@ -250,7 +250,7 @@ async def test_two_parallel_tool_calls(kind: str) -> None:
 async def test_reasoning_and_length_finish(kind: str) -> None:
     with trio.fail_after(LIMIT):
         async with sse_server(
-            [Reply(pieces=STREAMS[kind]["reasoning"]), Reply(pieces=STREAMS[kind]["length"])]
+            [Served(pieces=STREAMS[kind]["reasoning"]), Served(pieces=STREAMS[kind]["length"])]
         ) as server:
             thought = await collect(adapter(kind, server.url))
             cut = await collect(adapter(kind, server.url))
@@ -270,9 +270,9 @@ async def test_a_provider_refusal_finishes_refusal(kind: str) -> None:
 async def test_429_with_retry_after_then_success(
     kind: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    limited = Reply(429, headers={"Retry-After": "0"}, body=b'{"error":{"message":"slow down"}}')
+    limited = Served(429, headers={"Retry-After": "0"}, body=b'{"error":{"message":"slow down"}}')
     with trio.fail_after(LIMIT), caplog.at_level(logging.WARNING, logger="greenroom.models"):
-        async with sse_server([limited, Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([limited, Served(pieces=STREAMS[kind]["text"])]) as server:
             chunks = await collect(adapter(kind, server.url))
     assert chunks[-1] == Finish("stop")
     (retry,) = of(Retry, chunks)
@@ -285,9 +285,9 @@ async def test_429_with_retry_after_then_success(
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_500_twice_then_success(kind: str) -> None:
-    broken = Reply(500, body=b'{"error":{"message":"overloaded"}}')
+    broken = Served(500, body=b'{"error":{"message":"overloaded"}}')
     with trio.fail_after(LIMIT):
-        async with sse_server([broken, broken, Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([broken, broken, Served(pieces=STREAMS[kind]["text"])]) as server:
             chunks = await collect(adapter(kind, server.url))
     assert "".join(c.text for c in of(TextDelta, chunks)) == "Hello world"
     assert len(server.requests) == 3
@@ -295,7 +295,7 @@ async def test_500_twice_then_success(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_401_is_a_configuration_error_without_retry_or_key(kind: str) -> None:
-    denied = Reply(401, body=b'{"error":{"message":"invalid x-api-key"}}')
+    denied = Served(401, body=b'{"error":{"message":"invalid x-api-key"}}')
     with trio.fail_after(LIMIT):
         async with sse_server([denied, denied]) as server:
             with pytest.raises(ModelConfigError) as caught:
@@ -308,7 +308,7 @@ async def test_401_is_a_configuration_error_without_retry_or_key(kind: str) -> N
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_non_json_error_body_is_named(kind: str) -> None:
-    gateway = Reply(400, body=b"<html>Bad Gateway</html>")
+    gateway = Served(400, body=b"<html>Bad Gateway</html>")
     with trio.fail_after(LIMIT):
         async with sse_server([gateway]) as server:
             with pytest.raises(ModelError, match=r"HTTP 400: non-JSON body '<html>Bad Gateway"):
@@ -317,9 +317,9 @@ async def test_a_non_json_error_body_is_named(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_stream_cut_mid_event_is_an_error(kind: str) -> None:
-    pieces = [*STREAMS[kind]["text"][:3], Cut()]
+    pieces = [*STREAMS[kind]["text"][:3], CutOff()]
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces)]) as server:
+        async with sse_server([Served(pieces=pieces)]) as server:
             model = adapter(kind, server.url)
             with pytest.raises(ModelError) as caught:
                 await collect(model)
@@ -330,7 +330,7 @@ async def test_a_stream_cut_mid_event_is_an_error(kind: str) -> None:
 async def test_a_malformed_event_is_an_error_naming_it(kind: str) -> None:
     pieces = [*STREAMS[kind]["text"][:2], b"event: content_block_delta\ndata: {not json\n\n"]
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces)]) as server:
+        async with sse_server([Served(pieces=pieces)]) as server:
             with pytest.raises(ModelError, match="malformed 'content_block_delta' event"):
                 await collect(adapter(kind, server.url))
 
@@ -364,7 +364,7 @@ async def test_a_full_turn_with_a_tool_call_round_trips(kind: str) -> None:
     with trio.fail_after(LIMIT):
         async with (
             sse_server(
-                [Reply(pieces=STREAMS[kind]["tool"]), Reply(pieces=_answer(kind))]
+                [Served(pieces=STREAMS[kind]["tool"]), Served(pieces=_answer(kind))]
             ) as server,
             open_runtime(model=adapter(kind, server.url), tools=[tool]) as rt,
         ):
@@ -412,7 +412,7 @@ async def test_cancel_mid_stream_closes_the_connection(kind: str) -> None:
     pieces = [*STREAMS[kind]["text"][: TO_HELLO[kind]], Pause(0.05), Hold()]
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=pieces)]) as server,
+            sse_server([Served(pieces=pieces)]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
             agent = await new_agent(rt)
@@ -427,10 +427,10 @@ async def test_cancel_mid_stream_closes_the_connection(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_dropped_connection_keeps_the_partial_text(kind: str) -> None:
-    pieces = [*STREAMS[kind]["text"][: TO_HELLO[kind]], Cut()]
+    pieces = [*STREAMS[kind]["text"][: TO_HELLO[kind]], CutOff()]
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=pieces)]) as server,
+            sse_server([Served(pieces=pieces)]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
             agent = await new_agent(rt)

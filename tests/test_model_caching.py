@@ -20,7 +20,7 @@ from greenroom import open_runtime
 from greenroom.actors.types import AgentOptions
 from greenroom.protocol.model import Usage
 from greenroom.session.persistence import JsonlPersistence
-from tests.sse_server import Reply, Seen, sse
+from tests.sse_server import Seen, Served, sse
 from tests.test_model_adapters import (
     ADAPTERS,
     LIMIT,
@@ -39,17 +39,17 @@ MARK = b'"cache_control":{"type":"ephemeral"}}'
 OPTIONS = AgentOptions(system_prompt="You are terse.")
 
 
-def two_turns(kind: str) -> list[Reply]:
+def two_turns(kind: str) -> list[Served]:
     """Turn 1: two tool calls, then an answer; turn 2: an answer."""
     return [
-        Reply(pieces=tool_call(kind, 1)),
-        Reply(pieces=tool_call(kind, 2)),
-        Reply(pieces=_answer(kind)),
-        Reply(pieces=_answer(kind)),
+        Served(pieces=tool_call(kind, 1)),
+        Served(pieces=tool_call(kind, 2)),
+        Served(pieces=_answer(kind)),
+        Served(pieces=_answer(kind)),
     ]
 
 
-async def run_turns(kind: str, prompts: list[str], replies: list[Reply]) -> list[Seen]:
+async def run_turns(kind: str, prompts: list[str], replies: list[Served]) -> list[Seen]:
     with trio.fail_after(LIMIT):
         async with (
             sse_server(replies) as server,
@@ -121,9 +121,9 @@ async def test_each_request_begins_with_the_previous_ones_bytes(kind: str) -> No
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_the_prefix_holds_across_a_restart(kind: str, tmp_path: Path) -> None:
-    replies = [Reply(pieces=tool_call(kind, 1)), Reply(pieces=_answer(kind))]
+    replies = [Served(pieces=tool_call(kind, 1)), Served(pieces=_answer(kind))]
     with trio.fail_after(LIMIT):
-        async with sse_server([*replies, Reply(pieces=_answer(kind))]) as server:
+        async with sse_server([*replies, Served(pieces=_answer(kind))]) as server:
             model = adapter(kind, server.url)
             async with open_runtime(
                 model=model, tools=[NOTE], persistence=JsonlPersistence(tmp_path)
@@ -170,7 +170,7 @@ async def test_anthropic_cache_reads_and_writes_are_in_the_usage() -> None:
         *ant_end("end_turn", 7),
     )
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces)]) as server:
+        async with sse_server([Served(pieces=pieces)]) as server:
             chunks = await collect(adapter("anthropic", server.url))
     # The input counts the whole prompt: the uncached part, and what was read and written.
     assert of(Usage, chunks) == [
@@ -184,7 +184,7 @@ async def test_openai_cached_and_reasoning_tokens_are_in_the_usage() -> None:
     usage["usage"]["completion_tokens_details"] = {"reasoning_tokens": 3}
     pieces = sse(oai({"content": "Hi"}), oai(finish="stop"), usage, "[DONE]")
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces)]) as server:
+        async with sse_server([Served(pieces=pieces)]) as server:
             chunks = await collect(adapter("openai", server.url))
     assert of(Usage, chunks) == [
         Usage(input_tokens=130, output_tokens=9, cache_read_tokens=128, reasoning_tokens=3)

@@ -31,7 +31,7 @@ from greenroom.protocol.model import (
 )
 from tests.agents_helpers import turn_ends
 from tests.bindings import FAST, KEY, DeepSeek
-from tests.sse_server import Reply, client_tls, sse, sse_server
+from tests.sse_server import Served, client_tls, sse, sse_server
 from tests.test_model_pool import NOTE
 from tests.wire import oai, oai_call
 
@@ -49,7 +49,7 @@ async def test_cache_hits_count_as_cached_input_for_any_server_that_reports_them
     usage = Usage(input_tokens=1200, output_tokens=40, cache_read_tokens=1000, reasoning_tokens=12)
     pieces = DeepSeek().text("Hi.", usage)
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces), Reply(pieces=pieces)], tls=True) as server:
+        async with sse_server([Served(pieces=pieces), Served(pieces=pieces)], tls=True) as server:
             copied = OpenAIChatModel(server.url, KEY, "a-copy", verify=client_tls())
             for adapter in (model(server.url), copied):
                 chunks = [c async for c in adapter.stream(ModelRequest(messages=[UserTurn("a")]))]
@@ -102,7 +102,7 @@ async def test_a_thinking_tool_call_sends_its_reasoning_back() -> None:
     answer = sse(oai({"content": "Noted."}), oai(finish="stop"), "[DONE]")
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=thinking_call), Reply(pieces=answer)], tls=True) as server,
+            sse_server([Served(pieces=thinking_call), Served(pieces=answer)], tls=True) as server,
             open_runtime(model=model(server.url), tools=[NOTE]) as rt,
         ):
             agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
@@ -119,7 +119,7 @@ async def test_a_thinking_tool_call_sends_its_reasoning_back() -> None:
 
 @pytest.mark.real_clock
 async def test_an_overlong_prompt_is_a_context_overflow() -> None:
-    overlong = Reply(
+    overlong = Served(
         400,
         body=b'{"error": {"message": "This model\'s maximum context length is 131072 tokens.'
         b' However, you requested 140000 tokens.", "type": "invalid_request_error",'

@@ -12,7 +12,7 @@ from greenroom.models.base import ModelAdapter
 from greenroom.models.named import model_named
 from greenroom.models.openai import OpenAIChatModel
 from greenroom.protocol.model import TextDelta
-from tests.sse_server import Reply, sse_server
+from tests.sse_server import Served, sse_server
 from tests.test_model_adapters import KEY, LIMIT, REQUEST, STREAMS
 
 ADAPTERS = {"openai": (OpenAIChatModel, "/v1"), "anthropic": (AnthropicModel, "")}
@@ -29,7 +29,7 @@ async def test_an_adapter_made_in_code_follows_the_environment(
 ) -> None:
     cls, suffix = ADAPTERS[kind]
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([Served(pieces=STREAMS[kind]["text"])]) as server:
             monkeypatch.setenv(f"{kind.upper()}_BASE_URL", server.url + suffix)
             monkeypatch.setenv(f"{kind.upper()}_API_KEY", KEY)
             assert await hello(cls(model="m")) == "Hello world"
@@ -46,7 +46,7 @@ async def test_the_argument_wins_over_the_environment(
     monkeypatch.setenv(f"{kind.upper()}_BASE_URL", "http://127.0.0.1:9/nowhere")
     monkeypatch.setenv(f"{kind.upper()}_API_KEY", "sk-from-the-environment")
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([Served(pieces=STREAMS[kind]["text"])]) as server:
             assert await hello(cls(server.url + suffix, KEY, "m")) == "Hello world"
     (seen,) = server.requests
     assert KEY in (seen.headers.get("authorization", "") + seen.headers.get("x-api-key", ""))
@@ -57,7 +57,7 @@ async def test_the_argument_wins_over_the_environment(
 async def test_the_command_follows_the_same_rule(kind: str) -> None:
     _, suffix = ADAPTERS[kind]
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["text"])]) as server:
+        async with sse_server([Served(pieces=STREAMS[kind]["text"])]) as server:
             environ = {
                 f"{kind.upper()}_BASE_URL": server.url + suffix,
                 f"{kind.upper()}_API_KEY": KEY,

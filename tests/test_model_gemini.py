@@ -41,7 +41,7 @@ from greenroom.protocol.model import (
 from greenroom.session.persistence import JsonlPersistence
 from tests.agents_helpers import turn_ends
 from tests.bindings import FAST, KEY, SIGNATURE
-from tests.sse_server import Cut, Reply, client_tls, sse_server
+from tests.sse_server import CutOff, Served, client_tls, sse_server
 from tests.test_model_pool import NOTE
 from tests.wire import events, gem, gem_sse, gem_usage
 
@@ -260,9 +260,9 @@ async def test_a_text_replys_signature_comes_in_its_last_empty_part() -> None:
 async def test_signatures_and_ids_go_back_through_a_turn_and_a_resume(tmp_path: Path) -> None:
     call = {"functionCall": {"name": "note", "args": {"text": "x"}}, "thoughtSignature": SIGNATURE}
     replies = [
-        Reply(pieces=gem_sse(gem([call], "STOP"))),
-        Reply(pieces=gem_sse(gem([{"text": "Noted."}], "STOP"))),
-        Reply(pieces=gem_sse(gem([{"text": "You're welcome."}], "STOP"))),
+        Served(pieces=gem_sse(gem([call], "STOP"))),
+        Served(pieces=gem_sse(gem([{"text": "Noted."}], "STOP"))),
+        Served(pieces=gem_sse(gem([{"text": "You're welcome."}], "STOP"))),
     ]
     with trio.fail_after(LIMIT):
         async with sse_server(replies, tls=True) as server:
@@ -361,7 +361,7 @@ async def test_a_busy_error_after_text_is_not_retried() -> None:
     pieces = gem_sse(gem([{"text": "Hello"}]), busy)
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=pieces), Reply(pieces=pieces)], tls=True) as server,
+            sse_server([Served(pieces=pieces), Served(pieces=pieces)], tls=True) as server,
             open_runtime(model=model(server.url + "/v1beta")) as rt,
         ):
             agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
@@ -374,9 +374,9 @@ async def test_a_busy_error_after_text_is_not_retried() -> None:
 
 @pytest.mark.real_clock
 async def test_an_unknown_model_a_bad_key_and_an_overlong_prompt_end_the_step() -> None:
-    def error(status: int, message: str, kind: str) -> Reply:
+    def error(status: int, message: str, kind: str) -> Served:
         body = {"error": {"code": status, "message": message, "status": kind}}
-        return Reply(status, body=json.dumps(body).encode())
+        return Served(status, body=json.dumps(body).encode())
 
     replies = [
         error(404, "models/gemini-9 is not found for API version v1beta", "NOT_FOUND"),
@@ -401,7 +401,7 @@ async def test_an_unknown_model_a_bad_key_and_an_overlong_prompt_end_the_step() 
     assert len(server.requests) == 3
 
 
-def quota(delay: object) -> Reply:
+def quota(delay: object) -> Served:
     """A 429 that asks, in its body as Gemini does, to wait `delay`."""
     details = [
         {"@type": "type.googleapis.com/google.rpc.QuotaFailure", "violations": []},
@@ -409,7 +409,7 @@ def quota(delay: object) -> Reply:
     ]
     body = {"error": {"code": 429, "message": "quota", "status": "RESOURCE_EXHAUSTED"}}
     body["error"]["details"] = details
-    return Reply(429, body=json.dumps(body).encode())
+    return Served(429, body=json.dumps(body).encode())
 
 
 @pytest.mark.real_clock
@@ -418,7 +418,7 @@ async def test_a_rate_limit_waits_as_long_as_its_body_asks() -> None:
         quota(7),  # unreadable: the backoff's first delay, 0.01 s, instead
         quota("0.005s"),
         quota("34s"),
-        Reply(pieces=gem_sse(gem([{"text": "Hello"}], "STOP"))),
+        Served(pieces=gem_sse(gem([{"text": "Hello"}], "STOP"))),
     ]
     chunks: list[StreamChunk] = []
     with trio.fail_after(LIMIT):
@@ -435,10 +435,10 @@ async def collect(adapter: GeminiModel) -> list[StreamChunk]:
 
 @pytest.mark.real_clock
 async def test_a_cut_mid_chunk_ends_the_step_with_the_text_kept() -> None:
-    pieces = [*gem_sse(gem([{"text": "Hello"}])), b'data: {"candidates": [{"con', Cut()]
+    pieces = [*gem_sse(gem([{"text": "Hello"}])), b'data: {"candidates": [{"con', CutOff()]
     chunks: list[StreamChunk] = []
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces)], tls=True) as server:
+        async with sse_server([Served(pieces=pieces)], tls=True) as server:
             with pytest.raises(ModelError) as caught:
                 await collect_into(chunks, model(server.url + "/v1beta"))
     assert caught.value.code == "connection"

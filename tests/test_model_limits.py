@@ -129,11 +129,11 @@ async def test_an_over_long_request_is_refused_naming_the_window(server: str, wi
     import trio
 
     from greenroom.models.base import ContextOverflow
-    from tests.sse_server import Reply, sse_server
+    from tests.sse_server import Served, sse_server
 
     body = json.dumps(REFUSALS[server]).encode()  # vLLM's at the top level, not under "error"
     with trio.fail_after(10):
-        async with sse_server([Reply(400, body=body)]) as http:
+        async with sse_server([Served(400, body=body)]) as http:
             model: Any = (
                 AnthropicModel(http.url, "sk-test", "claude-sonnet-4-5")
                 if server == "anthropic"

@@ -15,7 +15,7 @@ from greenroom.actors.types import ToolInvocation
 from greenroom.protocol.events import COMPLETED, Aborted, AssistantChunk
 from greenroom.tools import Tool
 from tests.agents_helpers import new_agent, turn_ends
-from tests.sse_server import Hold, Pause, Reply, sse
+from tests.sse_server import Hold, Pause, Served, sse
 from tests.test_model_adapters import (
     ADAPTERS,
     LIMIT,
@@ -63,9 +63,9 @@ def tool_call(kind: str, step: int) -> list[bytes]:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_20_step_turn_opens_one_connection(kind: str) -> None:
-    replies = [Reply(pieces=tool_call(kind, step)) for step in range(1, 20)]
+    replies = [Served(pieces=tool_call(kind, step)) for step in range(1, 20)]
     with trio.fail_after(LIMIT * 3):
-        async with sse_server([*replies, Reply(pieces=_answer(kind))]) as server:
+        async with sse_server([*replies, Served(pieces=_answer(kind))]) as server:
             async with open_runtime(model=adapter(kind, server.url), tools=[NOTE]) as rt:
                 agent = await new_agent(rt)
                 agent.send("take 19 notes")
@@ -79,7 +79,7 @@ async def test_a_20_step_turn_opens_one_connection(kind: str) -> None:
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_10_turns_of_two_sessions_open_one_connection(kind: str) -> None:
-    replies = [Reply(pieces=STREAMS[kind]["text"]) for _ in range(10)]
+    replies = [Served(pieces=STREAMS[kind]["text"]) for _ in range(10)]
     with trio.fail_after(LIMIT * 3):
         async with (
             sse_server(replies) as server,
@@ -102,7 +102,7 @@ async def test_a_cancelled_streams_connection_is_not_reused(kind: str) -> None:
     held = [*STREAMS[kind]["text"][: TO_HELLO[kind]], Pause(0.05), Hold()]
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=held), Reply(pieces=STREAMS[kind]["text"])]) as server,
+            sse_server([Served(pieces=held), Served(pieces=STREAMS[kind]["text"])]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
             agent = await new_agent(rt)
@@ -122,7 +122,7 @@ async def test_a_cancelled_streams_connection_is_not_reused(kind: str) -> None:
 async def test_an_adapter_outside_a_runtime_opens_a_connection_per_call(kind: str) -> None:
     """Nobody holds the pool: each call's client (and connection) ends with the call."""
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS[kind]["text"])] * 2) as server:
+        async with sse_server([Served(pieces=STREAMS[kind]["text"])] * 2) as server:
             model = adapter(kind, server.url)
             await collect(model)
             await server.client_left.wait()
@@ -132,7 +132,7 @@ async def test_an_adapter_outside_a_runtime_opens_a_connection_per_call(kind: st
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_pool_shared_by_two_runtimes_closes_with_the_last(kind: str) -> None:
-    replies = [Reply(pieces=STREAMS[kind]["text"])] * 2
+    replies = [Served(pieces=STREAMS[kind]["text"])] * 2
     with trio.fail_after(LIMIT):
         async with sse_server(replies) as server:
             model = adapter(kind, server.url)
@@ -154,7 +154,10 @@ async def test_a_connection_the_server_closed_while_idle_is_replaced(kind: str) 
     """The server ends the kept-alive connection after the first reply: the next turn opens
     another and succeeds (a reuse that loses the race with the server's close is a transport
     error before the response, retried)."""
-    replies = [Reply(pieces=STREAMS[kind]["text"], close=True), Reply(pieces=STREAMS[kind]["text"])]
+    replies = [
+        Served(pieces=STREAMS[kind]["text"], close=True),
+        Served(pieces=STREAMS[kind]["text"]),
+    ]
     with trio.fail_after(LIMIT):
         async with (
             sse_server(replies) as server,
@@ -177,7 +180,7 @@ async def test_a_body_left_open_after_the_reply_ends_the_step_and_its_connection
     held = [*STREAMS[kind]["text"], Hold()]
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=held), Reply(pieces=STREAMS[kind]["text"])]) as server,
+            sse_server([Served(pieces=held), Served(pieces=STREAMS[kind]["text"])]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
             agent = await new_agent(rt)

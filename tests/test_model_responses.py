@@ -39,7 +39,7 @@ from greenroom.protocol.model import (
 from greenroom.session.persistence import JsonlPersistence
 from tests.agents_helpers import turn_ends
 from tests.bindings import ENCRYPTED, FAST, KEY
-from tests.sse_server import Cut, Reply, client_tls, sse, sse_server
+from tests.sse_server import CutOff, Served, client_tls, sse, sse_server
 from tests.test_model_pool import NOTE
 from tests.wire import (
     events,
@@ -61,7 +61,7 @@ def model(url: str = "https://api.example.com/v1", **options: Any) -> OpenAIResp
     return OpenAIResponsesModel(url, KEY, "gpt-5", backoff=FAST, verify=client_tls(), **options)
 
 
-async def served(replies: list[Reply], request: ModelRequest) -> tuple[list[StreamChunk], Any]:
+async def served(replies: list[Served], request: ModelRequest) -> tuple[list[StreamChunk], Any]:
     """The chunks of one call against `replies`, and the requests the server saw."""
     with trio.fail_after(LIMIT):
         async with sse_server(replies, tls=True) as server:
@@ -202,7 +202,7 @@ async def test_a_reasoning_reply_streams_its_summary_and_keeps_its_item() -> Non
         *rsp_message(1, ["Trio", " is a library."]),
         rsp_end(rsp_usage(1500, 300, cached=1200, reasoning=256)),
     )
-    chunks, requests = await served([Reply(pieces=pieces)], REQUEST)
+    chunks, requests = await served([Served(pieces=pieces)], REQUEST)
     assert "".join(c.text for c in chunks if isinstance(c, ReasoningDelta)) == (
         "**Plan**\n\nLook it up.\n\n**Check**\n\nIt is."
     )
@@ -235,7 +235,7 @@ async def test_reasoning_goes_back_ahead_of_its_call_through_a_turn_and_a_resume
         rsp_end(),
     )
     answer = rsp(*rsp_created(), *rsp_message(0, ["Noted."]), rsp_end())
-    replies = [Reply(pieces=step_1), Reply(pieces=answer), Reply(pieces=answer)]
+    replies = [Served(pieces=step_1), Served(pieces=answer), Served(pieces=answer)]
     with trio.fail_after(LIMIT):
         async with sse_server(replies, tls=True) as server:
             adapter = model(server.url + "/v1")
@@ -372,7 +372,7 @@ async def test_a_server_error_event_after_text_is_not_retried() -> None:
     pieces = rsp(*rsp_created(), *rsp_message(0, ["Hello"])[:3], error)
     chunks: list[StreamChunk] = []
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=pieces), Reply(pieces=pieces)], tls=True) as server:
+        async with sse_server([Served(pieces=pieces), Served(pieces=pieces)], tls=True) as server:
             with pytest.raises(ModelError, match="server_error: busy") as caught:
                 await collect_into(chunks, model(server.url + "/v1"))
     assert caught.value.code == "server_error"
@@ -382,7 +382,7 @@ async def test_a_server_error_event_after_text_is_not_retried() -> None:
 
 @pytest.mark.real_clock
 async def test_an_unknown_model_and_an_overlong_prompt_end_the_step() -> None:
-    unknown = Reply(
+    unknown = Served(
         404,
         body=json.dumps(
             {
@@ -395,7 +395,7 @@ async def test_an_unknown_model_and_an_overlong_prompt_end_the_step() -> None:
             }
         ).encode(),
     )
-    overlong = Reply(
+    overlong = Served(
         400,
         body=b'{"error": {"message": "Your input exceeds the context window of this model.",'
         b' "type": "invalid_request_error", "param": "input", "code": "context_length_exceeded"}}',
@@ -420,10 +420,10 @@ async def collect_into(chunks: list[StreamChunk], adapter: OpenAIResponsesModel)
 
 @pytest.mark.real_clock
 async def test_a_cut_mid_event_ends_the_turn_with_the_text_kept() -> None:
-    pieces = [*rsp(*rsp_created(), *rsp_message(0, ["Hello"])[:3]), Cut()]
+    pieces = [*rsp(*rsp_created(), *rsp_message(0, ["Hello"])[:3]), CutOff()]
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=pieces)], tls=True) as server,
+            sse_server([Served(pieces=pieces)], tls=True) as server,
             open_runtime(model=model(server.url + "/v1")) as rt,
         ):
             agent = (await rt.agents.create(agent_id="a", session_id="s")).agent

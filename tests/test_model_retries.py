@@ -28,7 +28,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import Retry, StreamChunk, TextDelta
 from tests.acp_peer import bridge
 from tests.agents_helpers import new_agent, turn_ends
-from tests.sse_server import Cut, Reply, sse
+from tests.sse_server import CutOff, Served, sse
 from tests.test_model_adapters import (
     ADAPTERS,
     LIMIT,
@@ -56,7 +56,7 @@ def overloaded_event(kind: str) -> list[bytes]:
     return sse(ant_start(), ("error", {"type": "error", "error": error}))
 
 
-async def one_turn(kind: str, replies: list[Reply], **options: Any) -> tuple[Agent, list[Any]]:
+async def one_turn(kind: str, replies: list[Served], **options: Any) -> tuple[Agent, list[Any]]:
     """Run one turn against `replies`; the agent and the requests the server saw."""
     with trio.fail_after(LIMIT):
         async with (
@@ -80,7 +80,7 @@ def reply_text(agent: Agent) -> str:
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_529_then_200_is_retried_and_logged(kind: str) -> None:
     agent, requests = await one_turn(
-        kind, [Reply(529, body=OVERLOADED), Reply(pieces=STREAMS[kind]["text"])]
+        kind, [Served(529, body=OVERLOADED), Served(pieces=STREAMS[kind]["text"])]
     )
     assert turn_ends(agent.session.events) == [(1, COMPLETED)]
     assert reply_text(agent) == "Hello world"
@@ -95,7 +95,7 @@ async def test_529_then_200_is_retried_and_logged(kind: str) -> None:
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_mid_stream_overloaded_error_then_200_is_retried_and_logged(kind: str) -> None:
     agent, requests = await one_turn(
-        kind, [Reply(pieces=overloaded_event(kind)), Reply(pieces=STREAMS[kind]["text"])]
+        kind, [Served(pieces=overloaded_event(kind)), Served(pieces=STREAMS[kind]["text"])]
     )
     assert turn_ends(agent.session.events) == [(1, COMPLETED)]
     assert reply_text(agent) == "Hello world"
@@ -107,7 +107,7 @@ async def test_a_mid_stream_overloaded_error_then_200_is_retried_and_logged(kind
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_connection_closed_before_the_response_is_retried(kind: str) -> None:
-    agent, requests = await one_turn(kind, [Reply(status=0), Reply(pieces=STREAMS[kind]["text"])])
+    agent, requests = await one_turn(kind, [Served(status=0), Served(pieces=STREAMS[kind]["text"])])
     assert turn_ends(agent.session.events) == [(1, COMPLETED)]
     (retry,) = retries(agent)
     assert retry.code == "connection"
@@ -117,8 +117,10 @@ async def test_a_connection_closed_before_the_response_is_retried(kind: str) -> 
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_stream_cut_after_tokens_is_not_retried(kind: str) -> None:
-    cut = [*STREAMS[kind]["text"][: TO_HELLO[kind]], Cut()]
-    agent, requests = await one_turn(kind, [Reply(pieces=cut), Reply(pieces=STREAMS[kind]["text"])])
+    cut = [*STREAMS[kind]["text"][: TO_HELLO[kind]], CutOff()]
+    agent, requests = await one_turn(
+        kind, [Served(pieces=cut), Served(pieces=STREAMS[kind]["text"])]
+    )
     ((_, reason),) = turn_ends(agent.session.events)
     assert isinstance(reason, Errored)
     assert reason.code == "connection"
@@ -133,7 +135,7 @@ async def test_an_overloaded_error_after_tokens_is_not_retried(kind: str) -> Non
     error = ("error", {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}})
     pieces = [*STREAMS[kind]["text"][: TO_HELLO[kind]], *sse(error)]
     agent, requests = await one_turn(
-        kind, [Reply(pieces=pieces), Reply(pieces=STREAMS[kind]["text"])]
+        kind, [Served(pieces=pieces), Served(pieces=STREAMS[kind]["text"])]
     )
     ((_, reason),) = turn_ends(agent.session.events)
     assert isinstance(reason, Errored)
@@ -144,8 +146,8 @@ async def test_an_overloaded_error_after_tokens_is_not_retried(kind: str) -> Non
 
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_401_is_never_retried(kind: str) -> None:
-    denied = Reply(401, body=b'{"error":{"message":"invalid x-api-key"}}')
-    agent, requests = await one_turn(kind, [denied, Reply(pieces=STREAMS[kind]["text"])])
+    denied = Served(401, body=b'{"error":{"message":"invalid x-api-key"}}')
+    agent, requests = await one_turn(kind, [denied, Served(pieces=STREAMS[kind]["text"])])
     ((_, reason),) = turn_ends(agent.session.events)
     assert isinstance(reason, Errored)
     assert reason.code == "unauthorized"
@@ -156,10 +158,10 @@ async def test_401_is_never_retried(kind: str) -> None:
 @pytest.mark.parametrize("kind", ADAPTERS)
 async def test_a_cancel_during_a_backoff_wait_ends_the_turn_at_once(kind: str) -> None:
     """The server asks for 30 s; the cancel lands during the wait and the turn ends at once."""
-    slow = Reply(429, headers={"Retry-After": "30"}, body=b'{"error":{"message":"slow down"}}')
+    slow = Served(429, headers={"Retry-After": "30"}, body=b'{"error":{"message":"slow down"}}')
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([slow, Reply(pieces=STREAMS[kind]["text"])]) as server,
+            sse_server([slow, Served(pieces=STREAMS[kind]["text"])]) as server,
             open_runtime(model=adapter(kind, server.url)) as rt,
         ):
             agent = await new_agent(rt)
@@ -181,7 +183,7 @@ async def test_a_cancel_during_a_backoff_wait_ends_the_turn_at_once(kind: str) -
 async def test_these_statuses_are_retried(status: int) -> None:
     with trio.fail_after(LIMIT):
         async with sse_server(
-            [Reply(status, body=b"{}"), Reply(pieces=STREAMS["anthropic"]["text"])]
+            [Served(status, body=b"{}"), Served(pieces=STREAMS["anthropic"]["text"])]
         ) as server:
             chunks = await collect(adapter("anthropic", server.url))
     assert [c.code for c in of(Retry, chunks)] == [f"http-{status}"]
@@ -192,7 +194,7 @@ async def test_these_statuses_are_retried(status: int) -> None:
 async def test_other_statuses_are_not_retried(status: int) -> None:
     with trio.fail_after(LIMIT):
         async with sse_server(
-            [Reply(status, body=b"{}"), Reply(pieces=STREAMS["anthropic"]["text"])]
+            [Served(status, body=b"{}"), Served(pieces=STREAMS["anthropic"]["text"])]
         ) as server:
             with pytest.raises(ModelError) as caught:
                 await collect(adapter("anthropic", server.url))
@@ -202,18 +204,18 @@ async def test_other_statuses_are_not_retried(status: int) -> None:
 
 
 async def test_retry_after_ms_is_read() -> None:
-    busy = Reply(429, headers={"retry-after-ms": "20", "Retry-After": "9"}, body=b"{}")
+    busy = Served(429, headers={"retry-after-ms": "20", "Retry-After": "9"}, body=b"{}")
     with trio.fail_after(LIMIT):
-        async with sse_server([busy, Reply(pieces=STREAMS["openai"]["text"])]) as server:
+        async with sse_server([busy, Served(pieces=STREAMS["openai"]["text"])]) as server:
             chunks = await collect(adapter("openai", server.url))
     assert [c.wait for c in of(Retry, chunks)] == [0.02]
 
 
 async def test_a_wait_past_the_budget_gives_up_at_once() -> None:
     """Retry-After 120 s against the default 60 s budget: no wait, an error saying why."""
-    busy = Reply(429, headers={"Retry-After": "120"}, body=b'{"error":{"message":"quota"}}')
+    busy = Served(429, headers={"Retry-After": "120"}, body=b'{"error":{"message":"quota"}}')
     with trio.fail_after(LIMIT):
-        async with sse_server([busy, Reply(pieces=STREAMS["anthropic"]["text"])]) as server:
+        async with sse_server([busy, Served(pieces=STREAMS["anthropic"]["text"])]) as server:
             with pytest.raises(ModelError) as caught:
                 await collect(adapter("anthropic", server.url))
     message = str(caught.value)
@@ -227,7 +229,7 @@ async def test_retries_stop_when_the_budget_is_spent() -> None:
     """Waits 0.01 + 0.02 fit a 0.05 s budget; the third (0.04) would not."""
     steady = Backoff(initial=0.01, maximum=1.0, multiplier=2.0, jitter=0)
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(503, body=b"{}")] * 5) as server:
+        async with sse_server([Served(503, body=b"{}")] * 5) as server:
             model = adapter("openai", server.url, backoff=steady, retry_budget=0.05)
             seen: list[StreamChunk] = []
 
@@ -248,7 +250,7 @@ def test_a_negative_budget_is_refused() -> None:
 
 async def test_a_retry_shows_in_the_editor_as_a_notice_of_its_own() -> None:
     kind = "anthropic"
-    replies = [Reply(529, body=OVERLOADED), Reply(pieces=STREAMS[kind]["text"])]
+    replies = [Served(529, body=OVERLOADED), Served(pieces=STREAMS[kind]["text"])]
     with trio.fail_after(LIMIT):
         async with sse_server(replies) as server, bridge(None, adapter(kind, server.url)) as b:
             session = await b.peer.new_session()
@@ -272,7 +274,7 @@ async def test_a_retry_shows_in_the_editor_as_a_notice_of_its_own() -> None:
 
 async def test_the_embedder_sees_a_retry_among_the_prompts_events() -> None:
     kind = "openai"
-    replies = [Reply(529, body=OVERLOADED), Reply(pieces=STREAMS[kind]["text"])]
+    replies = [Served(529, body=OVERLOADED), Served(pieces=STREAMS[kind]["text"])]
     with trio.fail_after(LIMIT):
         async with (
             sse_server(replies) as server,
@@ -291,15 +293,15 @@ async def test_the_embedder_sees_a_retry_among_the_prompts_events() -> None:
 async def test_a_retry_after_date_is_read() -> None:
     """An HTTP date an hour ahead: a wait of about 3,600 s, past the budget, so no wait."""
     when = email.utils.formatdate(time.time() + 3600, usegmt=True)
-    busy = Reply(503, headers={"Retry-After": when}, body=b"{}")
+    busy = Served(503, headers={"Retry-After": when}, body=b"{}")
     with trio.fail_after(LIMIT):
-        async with sse_server([busy, Reply(pieces=STREAMS["openai"]["text"])]) as server:
+        async with sse_server([busy, Served(pieces=STREAMS["openai"]["text"])]) as server:
             with pytest.raises(ModelError, match=r"the next wait of 3[56]\d\d\.\d s would pass"):
                 await collect(adapter("openai", server.url))
 
 
 async def test_a_server_asking_for_no_wait_is_asked_10_times_at_most() -> None:
-    now = Reply(429, headers={"Retry-After": "0"}, body=b'{"error":{"message":"busy"}}')
+    now = Served(429, headers={"Retry-After": "0"}, body=b'{"error":{"message":"busy"}}')
     with trio.fail_after(LIMIT):
         async with sse_server([now] * 12) as server:
             with pytest.raises(ModelError, match="busy; gave up after 10 attempts"):

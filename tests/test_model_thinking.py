@@ -18,7 +18,7 @@ from greenroom.protocol.events import AssistantMessage, ConfigSet
 from greenroom.protocol.model import ReasoningDelta, Thought
 from greenroom.session.persistence import JsonlPersistence
 from tests.acp_peer import bridge
-from tests.sse_server import Reply, sse
+from tests.sse_server import Served, sse
 from tests.test_model_adapters import LIMIT, STREAMS, adapter, sse_server
 from tests.test_model_pool import NOTE
 from tests.wire import ant_block, ant_delta, ant_end, ant_start, ant_stop_block
@@ -62,9 +62,9 @@ def assistant_contents(body: dict[str, Any]) -> list[list[dict[str, Any]]]:
 @pytest.mark.real_clock
 async def test_thinking_blocks_round_trip_through_tool_use_and_a_resume(tmp_path: Path) -> None:
     replies = [
-        Reply(pieces=thinking_then_call()),
-        Reply(pieces=redacted_then_text()),
-        Reply(pieces=STREAMS["anthropic"]["text"]),
+        Served(pieces=thinking_then_call()),
+        Served(pieces=redacted_then_text()),
+        Served(pieces=STREAMS["anthropic"]["text"]),
     ]
     with trio.fail_after(LIMIT):
         async with sse_server(replies) as server:
@@ -101,7 +101,7 @@ async def test_thinking_blocks_round_trip_through_tool_use_and_a_resume(tmp_path
 
 @pytest.mark.real_clock
 async def test_off_asks_for_no_thinking_and_sends_no_blocks_back() -> None:
-    replies = [Reply(pieces=thinking_then_call()), Reply(pieces=STREAMS["anthropic"]["text"])]
+    replies = [Served(pieces=thinking_then_call()), Served(pieces=STREAMS["anthropic"]["text"])]
     with trio.fail_after(LIMIT):
         async with (
             sse_server(replies) as server,
@@ -124,7 +124,7 @@ async def test_off_asks_for_no_thinking_and_sends_no_blocks_back() -> None:
 async def test_openai_gets_a_reasoning_effort(level: str, effort: str | None) -> None:
     with trio.fail_after(LIMIT):
         async with (
-            sse_server([Reply(pieces=STREAMS["openai"]["text"])]) as server,
+            sse_server([Served(pieces=STREAMS["openai"]["text"])]) as server,
             open_runtime(model=adapter("openai", server.url)) as rt,
         ):
             agent = (await rt.agents.create(agent_id="a", session_id="s")).agent

@@ -29,7 +29,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.model import Usage
 from greenroom.session.persistence import JsonlPersistence
 from tests.acp_peer import bridge
-from tests.sse_server import Reply, sse
+from tests.sse_server import Served, sse
 from tests.test_model_adapters import LIMIT, adapter, sse_server
 from tests.test_model_pool import NOTE
 from tests.wire import ant_block, ant_delta, ant_end, ant_stop_block
@@ -64,8 +64,8 @@ def ant_reply(block: dict[str, Any], deltas: list[dict[str, Any]], stop: str, us
     )
 
 
-def text(usage: Usage) -> Reply:
-    return Reply(
+def text(usage: Usage) -> Served:
+    return Served(
         pieces=ant_reply(
             {"type": "text", "text": ""},
             [{"type": "text_delta", "text": "Done."}],
@@ -75,10 +75,10 @@ def text(usage: Usage) -> Reply:
     )
 
 
-def note(usage: Usage) -> Reply:
+def note(usage: Usage) -> Served:
     block = {"type": "tool_use", "id": "c1", "name": "note", "input": {}}
     delta = {"type": "input_json_delta", "partial_json": '{"text": "x"}'}
-    return Reply(pieces=ant_reply(block, [delta], "tool_use", usage))
+    return Served(pieces=ant_reply(block, [delta], "tool_use", usage))
 
 
 STEP_1 = Usage(input_tokens=1200, output_tokens=30, cache_write_tokens=1100)

@@ -21,7 +21,7 @@ from greenroom.models.anthropic import AnthropicModel
 from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, Usage
 from greenroom.tools.subagents import task_plugin
 from greenroom.tracing import tracing
-from tests.sse_server import Reply, sse_server
+from tests.sse_server import Served, sse_server
 from tests.test_model_adapters import KEY, LIMIT, STREAMS
 
 
@@ -147,7 +147,7 @@ async def test_the_anthropic_adapter_names_its_provider_and_model(
     exporter: InMemorySpanExporter,
 ) -> None:
     with trio.fail_after(LIMIT):
-        async with sse_server([Reply(pieces=STREAMS["anthropic"]["text"])]) as server:
+        async with sse_server([Served(pieces=STREAMS["anthropic"]["text"])]) as server:
             model = AnthropicModel(server.url, KEY, "claude-sonnet-4-5")
             async with open_runtime(model=model) as rt:
                 await rt.plug("tracing", tracing(rt.models, tracer_provider=provider_of(exporter)))

@@ -18,7 +18,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.fork import fork_session
-from greenroom.actors.launch import TAKE_OVERS, Launch, Launcher, TakeOver
+from greenroom.actors.launch import TAKE_OVERS, AgentStart, Launcher, TakeOver
 from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.spec import AgentSpec, Resolver
@@ -150,7 +150,7 @@ class AgentFactory:
         header it stored stays stored).
         """
         self._check(session_id, mcp_servers)
-        start = Launch(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
+        start = AgentStart(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
         return await self._launcher.create(session_id, cwd, additional_directories, start)
 
     async def resume(
@@ -192,7 +192,7 @@ class AgentFactory:
         """
         self._check_resume(session_id, interrupted, take_over, wait, additional_directories)
         self._check(session_id, mcp_servers)
-        start = Launch(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
+        start = AgentStart(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
         return await self._launcher.resume(
             session_id, start, interrupted, take_over, wait, additional_directories
         )
@@ -333,13 +333,13 @@ class AgentFactory:
         client: SessionClient | None,
         wait_for_servers: float,
         parent: AgentLife | None = None,
-    ) -> Launch:
+    ) -> AgentStart:
         """The `_Start` of `spec` on `session_id`, its models, tools and instructions made
         real by the resolver."""
         if self._resolver is None:
             raise RuntimeError("this factory has no resolver: it cannot start an AgentSpec")
         resolved = await self._resolver.resolve(spec)
-        return Launch(
+        return AgentStart(
             f"{spec.name}:{session_id}",
             resolved.options,
             owner,
@@ -394,7 +394,7 @@ class AgentFactory:
                 if self._resolver is None:
                     raise ValueError("tools given, but this factory has no resolver to offer them")
                 tools = self._resolver.named(child.tools)
-            start = Launch(
+            start = AgentStart(
                 agent_id,
                 child.options,
                 parent.owner,

@@ -6,7 +6,7 @@ publish the same ids), get the session's log from the persistence (a new
 one, or the stored one repaired), prepare the session with the log as its
 sink, and start its `AgentLife` under the owner, which reports ready with
 the `AgentHandle`. `AgentFactory` checks what it was asked and makes one
-`Launch` of it; the launcher does the rest.
+`AgentStart` of it; the launcher does the rest.
 """
 
 from __future__ import annotations
@@ -110,7 +110,7 @@ class Launcher:
         session_id: str,
         cwd: str | None,
         additional_directories: Sequence[str],
-        launch: Launch,
+        launch: AgentStart,
     ) -> AgentHandle:
         with self._registry.reserved(launch.agent_id), self._sessions.reserved(session_id):
             parent = launch.parent.agent.session.header if launch.parent is not None else None
@@ -128,7 +128,7 @@ class Launcher:
     async def resume(
         self,
         session_id: str,
-        launch: Launch,
+        launch: AgentStart,
         interrupted: Interruption,
         take_over: TakeOver,
         wait: float,
@@ -158,7 +158,7 @@ class Launcher:
         header: SessionHeader,
         seed: Sequence[SessionEvent],
         log: SessionLog | None,
-        launch: Launch,
+        launch: AgentStart,
     ) -> AgentHandle:
         """Start the life that owns `log` from here on; if it never runs, close `log`."""
         try:
@@ -178,7 +178,7 @@ class Launcher:
         header: SessionHeader,
         seed: Sequence[SessionEvent],
         log: SessionLog | None,
-        launch: Launch,
+        launch: AgentStart,
     ) -> AgentHandle:
         guards = launch.options.guards if launch.options is not None else ()
         if guards:
@@ -240,7 +240,7 @@ class Launcher:
 
 
 @dataclass(slots=True)
-class Launch:
+class AgentStart:
     """What a start was asked for, beside the session it starts on, made once by the
     factory."""
 

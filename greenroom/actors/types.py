@@ -95,7 +95,7 @@ T = TypeVar("T")
 
 
 #: What a guard's check returns: None to pass, a message to trip (or an awaitable of one).
-Verdict: TypeAlias = str | Awaitable[str | None] | None
+GuardVerdict: TypeAlias = str | Awaitable[str | None] | None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,9 +110,9 @@ class Guard:
     """
 
     name: str = "guard"
-    prompt: Callable[[str], Verdict] | None = None
-    tool_call: Callable[[str, str], Verdict] | None = None
-    answer: Callable[[str], Verdict] | None = None
+    prompt: Callable[[str], GuardVerdict] | None = None
+    tool_call: Callable[[str, str], GuardVerdict] | None = None
+    answer: Callable[[str], GuardVerdict] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():

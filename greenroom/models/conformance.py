@@ -24,7 +24,7 @@ import msgspec
 import trio
 
 from greenroom.models.base import ModelAdapter, ModelError
-from greenroom.models.loopback import Cut, Hold, Piece, Reply, serve
+from greenroom.models.loopback import CutOff, Hold, Piece, Served, serve
 from greenroom.protocol.model import (
     Finish,
     ModelRequest,
@@ -136,7 +136,7 @@ async def text(binding: Binding) -> None:
     """A text reply streams as text deltas, reports its usage (every count the wire format
     carries, the cached and reasoning ones among them) and finishes ``stop``."""
     with trio.fail_after(LIMIT):
-        async with serve([Reply(pieces=binding.text("Hello world", USAGE))]) as server:
+        async with serve([Served(pieces=binding.text("Hello world", USAGE))]) as server:
             chunks = await _collect(binding.adapter(server.url), _REQUEST)
     said = _text(chunks, TextDelta)
     _expect(said == "Hello world", f"the reply's text is {said!r}, not 'Hello world'")
@@ -155,7 +155,7 @@ async def tool_call(binding: Binding) -> None:
     request = msgspec.structs.replace(_REQUEST, tools=[_LOOKUP])
     pieces = binding.tool_call("call_1", "lookup", '{"word": "trio"}')
     with trio.fail_after(LIMIT):
-        async with serve([Reply(pieces=pieces)]) as server:
+        async with serve([Served(pieces=pieces)]) as server:
             chunks = await _collect(binding.adapter(server.url), request)
     calls = [c for c in chunks if type(c) is ToolCallChunk]
     _expect(len(calls) == 1, f"{len(calls)} tool calls streamed, not 1")
@@ -175,8 +175,8 @@ async def thinking(binding: Binding) -> None:
     streams its thinking as reasoning deltas ahead of its text, and any `Thought` it keeps
     comes before the finish."""
     replies = [
-        Reply(pieces=binding.thinking("Let me think.", "Yes.")),
-        Reply(pieces=binding.text("No.", USAGE)),
+        Served(pieces=binding.thinking("Let me think.", "Yes.")),
+        Served(pieces=binding.text("No.", USAGE)),
     ]
     high = msgspec.structs.replace(_REQUEST, thought_level="high")
     off = msgspec.structs.replace(_REQUEST, thought_level="off")
@@ -209,7 +209,7 @@ async def cut_stream(binding: Binding) -> None:
     `ModelError` (code ``connection``), and is not tried again."""
     chunks: list[StreamChunk] = []
     with trio.fail_after(LIMIT):
-        async with serve([Reply(pieces=[*binding.partial("Hello"), Cut()])]) as server:
+        async with serve([Served(pieces=[*binding.partial("Hello"), CutOff()])]) as server:
             try:
                 async for chunk in binding.adapter(server.url).stream(_REQUEST):
                     chunks.append(chunk)
@@ -225,25 +225,25 @@ async def cut_stream(binding: Binding) -> None:
 async def rate_limited(binding: Binding) -> None:
     """A 429 asking for no wait is tried again at once: a `Retry` (code ``http-429``, the
     provider's message) before the reply, the same bytes sent again."""
-    limited = Reply(429, headers={"Retry-After": "0"}, body=binding.error(429, "slow down"))
+    limited = Served(429, headers={"Retry-After": "0"}, body=binding.error(429, "slow down"))
     await _retried(binding, limited, "http-429", "slow down")
 
 
 async def server_error(binding: Binding) -> None:
     """A 503 is tried again after the backoff: a `Retry` (code ``http-503``) before the
     reply."""
-    failed = Reply(503, body=binding.error(503, "the service is overloaded"))
+    failed = Served(503, body=binding.error(503, "the service is overloaded"))
     await _retried(binding, failed, "http-503", "the service is overloaded")
 
 
 async def overloaded_event(binding: Binding) -> None:
     """An overload error event in a 200 stream, before any content, is tried again."""
-    await _retried(binding, Reply(pieces=binding.overloaded()), None, None)
+    await _retried(binding, Served(pieces=binding.overloaded()), None, None)
 
 
-async def _retried(binding: Binding, first: Reply, code: str | None, message: str | None) -> None:
+async def _retried(binding: Binding, first: Served, code: str | None, message: str | None) -> None:
     with trio.fail_after(LIMIT):
-        async with serve([first, Reply(pieces=binding.text("Hello world", USAGE))]) as server:
+        async with serve([first, Served(pieces=binding.text("Hello world", USAGE))]) as server:
             chunks = await _collect(binding.adapter(server.url), _REQUEST)
     retries = [c for c in chunks if type(c) is Retry]
     _expect(len(retries) == 1, f"{len(retries)} retries were told, not 1")
@@ -260,7 +260,7 @@ async def _retried(binding: Binding, first: Reply, code: str | None, message: st
 async def cancel(binding: Binding) -> None:
     """A cancel mid-stream ends the call at once and closes its connection."""
     with trio.fail_after(LIMIT):
-        async with serve([Reply(pieces=[*binding.partial("Hello"), Hold()])]) as server:
+        async with serve([Served(pieces=[*binding.partial("Hello"), Hold()])]) as server:
             stream = binding.adapter(server.url).stream(_REQUEST)
             with trio.CancelScope() as scope:
                 try:
@@ -282,7 +282,7 @@ async def max_output_tokens(binding: Binding) -> None:
     thinking budget never exceeds it."""
     request = msgspec.structs.replace(_REQUEST, max_output_tokens=ASKED_LIMIT, thought_level="high")
     with trio.fail_after(LIMIT):
-        async with serve([Reply(pieces=binding.text("Hello world", USAGE))]) as server:
+        async with serve([Served(pieces=binding.text("Hello world", USAGE))]) as server:
             await _collect(binding.adapter(server.url), request)
     limit, budget = binding.limits(server.requests[0].body)
     _expect(limit == ASKED_LIMIT, f"the output limit sent is {limit}, not {ASKED_LIMIT}")

@@ -32,7 +32,7 @@ class Pause:
     seconds: float
 
 
-class Cut:
+class CutOff:
     """Close the connection here, mid-body."""
 
 
@@ -41,11 +41,11 @@ class Hold:
 
 
 #: A piece of a streamed body: bytes sent as one chunk, or what to do instead.
-Piece: TypeAlias = bytes | Pause | Cut | Hold
+Piece: TypeAlias = bytes | Pause | CutOff | Hold
 
 
 @dataclass
-class Reply:
+class Served:
     """One response; status 0 closes the connection without answering (as a server going away
     does to a keep-alive connection); `close` closes it once the response is whole."""
 
@@ -111,7 +111,7 @@ class _Connection:
 
 
 #: What a server given a function answers: the reply to each request, as it saw it.
-Answer: TypeAlias = Callable[[Seen], Reply]
+Responder: TypeAlias = Callable[[Seen], Served]
 
 
 class LoopbackServer:
@@ -120,7 +120,7 @@ class LoopbackServer:
     reading or holding it)."""
 
     def __init__(
-        self, replies: Sequence[Reply] | Answer, tls: ssl.SSLContext | None = None
+        self, replies: Sequence[Served] | Responder, tls: ssl.SSLContext | None = None
     ) -> None:
         self.answer = replies if callable(replies) else None
         self.replies = [] if callable(replies) else list(replies)
@@ -160,7 +160,7 @@ class LoopbackServer:
                 with suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                     await wire.aclose()
 
-    async def _answer(self, connection: _Connection, reply: Reply) -> bool:
+    async def _answer(self, connection: _Connection, reply: Served) -> bool:
         """Send `reply`; False when the connection ends with it (a cut, a hold)."""
         wire = connection.stream
         reasons = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 429: "Too Many Requests"}
@@ -176,7 +176,7 @@ class LoopbackServer:
         for piece in reply.pieces:
             if isinstance(piece, Pause):
                 await trio.sleep(piece.seconds)
-            elif isinstance(piece, Cut):
+            elif isinstance(piece, CutOff):
                 await wire.send_all(b"5\r\nda")  # half a chunk, then gone
                 return False
             elif isinstance(piece, Hold):
@@ -191,7 +191,7 @@ class LoopbackServer:
 
 @asynccontextmanager
 async def serve(
-    replies: Sequence[Reply] | Answer, tls: ssl.SSLContext | None = None
+    replies: Sequence[Served] | Responder, tls: ssl.SSLContext | None = None
 ) -> AsyncIterator[LoopbackServer]:
     """A `LoopbackServer` on a free port of 127.0.0.1 for the block (``url`` is its
     ``http://`` or, with a server context `tls`, ``https://`` origin)."""

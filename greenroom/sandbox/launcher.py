@@ -74,7 +74,7 @@ if TYPE_CHECKING:
 # -- the protocol --------------------------------------------------------------------------
 
 
-class Confinement:
+class _Confinement:
     """What a confined child may do beyond reading: the directories (and all beneath) it may
     write, the device files it may write; ``read_only``: it opens no socket and changes no
     file's metadata either (`read_only_filter`). Read from ``[writable, devices, read_only]``."""
@@ -87,7 +87,7 @@ class Confinement:
         self.read_only = read_only
 
 
-class Launch:
+class _Launch:
     """Start ``argv`` (its program looked up on the ``PATH`` of ``env``, from ``cwd``) in
     ``cwd``, in the cgroup v2 directory ``cgroup`` (None: none) and the v1 ones ``limits``,
     confined by ``confinement`` (None: not confined; else gated, see the module), run by
@@ -113,7 +113,7 @@ class Launch:
         self.confinement = None
         if confinement is not None:
             assert isinstance(confinement, list)
-            self.confinement = Confinement(*confinement)
+            self.confinement = _Confinement(*confinement)
 
 
 #: The descriptor a confined child's program must read to its end before it does anything.
@@ -219,7 +219,7 @@ def handled_writes(abi: int) -> int:
     return handled
 
 
-def ruleset(confinement: Confinement, abi: int) -> int:
+def ruleset(confinement: _Confinement, abi: int) -> int:
     """A Landlock ruleset's descriptor (close-on-exec) for `confinement` under `abi`.
 
     Every write is refused but beneath its writable directories (all writes) and on its
@@ -410,7 +410,7 @@ class _Spawning:
 
     def __init__(
         self,
-        launch: Launch,
+        launch: _Launch,
         stdio: list[int],
         cgroup: int | None,
         limits: list[int],
@@ -540,13 +540,13 @@ class _Launcher:
             if body is None or len(fds) != LAUNCH_FDS:
                 return False
             reply = socket.socket(fileno=fds[0])
-            self._launch(Launch(json.loads(body)), reply, fds[1:])
+            self._launch(_Launch(json.loads(body)), reply, fds[1:])
         finally:
             for fd in fds[1:]:
                 os.close(fd)
         return True
 
-    def _launch(self, launch: Launch, reply: socket.socket, stdio: list[int]) -> None:
+    def _launch(self, launch: _Launch, reply: socket.socket, stdio: list[int]) -> None:
         """Start `launch`; answer on `reply` (and keep the child), or say why it did not."""
         gate = os.pipe2(os.O_CLOEXEC) if launch.confinement is not None else None
         try:
@@ -569,7 +569,7 @@ class _Launcher:
         self._poll.register(pidfd, select.POLLIN)
         self._poll.register(reply, select.POLLIN)
 
-    def _spawn(self, launch: Launch, stdio: list[int]) -> tuple[int, int]:
+    def _spawn(self, launch: _Launch, stdio: list[int]) -> tuple[int, int]:
         """Spawn `launch` from a thread of its own: its pid and pidfd."""
         opened: list[int] = []
         try:
@@ -596,7 +596,7 @@ class _Launcher:
         assert spawning.pid is not None
         return spawning.pid, os.pidfd_open(spawning.pid)  # our child, not reaped: it is there
 
-    def _domain(self, confinement: Confinement) -> int:
+    def _domain(self, confinement: _Confinement) -> int:
         """The Landlock ruleset of `confinement`; `OSError` if the kernel cannot give it."""
         if self._abi == 0:
             raise OSError(errno.ENOSYS, "Landlock is not available")
@@ -604,7 +604,7 @@ class _Launcher:
             raise OSError(errno.ENOSYS, f"no seccomp table for {platform.machine()}")
         return ruleset(confinement, self._abi)
 
-    def confine(self, launch: Launch, domain: int) -> None:
+    def confine(self, launch: _Launch, domain: int) -> None:
         """Restrict the calling thread (and so what it spawns) as `launch` says."""
         confinement = launch.confinement
         assert confinement is not None

@@ -27,7 +27,7 @@ check `protections` first.
 Processes are started by the launcher, one process per runtime, started at
 the first spawn that needs it; a spawn without a sandbox, or with nothing to
 confine or contain it, is started as before (``trio.lowlevel.open_process``).
-Either way it is a marked `greenroom.procs.Spawn`, and its `Child.end` kills
+Either way it is a marked `greenroom.procs.MarkedProcess`, and its `Child.end` kills
 what it left: its process group, its cgroup, whatever carries its mark.
 """
 
@@ -51,7 +51,7 @@ from typing import Final, Literal, Protocol, TypeAlias
 import msgspec
 import trio
 
-from greenroom.procs import KILL_WAIT, Spawn, exited, owner
+from greenroom.procs import KILL_WAIT, MarkedProcess, exited, owner
 from greenroom.protocol.events import Protections
 from greenroom.sandbox import launcher
 from greenroom.sandbox.cgroups import Containment, Places, SessionGroup, SpawnGroup
@@ -88,7 +88,7 @@ class Launch(msgspec.Struct, frozen=True, array_like=True):
     confinement: Confinement | None
 
 
-class Started(msgspec.Struct, frozen=True, array_like=True, tag=True):
+class ChildStarted(msgspec.Struct, frozen=True, array_like=True, tag="Started"):
     pid: int
 
 
@@ -101,7 +101,7 @@ class Exited(msgspec.Struct, frozen=True, array_like=True, tag=True):
     returncode: int
 
 
-_replies: Final = msgspec.json.Decoder(Started | Failed | Exited)
+_replies: Final = msgspec.json.Decoder(ChildStarted | Failed | Exited)
 #: What a confined child reads first: the launcher's gate, closed once nothing of the
 #: launcher is in the child's domain (`greenroom.sandbox.launcher`).
 _BASH_GATE: Final = f"read -r -u {launcher.GATE_FD} _; exec {launcher.GATE_FD}<&-; "
@@ -434,7 +434,7 @@ class _Direct:
 
     __slots__ = ("_process", "_spawn", "pid", "stderr", "stdin", "stdout")
 
-    def __init__(self, process: trio.Process, spawn: Spawn) -> None:
+    def __init__(self, process: trio.Process, spawn: MarkedProcess) -> None:
         self._process = process
         self._spawn = spawn
         assert process.stdout is not None
@@ -506,7 +506,7 @@ class _Launched:
     def __init__(
         self,
         on_end: Callable[[], Awaitable[None]],
-        spawn: Spawn,
+        spawn: MarkedProcess,
         group: SpawnGroup | None,
         started: tuple[int, int, trio.socket.SocketType],
         streams: tuple[
@@ -647,7 +647,7 @@ class _Launcher:
     def __init__(self, home: str) -> None:
         self._home = home  # the cgroup v2 directory the launcher is in ("": none of ours)
         self._process: trio.Process | None = None
-        self._spawn: Spawn | None = None
+        self._spawn: MarkedProcess | None = None
         self._control: trio.socket.SocketType | None = None
         self._sending = trio.Lock()  # one request on the control socket at a time
 
@@ -724,7 +724,7 @@ class _Launcher:
             for fd in array.array("i", payload[: len(payload) - len(payload) % 4])
         ]
         answer = _replies.decode(data) if data else None
-        if isinstance(answer, Started) and len(pidfds) == 1:
+        if isinstance(answer, ChildStarted) and len(pidfds) == 1:
             return answer.pid, pidfds[0], reply
         for fd in pidfds:
             os.close(fd)

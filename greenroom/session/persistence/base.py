@@ -21,6 +21,7 @@ from greenroom.protocol.events import (
     TurnEnd,
     TurnStart,
 )
+from greenroom.session.session import SessionSink
 
 #: Seconds a store operation (an fsync, a commit, a statement) may take by default before
 #: its caller stops waiting (`OperationTimeout`); each persistence takes its own.
@@ -121,37 +122,30 @@ class StoredSession(msgspec.Struct, frozen=True, gc=False):
     holder: Holder | None = None
 
 
-class SessionLog(Protocol):
-    """One live session's write path, and its hold: no other process may write it meanwhile.
+#: A session's log, as stores read it whole.
+Events: TypeAlias = list[SessionEvent]
+#: The sessions a store lists.
+Stored: TypeAlias = list[StoredSession]
 
-    The session hands it every event (`append`, which never blocks or
-    raises); `write_ahead` returns once everything appended has reached the
-    OS (the agent calls it before each side effect); `flush` ends a turn the
-    way the policy says; `close` writes and syncs what is left and lets the
-    session go. A failure is a `PersistenceError`; the events stay with the
-    log and the next call writes them. After `LeaseLost` nothing more is
-    written. Every wait is bounded by the persistence's deadline (a store
-    that stopped answering fails it with `OperationTimeout`). `close` is
-    idempotent and runs to its end even when its caller is cancelled, within
-    that deadline: past it, it lets the session go without its last write
-    (the lock released, or the lease left to expire), and the next open
-    repairs what the store holds as after a crash.
+
+class SessionLog(SessionSink, Protocol):
+    """One live session's write path (the `SessionSink` its `Session` writes through),
+    and its hold: no other process may write it meanwhile.
+
+    The sink's contract holds (`append` never blocks or raises; `write_ahead`
+    returns once everything appended has reached the OS; `flush` ends a turn
+    the way the policy says; a failure is a `PersistenceError`, and the
+    events stay with the log for the next call). After `LeaseLost` nothing
+    more is written. Every wait is bounded by the persistence's deadline (a
+    store that stopped answering fails it with `OperationTimeout`). `close`
+    writes and syncs what is left and lets the session go: idempotent, and it
+    runs to its end even when its caller is cancelled, within that deadline:
+    past it, it lets the session go without its last write (the lock
+    released, or the lease left to expire), and the next open repairs what
+    the store holds as after a crash.
     """
 
-    def append(self, event: SessionEvent) -> None: ...
-
-    async def write_ahead(self) -> None: ...
-
-    async def flush(self) -> None: ...
-
     async def close(self) -> None: ...
-
-    async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
-        """Store `blobs` (bytes by SHA-256, hex) for the session, as its persistence's
-        `put_blobs` does."""
-        ...
-
-    async def read_blobs(self, digests: Sequence[str]) -> dict[str, bytes]: ...
 
 
 class Persistence(Protocol):

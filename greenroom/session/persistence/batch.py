@@ -20,6 +20,7 @@ import trio
 
 from greenroom.protocol.events import SessionEvent
 from greenroom.session.persistence.base import (
+    Events,
     LeaseLost,
     PersistenceError,
     SeqMismatch,
@@ -30,7 +31,6 @@ from greenroom.session.persistence.writer import Job, Writer
 
 logger = logging.getLogger("greenroom.persistence")
 
-Events: TypeAlias = list[SessionEvent]
 T = TypeVar("T")
 
 

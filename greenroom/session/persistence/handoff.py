@@ -8,7 +8,7 @@ name and pid as a lease row names its holder (`channel_of`), and on `RELEASED`.
   holder's channel, then waits for the lease.
 * The holder's runtime answers (`greenroom.actors.factory`): an idle session is
   disposed at once, a busy one after its turn; a holder that keeps its busy
-  sessions answers `Refused`. A disposed session's lease is freed by its close,
+  sessions answers `ReleaseRefused`. A disposed session's lease is freed by its close,
   which says so on `RELEASED` (the session id), waking every asker of it.
 
 A notification is not a promise: one lost (a listener that reconnects, a node that
@@ -61,14 +61,14 @@ class Ask(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="ask"):
     reply_to: str
 
 
-class Refused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="refused"):
+class ReleaseRefused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="refused"):
     """The holder keeps `session`, for `reason`."""
 
     session: str
     reason: str
 
 
-Notice: TypeAlias = Ask | Refused
+Notice: TypeAlias = Ask | ReleaseRefused
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Notice).decode
 
@@ -88,11 +88,11 @@ class ReleaseRequest:
     async def refuse(self, reason: str) -> None:
         """Tell the asker no; its session id came in an `Ask`, so it fits (`reason` is cut
         to make it)."""
-        refusal = Refused(self.session_id, reason[:200])
+        refusal = ReleaseRefused(self.session_id, reason[:200])
         await self._notify(self._reply_to, _encode(refusal).decode())
 
 
-class Watch:
+class ReleaseWatch:
     """What an asker of one session hears: `changed` wakes at a release or a refusal."""
 
     __slots__ = ("_event", "refused")
@@ -125,7 +125,7 @@ class Releases:
         self._starting = trio.Lock()
         self._stopped = threading.Event()
         self._send, self.requests = trio.open_memory_channel[Ask](QUEUED)
-        self._watches: dict[str, list[Watch]] = {}
+        self._watches: dict[str, list[ReleaseWatch]] = {}
 
     async def start(self) -> None:
         """Listen from now on (again, in a new `trio.run`); raises what connecting raised
@@ -146,9 +146,9 @@ class Releases:
             self._thread.join(POLL * 5)
 
     @contextmanager
-    def watch(self, session_id: str) -> Iterator[Watch]:
+    def watch(self, session_id: str) -> Iterator[ReleaseWatch]:
         """Hear releases and refusals of `session_id` while in the block."""
-        watch = Watch()
+        watch = ReleaseWatch()
         self._watches.setdefault(session_id, []).append(watch)
         try:
             yield watch
@@ -207,7 +207,7 @@ class Releases:
         except msgspec.DecodeError:
             logger.warning("hand-off: a notice that is not ours on %s: %.200r", channel, payload)
             return
-        if isinstance(notice, Refused):
+        if isinstance(notice, ReleaseRefused):
             self._wake(notice.session, notice.reason)
             return
         try:
@@ -232,7 +232,7 @@ __all__ = [
     "Ask",
     "ReleaseRequest",
     "Releases",
-    "Watch",
+    "ReleaseWatch",
     "channel_of",
     "released_key",
 ]

@@ -23,7 +23,7 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import BinaryIO, Final, TypeAlias
+from typing import BinaryIO, Final
 
 import msgspec
 import trio
@@ -39,11 +39,13 @@ from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
     CorruptLog,
+    Events,
     Interruption,
     NotASessionLog,
     PersistenceError,
     SessionExists,
     SessionNotFound,
+    Stored,
     StoredSession,
     SyncPolicy,
     UnsupportedVersion,
@@ -67,8 +69,6 @@ BLOBS_SUFFIX: Final = ".blobs"
 #: back to back would slow every write to the file they sync. A close cuts it short.
 TURN_SYNC_DELAY: Final = 0.002
 
-Events: TypeAlias = list[SessionEvent]
-Stored: TypeAlias = list[StoredSession]
 
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(SessionEvent)

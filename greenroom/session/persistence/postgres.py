@@ -67,16 +67,18 @@ import psycopg
 import trio
 
 from greenroom.procs import alive, owner, sweep_dead_holder
-from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom.protocol.events import SessionHeader
 from greenroom.session.persistence.base import (
     LEASE_TTL,
     SYNC_POLICIES,
+    Events,
     Holder,
     Interruption,
     PersistenceError,
     SessionExists,
     SessionLocked,
     SessionNotFound,
+    Stored,
     StoredSession,
     SyncPolicy,
     UnsupportedVersion,
@@ -172,8 +174,6 @@ SELECT 1 FROM pg_attribute WHERE attrelid = 'greenroom_sessions'::regclass
     AND attname = 'holder_owner' AND NOT attisdropped
 """
 
-Events: TypeAlias = list[SessionEvent]
-Stored: TypeAlias = list[StoredSession]
 Keys: TypeAlias = list[int]
 T = TypeVar("T")
 

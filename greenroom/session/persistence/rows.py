@@ -14,17 +14,20 @@ no row is a retry (`stored_already` keeps only what the store lacks) or a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, Protocol, TypeAlias
+from typing import Any, Protocol
 
 import msgspec
 
 from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
-from greenroom.session.persistence.base import CorruptLog, NotASessionLog, UnsupportedVersion
+from greenroom.session.persistence.base import (
+    CorruptLog,
+    Events,
+    NotASessionLog,
+    UnsupportedVersion,
+)
 from greenroom.session.persistence.batch import Append, stored_already
 from greenroom.session.persistence.writer import Job
 from greenroom.session.session import title_of
-
-Events: TypeAlias = list[SessionEvent]
 
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(SessionEvent)

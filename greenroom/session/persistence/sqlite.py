@@ -40,20 +40,22 @@ import sqlite3
 from collections.abc import Awaitable, Callable, Iterator, Mapping, Sequence
 from functools import partial
 from pathlib import Path
-from typing import Final, TypeAlias, TypeVar
+from typing import Final, TypeVar
 
 import msgspec
 import trio
 
-from greenroom.protocol.events import SessionEvent, SessionHeader
+from greenroom.protocol.events import SessionHeader
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
+    Events,
     Interruption,
     NotASessionLog,
     PersistenceError,
     SessionExists,
     SessionNotFound,
+    Stored,
     StoredSession,
     SyncPolicy,
     UnsupportedVersion,
@@ -112,8 +114,6 @@ UPDATE sessions SET next_seq = (
 PRAGMA user_version = 1;
 """
 
-Events: TypeAlias = list[SessionEvent]
-Stored: TypeAlias = list[StoredSession]
 T = TypeVar("T")
 
 _encoder = msgspec.json.Encoder()

@@ -16,7 +16,7 @@
   writes. A spill file holds at most ``max_spill`` bytes (`MAX_SPILL_FILE`,
   256 MiB, by default), so the disk is bounded too: past it the stream is
   counted (``dropped``), not kept, and the results say how much.
-* Each command is a `greenroom.procs.Spawn`: its environment carries its
+* Each command is a `greenroom.procs.MarkedProcess`: its environment carries its
   mark (``GREENROOM_OWNER``). When the shell exits, whatever it left in its
   group is SIGKILLed at once, and then everything in its cgroup (where it has
   one) and whatever still carries its mark (detached by ``setsid`` or a double

@@ -57,7 +57,7 @@ class BashArgs(msgspec.Struct, kw_only=True):
     unsandboxed: bool = False
 
 
-class TaskArgs(msgspec.Struct, kw_only=True):
+class BashTaskArgs(msgspec.Struct, kw_only=True):
     task_id: str
 
 
@@ -220,7 +220,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
             )
         return None
 
-    async def bash_output(args: TaskArgs, call: ToolInvocation) -> str | ToolOutcome:
+    async def bash_output(args: BashTaskArgs, call: ToolInvocation) -> str | ToolOutcome:
         refusal = _reachable(args.task_id, call)
         if refusal is not None:
             return refusal
@@ -238,7 +238,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
             executor.forget(args.task_id)
         return render_output(output)
 
-    async def bash_kill(args: TaskArgs, call: ToolInvocation) -> str | ToolOutcome:
+    async def bash_kill(args: BashTaskArgs, call: ToolInvocation) -> str | ToolOutcome:
         refusal = _reachable(args.task_id, call)
         if refusal is not None:
             return refusal
@@ -261,7 +261,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         Tool(
             "bash_output",
             "Read the new output of a background bash task, and its status.",
-            TaskArgs,
+            BashTaskArgs,
             bash_output,
             kind="read",
             view=lambda a: ToolView(title=f"output of {a.task_id}"),
@@ -269,7 +269,7 @@ def bash_tools(executor: BashExecutor, live: LiveAgents) -> list[Tool[Any]]:
         Tool(
             "bash_kill",
             "Stop a background bash task.",
-            TaskArgs,
+            BashTaskArgs,
             bash_kill,
             view=lambda a: ToolView(title=f"stop {a.task_id}"),
         ),
