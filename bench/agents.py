@@ -29,7 +29,9 @@
   traced bytes kept), per op as the difference of runs of 2M and M ops: the
   turn's row says why its ratio moves from machine to machine (the baseline
   is scheduler-heavy, the turn call-heavy), and the calls row is the
-  machine-independent ratio.
+  machine-independent ratio; and a one-step turn whose reply reports usage
+  its model's price applies to, counted against the same turn of a model with
+  no price (what pricing a step costs).
 
 Every variant runs in a fresh ``trio.run``; the variants alternate inside
 each repeat, with a ``gc.collect()`` before each.
@@ -37,11 +39,14 @@ each repeat, with a ``gc.collect()`` before each.
 
 from __future__ import annotations
 
+import datetime
 import gc
 import statistics
 import time
 import tracemalloc
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from decimal import Decimal
+from typing import Final
 
 import msgspec
 import trio
@@ -51,8 +56,9 @@ import trio.testing
 from bench.counting import Profile, profile
 from bench.report import Row, compare
 from greenroom import AgentOptions, AgentSpec, Guard, Limits
-from greenroom.models import CallTool, Hang, Say, ScriptedModel
+from greenroom.models import CallTool, Hang, Price, Prices, Say, ScriptedModel
 from greenroom.protocol.events import AssistantChunk
+from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, Usage
 from greenroom.runtime import open_runtime
 from greenroom.tools import Tool
 
@@ -144,6 +150,61 @@ async def _our_tool_turns(m: int) -> float:
             agent.send("ping")
             await agent.when_idle()
         return (time.perf_counter() - t0) / m * 1e6
+
+
+# -- (a') a one-step turn whose reply reports usage: priced, or of a model with no price ---
+
+_REPORTED: Final = (
+    TextDelta("ping"),
+    Usage(1000, 100, cache_read_tokens=500, reasoning_tokens=20),
+    Finish("stop"),
+)
+#: The bench's own row (never the shipped figures): one of several, as a real table has.
+_PRICES: Final = Prices(
+    {
+        name: Price(
+            input=Decimal("2.50"),
+            cached_input=Decimal("1.25"),
+            cache_write=Decimal("2.50"),
+            output=Decimal("10"),
+            reasoning=Decimal("10"),
+            as_of=datetime.date(2026, 1, 1),
+            source="the bench",
+        )
+        for name in ("bench-model", "bench-model-mini", "bench", "other-model")
+    }
+)
+
+
+class _Reporting:
+    """A zero-latency model whose every reply is one word and a usage report."""
+
+    async def _reply(self) -> AsyncIterator[StreamChunk]:
+        for chunk in _REPORTED:
+            yield chunk
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._reply()
+
+
+async def _reported_turns(model_name: str, m: int) -> float:
+    options = AgentOptions(model=model_name)
+    async with open_runtime(model=_Reporting(), prices=_PRICES) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s", options=options)).agent
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        if agent.session.last_turn != m:
+            raise RuntimeError(f"expected {m} turns, found {agent.session.last_turn}")
+    return 0.0
+
+
+async def _priced_turns(m: int) -> float:
+    return await _reported_turns("bench-model", m)
+
+
+async def _unpriced_turns(m: int) -> float:
+    return await _reported_turns("no-such-model", m)
 
 
 async def _turns_after(prior: int, m: int) -> float:
@@ -468,6 +529,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
     counted = min(m, 300)  # the counts do not vary; the profiler slows each op ~3x
     turn, trip = profile(_our_turns, counted), profile(_raw_turns, counted)
     guarded = profile(_bounded_turns, counted)
+    priced, unpriced = profile(_priced_turns, counted), profile(_unpriced_turns, counted)
     return [
         compare(
             SCENARIO,
@@ -486,6 +548,17 @@ def run(repeats: int, quick: bool) -> list[Row]:
             [turn.calls],
             baseline="per memory-channel round trip",
             raw=[trip.calls],
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-step turn reporting usage, priced, counted (M={counted})",
+            "calls",
+            [priced.calls],
+            baseline="the same turn, its model without a price",
+            raw=[unpriced.calls],
+            max_ratio=1.05,
+            note="the difference is the step's price: Requests.priced, Prices.priced, find"
+            " and its separator check, Price.cost",
         ),
         compare(
             SCENARIO,

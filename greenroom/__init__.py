@@ -14,6 +14,7 @@ from greenroom.actors.types import (
     SpawnLimits,
     SpawnRefused,
 )
+from greenroom.models.prices import Price, Prices
 from greenroom.protocol.content import Image, Resource, Text
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.tools.typed import tool
@@ -32,6 +33,8 @@ __all__ = [
     "Guard",
     "Image",
     "Limits",
+    "Price",
+    "Prices",
     "Prompt",
     "PromptEvent",
     "Resource",

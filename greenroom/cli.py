@@ -13,6 +13,7 @@ import trio
 from greenroom.models import ModelAdapter
 from greenroom.models.base import ModelError
 from greenroom.models.named import MissingKey, model_named
+from greenroom.models.prices import PriceFileError, Prices, shipped_prices
 from greenroom.protocol.content import referenced
 from greenroom.protocol.events import UserMessage
 from greenroom.protocol.model import ModelRequest, StreamChunk
@@ -126,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         " OpenAI-compatible server's model usually needs it",
     )
     acp.add_argument(
+        "--prices",
+        type=Path,
+        metavar="FILE",
+        help="a price table (TOML, USD per million tokens) whose rows go over the shipped"
+        " ones; a model no row prices has an unknown cost",
+    )
+    acp.add_argument(
         "--sync",
         choices=SYNC_POLICIES,
         default="turn",
@@ -189,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
                     models[spec] = Unkeyed(f"{exc} (set it where the editor starts greenroom)")
                 except ValueError as exc:
                     parser.error(str(exc))
+            prices = None
+            if args.prices is not None:
+                try:
+                    prices = shipped_prices() | Prices.read(args.prices)
+                except PriceFileError as exc:
+                    parser.error(str(exc))
             if args.store:
                 store = store_from_url(
                     args.store, sync=args.sync, lease_ttl=args.lease_ttl, keep_busy=args.keep_busy
@@ -196,7 +210,7 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
-            return run_stdio(models, store, args.interrupted)
+            return run_stdio(models, store, args.interrupted, prices)
         if args.store:
             return _sessions(args.verb, args, store_from_url(args.store, read_only=True), None)
         if args.state_dir is None:  # the default: none yet is no sessions yet, not an error

@@ -29,6 +29,7 @@ from greenroom.errors import alone
 from greenroom.guards import Guards
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter, open_models
+from greenroom.models.prices import Prices
 from greenroom.models.scripted import ScriptedModel
 from greenroom.resolve import SpecResolver
 from greenroom.sandbox import Sandboxes, SandboxSettings
@@ -245,6 +246,7 @@ async def open_runtime(
     workdir: str | None = None,
     max_tool_result: int = DEFAULT_MAX_TOOL_RESULT,
     compaction: CompactionPolicy = DEFAULT_POLICY,
+    prices: Prices | None = None,
     sandbox: SandboxSettings | None = None,
     name: str = "greenroom",
 ) -> AsyncIterator[Runtime]:
@@ -258,6 +260,9 @@ async def open_runtime(
     how deep children nest and how many live children one parent may have.
     ``compaction`` says when an agent's history is compacted and how much recent
     context stays verbatim, unless its `AgentOptions.compaction` says otherwise.
+    ``prices`` is the price table each step's cost is reckoned by (`Prices`; default: the
+    one greenroom ships, `greenroom.models.prices.shipped_prices`; a file's rows over it:
+    ``shipped_prices() | Prices.read(path)``).
     With ``persistence``,
     every session's events go to its sink over it (one durable append per
     turn) and `agents.resume` can load sessions back; ``store`` is the same by
@@ -337,6 +342,7 @@ async def open_runtime(
                 servers=McpHub(tool_registry, hooks, sandboxes),
                 limits=spawn_limits,
                 compaction=compaction,
+                prices=prices,
                 watch_guards=Guards(hooks).watch,
                 resolver=resolver,
             )

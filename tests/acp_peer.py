@@ -14,6 +14,7 @@ import trio.testing
 
 from greenroom.acp import serve_connection
 from greenroom.models.base import ModelAdapter
+from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import JsonlPersistence, Persistence
 from greenroom.tools.bash.tools import bash_plugin
@@ -139,11 +140,15 @@ async def bridge(
     persistence: Persistence | None = None,
     *,
     bash: bool = False,
+    prices: Prices | None = None,
 ) -> AsyncIterator[Bridge]:
-    """A runtime serving ACP to a `Peer` over memory streams; no persistence if `root` is None."""
+    """A runtime serving ACP to a `Peer` over memory streams; no persistence if `root` is None;
+    its steps priced by `prices` (None: the shipped table)."""
     store = persistence or (JsonlPersistence(root) if root is not None else None)
     workdir = str(root) if root is not None else None
-    async with open_runtime(model=model, persistence=store, workdir=workdir) as runtime:
+    async with open_runtime(
+        model=model, persistence=store, workdir=workdir, prices=prices
+    ) as runtime:
         if bash:
             await runtime.plug("tool-bash", bash_plugin)
         client, server = trio.testing.memory_stream_pair()

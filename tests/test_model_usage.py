@@ -1,12 +1,14 @@
-"""Usage per prompt: each turn's tokens (input, output, reasoning, cache reads and writes) summed
-in a ``turn/usage`` record, with the session's running total, which a resumed session goes on
-from. A loopback server over TLS.
+"""Usage per prompt: each turn's tokens (input, output, reasoning, cache reads and writes) and
+their cost summed in a ``turn/usage`` record, with the session's running total, which a resumed
+session goes on from. A loopback server over TLS; the test's own price table.
 
 Real sockets, so the real clock: every test bounds itself with ``trio.fail_after``.
 """
 
 from __future__ import annotations
 
+import datetime
+from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +16,7 @@ import acp
 import pytest
 import trio
 
-from greenroom import open_runtime
+from greenroom import Price, Prices, open_runtime
 from greenroom.models.usage import turn_usage
 from greenroom.protocol.events import (
     COMPLETED,
@@ -81,9 +83,26 @@ def note(usage: Usage) -> Served:
     return Served(pieces=ant_reply(block, [delta], "tool_use", usage))
 
 
-STEP_1 = Usage(input_tokens=1200, output_tokens=30, cache_write_tokens=1100)
-STEP_2 = Usage(input_tokens=1300, output_tokens=12, cache_read_tokens=1100, cache_write_tokens=150)
-TURN_2 = Usage(input_tokens=1400, output_tokens=9, cache_read_tokens=1250, cache_write_tokens=100)
+#: The test's prices for the adapter's model (USD per million tokens).
+PRICES = Prices(
+    {
+        "claude-sonnet-4-5": Price(
+            input=Decimal("3"),
+            cached_input=Decimal("0.30"),
+            cache_write=Decimal("3.75"),
+            output=Decimal("15"),
+            reasoning=Decimal("15"),
+            as_of=datetime.date(2026, 1, 1),
+            source="the tests",
+        )
+    }
+)
+# Each step's cost by hand: 100 x 3 + 1,100 x 3.75 + 30 x 15 = 4,875 per million.
+STEP_1 = Usage(1200, 30, cache_write_tokens=1100, cost=Decimal("0.004875"))
+# 50 x 3 + 1,100 x 0.30 + 150 x 3.75 + 12 x 15 = 150 + 330 + 562.5 + 180 = 1,222.5
+STEP_2 = Usage(1300, 12, cache_read_tokens=1100, cache_write_tokens=150, cost=Decimal("0.0012225"))
+# 50 x 3 + 1,250 x 0.30 + 100 x 3.75 + 9 x 15 = 150 + 375 + 375 + 135 = 1,035
+TURN_2 = Usage(1400, 9, cache_read_tokens=1250, cache_write_tokens=100, cost=Decimal("0.001035"))
 
 
 def records(events: Any) -> list[TurnUsage]:
@@ -99,15 +118,21 @@ async def test_each_turn_sums_its_steps_and_the_session_goes_on_after_a_restart(
         async with sse_server(replies) as server:
             model = adapter("anthropic", server.url)
             store = JsonlPersistence(tmp_path)
-            async with open_runtime(model=model, tools=[NOTE], persistence=store) as rt:
+            async with open_runtime(
+                model=model, tools=[NOTE], persistence=store, prices=PRICES
+            ) as rt:
                 agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
                 first = await agent.send("take a note")
                 second = await agent.send("again")
-            async with open_runtime(model=model, tools=[NOTE], persistence=store) as rt:
+            async with open_runtime(
+                model=model, tools=[NOTE], persistence=store, prices=PRICES
+            ) as rt:
                 resumed = (await rt.agents.resume(agent_id="a", session_id="s")).agent
                 await resumed.send("once more")
     turn_1 = STEP_1 + STEP_2
-    assert turn_1 == Usage(2500, 42, cache_read_tokens=1100, cache_write_tokens=1250)
+    assert turn_1 == Usage(
+        2500, 42, cache_read_tokens=1100, cache_write_tokens=1250, cost=Decimal("0.0060975")
+    )
     assert [(r.turn, r.usage, r.session) for r in records(resumed.session.events)] == [
         (1, turn_1, turn_1),
         (2, TURN_2, turn_1 + TURN_2),
@@ -144,7 +169,7 @@ async def test_acp_reports_the_turns_usage_with_its_cache_figures() -> None:
     with trio.fail_after(LIMIT):
         async with (
             sse_server([note(STEP_1), text(STEP_2)]) as server,
-            bridge(None, adapter("anthropic", server.url)) as b,
+            bridge(None, adapter("anthropic", server.url), prices=PRICES) as b,
         ):
             b.runtime.tools.register(NOTE)
             session = await b.peer.new_session()
@@ -159,6 +184,17 @@ async def test_acp_reports_the_turns_usage_with_its_cache_figures() -> None:
         "cachedWriteTokens": 1250,
     }
     assert acp.schema.PromptResponse.model_validate(result).usage is not None
-    # The context in use after each step: its whole input (cached included) and its output.
-    used = [u["used"] for u in b.peer.updates(session) if u["sessionUpdate"] == "usage_update"]
-    assert used == [1230, 1312]
+    # The context in use after each step: its whole input (cached included) and its output;
+    # once the turn is summed, the session's cost so far, in the schema's shape.
+    updates = [u for u in b.peer.updates(session) if u["sessionUpdate"] == "usage_update"]
+    assert [(u["used"], u.get("cost")) for u in updates] == [
+        (1230, None),
+        (1312, None),
+        (1312, {"amount": 0.0060975, "currency": "USD"}),
+    ]
+    shown = acp.schema.SessionNotification.model_validate(
+        {"sessionId": session, "update": updates[-1]}
+    ).update
+    assert isinstance(shown, acp.schema.UsageUpdate)
+    assert shown.cost is not None  # a cost the schema refused would be salvaged as None
+    assert (shown.cost.amount, shown.cost.currency) == (0.0060975, "USD")

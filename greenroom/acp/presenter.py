@@ -41,6 +41,7 @@ from greenroom.protocol.acp import (
     ConfigChoice,
     ConfigOption,
     ConfigOptionUpdate,
+    Cost,
     CurrentModeUpdate,
     DiffContent,
     ImageBlock,
@@ -89,6 +90,7 @@ from greenroom.protocol.events import (
     ToolResult,
     ToolStart,
     TurnEnd,
+    TurnUsage,
     UserMessage,
 )
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
@@ -200,6 +202,14 @@ class Presenter:
         if usage is not None:
             used = usage.input_tokens + usage.output_tokens
             yield UsageUpdate(used, max(self._window(session), used))
+
+    def _cost(self, session: Session, event: TurnUsage, replay: bool) -> Iterator[SessionUpdate]:
+        # The session's cost once the turn's is summed, with the context its last step's
+        # update said (the schema has no update of the cost alone); unknown: not said.
+        cost = event.session.cost
+        if cost is not None:
+            used = _context_used(session, event)
+            yield UsageUpdate(used, max(self._window(session), used), Cost(float(cost), "USD"))
 
     def _retry(self, session: Session, event: ModelRetry, replay: bool) -> Iterator[SessionUpdate]:
         # A notice of its own (its own message id), not a part of the reply.
@@ -318,6 +328,7 @@ _SHOWN: Final[
     AssistantChunk: Presenter._chunk,
     UserMessage: Presenter._user,
     AssistantMessage: Presenter._usage,
+    TurnUsage: Presenter._cost,
     ModelRetry: Presenter._retry,
     CompactionStart: Presenter._compacting,
     Compacted: Presenter._compacted,
@@ -331,6 +342,17 @@ _SHOWN: Final[
 #: The tool whose calls a terminal-rendering client is shown as terminals.
 TERMINAL_TOOL: Final = "bash"
 _EXIT: Final = re.compile(r"\[(?:exit code: (-?\d+|None)|killed by signal: (\w+))\]\Z")
+
+
+def _context_used(session: Session, record: TurnUsage) -> int:
+    """The tokens of the last step of `record`'s turn that reported usage (a record has
+    one): read back from the record, never past its turn."""
+    events = session.events
+    for index in range(record.seq - 1, -1, -1):
+        event = events[index]
+        if type(event) is AssistantMessage and event.usage is not None:
+            return event.usage.input_tokens + event.usage.output_tokens
+    return 0
 
 
 def _terminal_exit(session: Session, result: ToolResult) -> dict[str, object] | None:

@@ -28,6 +28,7 @@ import trio
 
 from greenroom.acp.connection import serve_connection
 from greenroom.models.base import ModelAdapter
+from greenroom.models.prices import Prices
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import Interruption, Persistence
 from greenroom.tools.ask import ask_plugin
@@ -123,14 +124,16 @@ def run_stdio(
     models: Mapping[str, ModelAdapter],
     persistence: Persistence,
     interrupted: Interruption = "close",
+    prices: Prices | None = None,
 ) -> int:
     """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
-    `interrupted` says what a load does with a turn a crash cut (`serve_connection`)."""
+    `interrupted` says what a load does with a turn a crash cut (`serve_connection`);
+    `prices` prices each step (None: the shipped table)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, frames_fd, interrupted)
+    trio.run(_serve, models, persistence, frames_fd, interrupted, prices)
     return 0
 
 
@@ -139,9 +142,12 @@ async def _serve(
     persistence: Persistence,
     frames_fd: int,
     interrupted: Interruption,
+    prices: Prices | None,
 ) -> None:
     stream = trio.StapledStream(FramesOut(frames_fd), FramesIn(os.dup(0)))
-    async with open_runtime(models=models, persistence=persistence, name="acp") as runtime:
+    async with open_runtime(
+        models=models, persistence=persistence, name="acp", prices=prices
+    ) as runtime:
         await runtime.plug("tool-bash", bash_plugin)
         await runtime.plug("tool-files", files_plugin)
         await runtime.plug("tool-task", task_plugin)

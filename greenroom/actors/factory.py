@@ -35,6 +35,7 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
+from greenroom.models.prices import Prices, shipped_prices
 from greenroom.protocol.events import SessionHeader
 from greenroom.protocol.mcp import McpServer, check_servers
 from greenroom.session import SessionStore
@@ -54,7 +55,8 @@ class AgentFactory:
     `get`, `by_session` and `list` read the live agents off the registry;
     only `create`, `resume` and `start` hand out the `AgentHandle` that can
     dispose one. Specs are made real (models, tools, instructions) by the
-    runtime's `Resolver`.
+    runtime's `Resolver`. Every agent's replies are priced by `prices` (None: the table
+    greenroom ships, `greenroom.models.prices.shipped_prices`).
     """
 
     __slots__ = (
@@ -81,6 +83,7 @@ class AgentFactory:
         servers: ServerHub | None = None,
         limits: SpawnLimits | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
+        prices: Prices | None = None,
         watch_guards: Callable[[Sequence[Guard]], None] | None = None,
         resolver: Resolver | None = None,
     ) -> None:
@@ -101,6 +104,7 @@ class AgentFactory:
             persistence=persistence,
             servers=servers,
             compaction=compaction,
+            prices=shipped_prices() if prices is None else prices,
             watch_guards=watch_guards,
             spawner=self._spawn,  # one bound method, shared by every life
         )

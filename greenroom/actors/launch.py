@@ -33,6 +33,7 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
+from greenroom.models.prices import Prices
 from greenroom.protocol.events import SessionEvent, SessionHeader
 from greenroom.protocol.mcp import McpServer
 from greenroom.session import SessionStore, new_header
@@ -61,6 +62,7 @@ class Launcher:
         "_hooks",
         "_models",
         "_persistence",
+        "_prices",
         "_registry",
         "_release_owned",
         "_servers",
@@ -83,6 +85,7 @@ class Launcher:
         persistence: Persistence | None,
         servers: ServerHub | None,
         compaction: CompactionPolicy,
+        prices: Prices,
         watch_guards: Callable[[Sequence[Guard]], None] | None,
         spawner: Spawner,
     ) -> None:
@@ -96,6 +99,7 @@ class Launcher:
         self._release_owned = release_owned
         self._servers = servers
         self._compaction = compaction  # an agent's own options may say otherwise
+        self._prices = prices
         self._watch_guards = watch_guards  # told each agent's guards as it starts
         #: The factory's half of a parent's spawn, shared by every life.
         self.spawner = spawner
@@ -217,6 +221,7 @@ class Launcher:
                 options=launch.options,
                 client=launch.client,
                 compaction=self._compaction,
+                prices=self._prices,
                 resumed=resumed,
             ),
             spawner=self.spawner,

@@ -1,16 +1,18 @@
 """`Limits`: what a run cannot pass, and `Budget`, one agent's count against them.
 
-Per turn and per session: model requests (a turn's steps), tool calls, and
-input, output and total tokens. The session's figures are counted from its
-log (its steps, its tool calls, its ``turn/usage`` records), so they survive
-a resume. Counts are checked before the request or the call that would pass
-them, so they hold exactly; tokens are known only once a step's reply
-reports them, so a token limit ends the turn after the step that crosses it.
+Per turn and per session: model requests (a turn's steps), tool calls,
+input, output and total tokens, and cost in USD. The session's figures are
+counted from its log (its steps, its tool calls, its ``turn/usage`` records),
+so they survive a resume. Counts are checked before the request or the call
+that would pass them, so they hold exactly; tokens and cost are known only
+once a step's reply reports them, so a token or cost limit ends the turn
+after the step that crosses it.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from decimal import Decimal
 from typing import Final, Protocol
 
 import msgspec
@@ -22,10 +24,10 @@ from greenroom.protocol.events import (
     ToolCall,
     TurnUsage,
 )
-from greenroom.protocol.model import Usage
+from greenroom.protocol.model import NO_USAGE, Usage
 
-#: The fields of `Limits`, in the order a crossing is reported.
-_FIELDS: Final = (
+#: The fields of `Limits` that count, in the order a crossing is reported.
+_COUNTS: Final = (
     "requests",
     "tool_calls",
     "input_tokens",
@@ -37,13 +39,17 @@ _FIELDS: Final = (
     "session_output_tokens",
     "session_total_tokens",
 )
+#: The fields of `Limits` in USD, reported after the counts.
+_COSTS: Final = ("cost_usd", "session_cost_usd")
+_FIELDS: Final = _COUNTS + _COSTS
 
 
 class Limits(msgspec.Struct, frozen=True, kw_only=True):
     """What a run cannot pass (None: no limit). Per turn: ``requests`` (model requests,
-    one a step), ``tool_calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``;
-    the same per session, ``session_...``, counted from the log. Each is a positive int;
-    anything else is a `ValueError` naming the field."""
+    one a step), ``tool_calls``, ``input_tokens``, ``output_tokens``, ``total_tokens``,
+    and ``cost_usd`` (what its steps cost, by the runtime's price table); the same per
+    session, ``session_...``, counted from the log. Each count is a positive int, each
+    cost a positive finite `Decimal`; anything else is a `ValueError` naming the field."""
 
     requests: int | None = None
     tool_calls: int | None = None
@@ -55,12 +61,22 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
     session_input_tokens: int | None = None
     session_output_tokens: int | None = None
     session_total_tokens: int | None = None
+    cost_usd: Decimal | None = None
+    session_cost_usd: Decimal | None = None
 
     def __post_init__(self) -> None:
-        for name in _FIELDS:
+        for name in _COUNTS:
             value = getattr(self, name)
             if value is not None and (type(value) is not int or value < 1):
                 raise ValueError(f"Limits.{name} must be a positive int or None, got {value!r}")
+        for name in _COSTS:
+            value = getattr(self, name)
+            if value is not None and (
+                type(value) is not Decimal or not value.is_finite() or value <= 0
+            ):
+                raise ValueError(
+                    f"Limits.{name} must be a positive Decimal (USD) or None, got {value!r}"
+                )
 
     def stricter(self, other: Limits | None) -> Limits:
         """Each limit the smaller of this one's and `other`'s (a call's and its spec's)."""
@@ -114,9 +130,9 @@ class Budget:
         self._session_requests = sum(1 for e in events if type(e) is StepStart)
         self._session_calls = sum(1 for e in events if type(e) is ToolCall)
         usage = [e.session for e in events if type(e) is TurnUsage]
-        self._session_usage = usage[-1] if usage else Usage()
+        self._session_usage = usage[-1] if usage else NO_USAGE
         self._requests = self._calls = 0
-        self._usage = Usage()
+        self._usage = NO_USAGE
 
     @property
     def limits(self) -> Limits:
@@ -130,7 +146,7 @@ class Budget:
                 turn = turn.stricter(prompt.limits)
         self._limits = turn
         self._requests = self._calls = 0
-        self._usage = Usage()
+        self._usage = NO_USAGE
         self.crossed = None
 
     def request(self) -> LimitReached | None:
@@ -168,8 +184,10 @@ class Budget:
         return None
 
     def spend(self, usage: Usage) -> None:
-        """A step's reply reported `usage`: note in `crossed` the token limit the turn or
-        the session has now crossed (met counts as crossed: no request may follow)."""
+        """A step's reply reported `usage` (priced): note in `crossed` the token or cost
+        limit the turn or the session has now crossed (met counts as crossed: no request
+        may follow). A cost limit is crossed too when the cost is unknown (``reached``
+        None): a limit that cannot be checked does not let the turn go on."""
         self._usage = turn = self._usage + usage
         self._session_usage = session = self._session_usage + usage
         limits = self._limits
@@ -187,4 +205,11 @@ class Budget:
         ):
             if limit is not None and spent >= limit:
                 self.crossed = LimitReached(limit=name, allowed=limit, reached=spent)
+                return
+        for name, cost_limit, cost in (
+            ("cost_usd", limits.cost_usd, turn.cost),
+            ("session_cost_usd", limits.session_cost_usd, session.cost),
+        ):
+            if cost_limit is not None and (cost is None or cost >= cost_limit):
+                self.crossed = LimitReached(limit=name, allowed=cost_limit, reached=cost)
                 return

@@ -55,6 +55,7 @@ from greenroom.actors.types import (
 )
 from greenroom.hooks import Hooks
 from greenroom.models.base import ModelAdapter
+from greenroom.models.prices import Prices
 from greenroom.protocol.content import Content
 from greenroom.protocol.events import (
     USER,
@@ -106,6 +107,7 @@ class LoopAgent:
         options: AgentOptions | None = None,
         client: SessionClient | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
+        prices: Prices,
         resumed: Prompt[None] | None = None,
     ) -> None:
         self._id = agent_id
@@ -126,7 +128,7 @@ class LoopAgent:
             inbox=inbox,
             marker=marker,
             life=life,
-            requests=Requests(session, options, models),
+            requests=Requests(session, options, models, prices),
             tools=tools,
             hooks=hooks,
             compactor=compactor,

@@ -109,8 +109,9 @@ class Answer(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     ``turn`` is the turn it joined (None if none took it); ``reason`` the
     cancel reason or the error text; ``text`` the turn's last assistant text;
     ``tool_calls`` its calls with their results; ``usage`` the tokens of all
-    its steps (None if the model reported none); ``output`` the validated
-    structured output, when the prompt asked for one and the turn gave it.
+    its steps (None if the model reported none) and what they cost (``usage.cost``,
+    USD; None when unknown); ``output`` the validated structured output, when the
+    prompt asked for one and the turn gave it.
     """
 
     stop_reason: StopReason
@@ -478,6 +479,8 @@ def _stop(reason: TurnEndReason) -> tuple[StopReason, str | None]:
             return "max-tokens", None
         case Refused():
             return "refusal", None
+        case LimitReached(limit=limit, allowed=allowed, reached=None):
+            return "limit", f"{limit} limit ({allowed}) reached: the cost is unknown (no price)"
         case LimitReached(limit=limit, allowed=allowed, reached=reached):
             return "limit", f"{limit} limit reached: {reached} of {allowed}"
         case Guarded(guard=guard, at=at, message=message):

@@ -1,4 +1,5 @@
-"""`Requests`: what an agent's model is asked, built from the session's log alone."""
+"""`Requests`: what an agent's model is asked, built from the session's log alone, and
+what its replies cost."""
 
 from __future__ import annotations
 
@@ -7,12 +8,14 @@ from collections.abc import Mapping
 from greenroom.actors.output import OutputTools
 from greenroom.actors.types import AgentOptions, ToolExecutor
 from greenroom.models.base import ModelAdapter
-from greenroom.protocol.model import ModelRequest
+from greenroom.models.prices import Prices
+from greenroom.protocol.model import ModelRequest, Usage
 from greenroom.session import Session
 
 
 class Requests:
-    """One agent's model requests: which of its models answers, and what it is sent.
+    """One agent's model requests: which of its models answers, what it is sent, and
+    what its reply cost (`priced`, by the runtime's price table).
 
     Everything a request holds is read off the session's log (its history,
     its settings: the ``instructions`` setting is the system prompt when the
@@ -20,15 +23,20 @@ class Requests:
     request as the life before it, and a provider's prompt cache holds.
     """
 
-    __slots__ = ("_options", "_session", "models")
+    __slots__ = ("_options", "_prices", "_session", "models")
 
     def __init__(
-        self, session: Session, options: AgentOptions, models: Mapping[str, ModelAdapter]
+        self,
+        session: Session,
+        options: AgentOptions,
+        models: Mapping[str, ModelAdapter],
+        prices: Prices,
     ) -> None:
         self._session = session
         self._options = options
         #: The agent's models by id; the first is the default.
         self.models = models
+        self._prices = prices
 
     @property
     def model_id(self) -> str:
@@ -52,3 +60,10 @@ class Requests:
             blobs=session.blobs,
             session_id=session.id,
         )
+
+    def priced(self, usage: Usage, request: ModelRequest, model: ModelAdapter) -> Usage:
+        """`usage`, what `model` reported for `request`, with its cost: at the price of
+        the model the request named, else of the adapter's own (its ``model_name``);
+        unknown (None) when neither is named or the table prices neither."""
+        name = request.model or getattr(model, "model_name", None)
+        return self._prices.priced(usage, name)

@@ -385,6 +385,7 @@ class TurnDriver:
         except Exception as exc:
             raise StepFailed(f"model adapter raised {type(exc).__name__}: {exc}") from exc
         if reply.usage is not None:  # before its message is logged: see `Compactor.observe`
+            reply.usage = requests.priced(reply.usage, request, model)
             self._compactor.observe(request, reply.usage, model_id)
             if self.budget is not None:  # a crossing ends the turn after this step
                 self.budget.spend(reply.usage)

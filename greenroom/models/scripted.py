@@ -73,10 +73,15 @@ class Hang(msgspec.Struct, frozen=True):
 
 
 class Tokens(msgspec.Struct, frozen=True):
-    """Report the reply's usage: `input` and `output` tokens (as a provider's usage event)."""
+    """Report the reply's usage (as a provider's usage event): `input` and `output` tokens,
+    of the input `cache_read` read from the prompt cache and `cache_write` written to it,
+    of the output `reasoning` spent thinking."""
 
     input: int = 0
     output: int = 0
+    cache_read: int = 0
+    cache_write: int = 0
+    reasoning: int = 0
 
 
 class End(msgspec.Struct, frozen=True):
@@ -142,8 +147,14 @@ class ScriptedModel:
                         if isinstance(arguments, str)
                         else json.dumps(arguments),
                     )
-                case Tokens(input=input_tokens, output=output_tokens):
-                    yield Usage(input_tokens=input_tokens, output_tokens=output_tokens)
+                case Tokens():
+                    yield Usage(
+                        action.input,
+                        action.output,
+                        action.cache_read,
+                        action.cache_write,
+                        action.reasoning,
+                    )
                 case Wait(seconds=seconds):
                     await trio.sleep(seconds)
                 case Fail(message=message):

@@ -1,22 +1,22 @@
-"""Token usage summed per turn and per session, read off the log (``turn/usage``)."""
+"""Token usage and its cost summed per turn and per session, read off the log
+(``turn/usage``)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from greenroom.protocol.events import AssistantMessage, SessionEvent, TurnUsage
-from greenroom.protocol.model import Usage
-
-_NONE = Usage()
+from greenroom.protocol.model import NO_USAGE, Usage
 
 
 def turn_usage(events: Sequence[SessionEvent], start: int, turn: int) -> TurnUsage | None:
     """The ``turn/usage`` record that closes `turn`, whose events begin at index `start`.
 
-    Its ``usage`` sums the usage of the turn's steps; its ``session`` adds that to
-    the ``session`` of the last earlier record (so a resumed or forked session
-    goes on from what its log holds). None when no step of the turn reported
-    usage (the scripted model): no record is written then.
+    Its ``usage`` sums the usage of the turn's steps, their costs included (unknown
+    when a step's was); its ``session`` adds that to the ``session`` of the last
+    earlier record (so a resumed or forked session goes on from what its log holds,
+    its cost too: unknown from the first turn whose cost was). None when no step of
+    the turn reported usage (the scripted model): no record is written then.
     """
     usage: Usage | None = None
     for index in range(start, len(events)):
@@ -25,7 +25,7 @@ def turn_usage(events: Sequence[SessionEvent], start: int, turn: int) -> TurnUsa
             usage = event.usage if usage is None else usage + event.usage
     if usage is None:
         return None
-    earlier = _NONE
+    earlier = NO_USAGE
     for index in range(start - 1, -1, -1):
         event = events[index]
         if type(event) is TurnUsage:

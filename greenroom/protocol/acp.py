@@ -503,6 +503,14 @@ class SessionInfoUpdate(
     updated_at: str | None = None
 
 
+class Cost(msgspec.Struct, frozen=True, gc=False):
+    """A session's cost so far (ACP's ``Cost``): `amount` a JSON number, as the schema
+    has it (the log keeps the exact decimal), in `currency` (ISO 4217)."""
+
+    amount: float
+    currency: str
+
+
 class UsageUpdate(
     msgspec.Struct,
     frozen=True,
@@ -510,9 +518,14 @@ class UsageUpdate(
     tag_field="sessionUpdate",
     tag="usage_update",
     rename=wire_name,
+    omit_defaults=True,
 ):
+    """The tokens in the model's context (`used`) of its window (`size`), and the
+    session's `cost` so far when it is known."""
+
     used: int
     size: int
+    cost: Cost | None = None
 
 
 #: A compaction's lifecycle as ACP's unstable ``CompactionStatus`` names it (greenroom

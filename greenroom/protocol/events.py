@@ -7,6 +7,7 @@ the event is appended; until then they are -1 and 0.
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any, Final, Literal, TypeAlias, final
 
 import msgspec
@@ -146,13 +147,15 @@ class Interrupted(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="
 @final
 class LimitReached(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="limit"):
     """A limit of the agent's `Limits` stopped the turn: `limit` names it (``requests``,
-    ``session_total_tokens``, ...), `allowed` is its figure and `reached` the count that met
-    it (a count: before the call that would pass it; tokens: after the step that crossed
-    it)."""
+    ``session_total_tokens``, ``cost_usd``, ...), `allowed` is its figure and `reached` the
+    count that met it (a count: before the call that would pass it; tokens and cost: after
+    the step that crossed it). A cost limit's figures are `Decimal` USD (in the log, exact
+    decimal strings), its `reached` None when the cost is unknown (a step of a model with
+    no price): a cost limit cannot be held over it."""
 
     limit: str
-    allowed: int
-    reached: int
+    allowed: int | Decimal
+    reached: int | Decimal | None
 
 
 @final
@@ -395,8 +398,11 @@ class Compacted(Event, frozen=True, gc=False, tag="context/compacted"):
 
 @final
 class TurnUsage(Event, frozen=True, gc=False, tag="turn/usage"):
-    """The tokens of a turn: `usage` its steps' summed, `session` every turn's of the session
-    so far, this one's included. Just before ``turn/end``, when a step reported usage."""
+    """The tokens of a turn and their cost: `usage` its steps' summed, `session` every
+    turn's of the session so far, this one's included. Just before ``turn/end``, when a
+    step reported usage. Each ``cost`` is None (left out) when unknown: a turn's when a
+    step's was, the session's from the first such turn on (and in a log written before
+    costs were)."""
 
     turn: int
     usage: Usage

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from decimal import Decimal
 from typing import Final, Literal, TypeAlias, final
 
 import msgspec
@@ -66,22 +67,35 @@ class Usage(
     included: ``cache_read_tokens`` were read from the provider's prompt cache and
     ``cache_write_tokens`` written to it (both part of the input);
     ``reasoning_tokens`` are the part of ``output_tokens`` spent thinking, where the
-    provider says."""
+    provider says.
+
+    ``cost``: what those tokens cost in USD, by the price table in force
+    (`greenroom.models.prices`), exact; None when it is unknown (no price for the model,
+    or an adapter's usage not yet priced: adapters never price). A sum is unknown when
+    any part of it is: ``a + b`` adds the costs only when both are known. `NO_USAGE` is
+    the zero a running total starts from (no tokens, nothing spent)."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     reasoning_tokens: int = 0
+    cost: Decimal | None = None
 
     def __add__(self, other: Usage) -> Usage:
+        mine, theirs = self.cost, other.cost
         return Usage(
             self.input_tokens + other.input_tokens,
             self.output_tokens + other.output_tokens,
             self.cache_read_tokens + other.cache_read_tokens,
             self.cache_write_tokens + other.cache_write_tokens,
             self.reasoning_tokens + other.reasoning_tokens,
+            None if mine is None or theirs is None else mine + theirs,
         )
+
+
+#: Nothing used and nothing spent: where a turn's or a session's running total starts.
+NO_USAGE: Final = Usage(cost=Decimal(0))
 
 
 @final

@@ -1,4 +1,5 @@
-"""A session log as a person reads it: turns, messages, tool calls, end reasons.
+"""A session log as a person reads it: turns, messages, tool calls, usage and cost, end
+reasons.
 
 Bounded whatever the log holds: a tool's result shows its first `PREVIEW`
 characters, and its marker when it was cut (which names the spill file
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Container, Iterator, Sequence
+from decimal import Decimal
 from typing import Final
 
 from greenroom.protocol.content import ImageRef, Part, ResourceRef, described, missing
@@ -46,8 +48,10 @@ from greenroom.protocol.events import (
     TurnEnd,
     TurnEndReason,
     TurnStart,
+    TurnUsage,
     UserMessage,
 )
+from greenroom.protocol.model import Usage
 from greenroom.sandbox import describe
 from greenroom.session.persistence import StoredSession
 from greenroom.spill import cut, find_marker
@@ -151,6 +155,8 @@ def transcript(
                 yield f"  {describe_compaction(event)}"
             case SandboxProtections(protections=protections):
                 yield f"  sandbox: {describe(protections)}"
+            case TurnUsage(usage=usage, session=session):
+                yield f"  {describe_usage(usage, session)}"
             case TurnEnd(reason=reason):
                 yield f"  end: {_shown(describe_reason(reason))}"
             case GuardTripped(guard=guard, at=at, message=message):
@@ -190,6 +196,28 @@ def describe_compaction(event: Compacted) -> str:
     return f"compacted {turns} ({size}{cuts}, by {event.model}): {_shown(event.summary)}"
 
 
+def describe_usage(usage: Usage, session: Usage) -> str:
+    """A ``turn/usage`` record's line: the turn's tokens, its cost and the session's."""
+    tokens = f"{usage.input_tokens:,} tokens in"
+    reads = [
+        f"{count:,} {what}"
+        for count, what in (
+            (usage.cache_read_tokens, "cached"),
+            (usage.cache_write_tokens, "written to the cache"),
+        )
+        if count
+    ]
+    tokens += f" ({', '.join(reads)})" if reads else ""
+    tokens += f", {usage.output_tokens:,} out"
+    tokens += f" ({usage.reasoning_tokens:,} thinking)" if usage.reasoning_tokens else ""
+    return f"usage: {tokens}; cost {_usd(usage.cost)}, the session's {_usd(session.cost)}"
+
+
+def _usd(amount: Decimal | None) -> str:
+    """`amount` as a reader sees it: ``$0.0123`` (exact, no exponent), or ``unknown``."""
+    return "unknown" if amount is None else f"${amount.normalize():f}"
+
+
 def describe_source(source: MessageSource) -> str:
     match source:
         case PluginSource(plugin=plugin):
@@ -216,6 +244,8 @@ def describe_reason(reason: TurnEndReason) -> str:
             return "refused by the model (left out of its history)"
         case Interrupted():
             return "interrupted (the process stopped mid-turn)"
+        case LimitReached(limit=limit, allowed=allowed, reached=None):
+            return f"limit: {limit} reached (the cost is unknown, the limit {allowed})"
         case LimitReached(limit=limit, allowed=allowed, reached=reached):
             return f"limit: {limit} reached ({reached} of {allowed})"
         case Guarded(guard=guard, at=at, message=message):
