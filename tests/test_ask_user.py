@@ -14,7 +14,7 @@ import acp
 import trio
 from acp import schema
 
-from greenroom import open_runtime
+from greenroom import AgentOptions, open_runtime
 from greenroom.actors.types import Question, SessionClient
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import Aborted, ToolResult, TurnEnd
@@ -286,6 +286,7 @@ async def test_an_unaskable_session_is_offered_each_tool_list_without_the_tool()
 
     class Alone:
         client = None
+        options = AgentOptions()  # no Defer: no one answers its questions
 
     unaskable = _Unaskable()
     first = [ToolSchema("bash", "", {}), ToolSchema("ask_user", "", {})]

@@ -44,6 +44,7 @@ STOP_REASONS: Final[dict[str, StopReason]] = {
     "disposed": "cancelled",
     "withdrawn": "cancelled",
     "guarded": "refusal",
+    "requires-action": "cancelled",  # a turn parked as its client left: no one reads it
 }
 
 

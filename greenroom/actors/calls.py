@@ -3,7 +3,9 @@
 Every call the model made gets a ``tool/result``, whatever happens, so the
 history stays valid for the next request: a call its write-ahead could not
 log is ``not run`` (and so is every later one), and a cancel gives each call
-without a result yet, and every later one, an ``aborted`` result.
+without a result yet, and every later one, an ``aborted`` result. But a turn
+parked on a decision (`Decisions.parked`: disposed while it waited) is left
+as its log stands, for the session's next holder to go on with.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from functools import partial
 
 import trio
 
+from greenroom.actors.decisions import Decisions
 from greenroom.actors.events import AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
 from greenroom.actors.life import AgentLife
 from greenroom.actors.limits import Budget
@@ -44,7 +47,7 @@ class ToolCalls:
     runs under.
     """
 
-    __slots__ = ("_agent", "_client", "_hooks", "_life", "_marker", "_session")
+    __slots__ = ("_agent", "_client", "_decisions", "_hooks", "_life", "_marker", "_session")
 
     def __init__(
         self,
@@ -54,8 +57,10 @@ class ToolCalls:
         marker: CancelMarker,
         client: SessionClient | None,
         life: AgentLife,
+        decisions: Decisions,
     ) -> None:
         self._agent = agent
+        self._decisions = decisions
         self._session = session
         self._hooks = hooks
         self._marker = marker
@@ -110,7 +115,7 @@ class ToolCalls:
                 raise
             except BaseException as exc:
                 cancel = cancelled_in(exc)
-                if cancel is None:
+                if cancel is None or self._decisions.parked:  # parked: the log stays as is
                     raise
                 aborted = ToolOutcome.failed(
                     f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"

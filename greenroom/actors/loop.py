@@ -27,6 +27,7 @@ import trio
 from greenroom.actors.calls import ToolCalls
 from greenroom.actors.carry import CarriedOn, open_turn_of
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy, Compactor
+from greenroom.actors.decisions import EMBEDDER, Decisions
 from greenroom.actors.events import AGENT_QUEUED
 from greenroom.actors.inbox import Inbox
 from greenroom.actors.life import AgentLife
@@ -82,6 +83,7 @@ class LoopAgent:
     __slots__ = (
         "_client",
         "_compactor",
+        "_decisions",
         "_driver",
         "_hooks",
         "_id",
@@ -118,10 +120,11 @@ class LoopAgent:
         self._client = client
         self._hooks = hooks
         self._inbox = inbox = Inbox()
-        self._status = AgentStatus(self, life, hooks)
+        self._status = status = AgentStatus(self, life, hooks)
         self._marker = marker = CancelMarker()
+        self._decisions = decisions = Decisions(session, status, marker)
         self._compactor = compactor = Compactor(session, options.compaction or compaction)
-        calls = ToolCalls(self, session, hooks, marker, client, life)
+        calls = ToolCalls(self, session, hooks, marker, client, life, decisions)
         self._driver = TurnDriver(
             self,
             session,
@@ -134,6 +137,7 @@ class LoopAgent:
             compactor=compactor,
             calls=calls,
             limits=options.limits,
+            decisions=decisions,
         )
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
 
@@ -193,7 +197,7 @@ class LoopAgent:
     def steer(self, content: str, *, source: MessageSource | None = None) -> Prompt[None]:
         """Join the running turn before its next step (its answer is that turn's); while
         not running, `send`."""
-        if self.status != "running":
+        if self.status not in ("running", "waiting"):
             return self.send(content, source=source)
         self._require_live()
         text = checked_text(self._id, content)  # text only: steering takes no blocks
@@ -277,7 +281,7 @@ class LoopAgent:
         reason = reason or DEFAULT_CANCEL_REASON
         self._life.cancel_children(reason)
         pending = (
-            self._status.name == "running"
+            self._status.name in ("running", "waiting")
             or self._inbox.queued
             or self._inbox.steering
             or self._compactor.requested
@@ -324,6 +328,14 @@ class LoopAgent:
 
     def history(self) -> list[HistoryEntry]:
         return history_of(self._session.events)
+
+    @property
+    def decisions(self) -> Decisions:
+        return self._decisions
+
+    def decide(self, decision_id: str, answer: str, by: str = EMBEDDER) -> None:
+        """Answer the open decision `decision_id` (see `Decisions.decide`)."""
+        self._decisions.decide(decision_id, answer, by)
 
     # -- the task --------------------------------------------------------------
 

@@ -32,6 +32,7 @@ from greenroom.protocol.events import (
     Compacted,
     CompactionStart,
     Completed,
+    DecisionRequested,
     Disposed,
     Errored,
     Guarded,
@@ -68,6 +69,7 @@ StopReason: TypeAlias = Literal[
     "refusal",
     "limit",
     "guarded",
+    "requires-action",
     "withdrawn",
 ]
 
@@ -111,7 +113,9 @@ class Answer(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     ``tool_calls`` its calls with their results; ``usage`` the tokens of all
     its steps (None if the model reported none) and what they cost (``usage.cost``,
     USD; None when unknown); ``output`` the validated structured output, when the
-    prompt asked for one and the turn gave it.
+    prompt asked for one and the turn gave it; ``decisions`` what its turn waits
+    for, when it answers ``requires-action`` (the turn parked: its end comes
+    later, as a carried-on turn's does).
     """
 
     stop_reason: StopReason
@@ -121,6 +125,7 @@ class Answer(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     tool_calls: tuple[ToolCallRecord, ...] = ()
     usage: Usage | None = None
     output: T | None = None
+    decisions: tuple[DecisionRequested, ...] = ()
 
 
 class TurnOutcome:
@@ -209,6 +214,15 @@ class Prompt(Generic[T]):
     def __repr__(self) -> str:
         state = "settled" if self._outcome is not None else "pending"
         return f"<Prompt {self.id!r} {state}>"
+
+    @property
+    def pending(self) -> list[DecisionRequested]:
+        """The decisions its turn waits for now (a permission, a question), oldest first:
+        empty while no turn took it, or its turn waits for none."""
+        turn = self._turn
+        if turn is None:
+            return []
+        return [d for d in self._session.decisions.values() if d.turn == turn]
 
     @property
     def settled(self) -> bool:

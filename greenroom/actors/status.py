@@ -45,17 +45,17 @@ class AgentStatus:
             status = "disposed"
         if status == self.name:
             return
-        leaving_running = self.name == "running"
         self.name = status
-        if leaving_running or status == "disposed":
+        if status == "idle" or status == "disposed":  # not waiting: a turn waits on a decision
             self.release()
         if AGENT_STATUS in self._hooks.listened:
             self._hooks.emit(AGENT_STATUS, self._agent, status)
 
     def when_idle(self, pending: bool) -> Awaitable[None]:
         """A wait registered now: released at once when idle with nothing `pending`;
-        otherwise at the next move out of running, or a `release` (a cancel or a
-        withdraw left nothing to run). Once the agent is disposed (or disposing), it
+        otherwise at the next move to idle (not to ``waiting``: a turn parked on a
+        decision is not idle), or a `release` (a cancel or a withdraw left nothing to
+        run). Once the agent is disposed (or disposing), it
         returns after the life's task has exited."""
         if self.name == "disposed" or self._life.disposing:
             return IdleWait(self._life, released=True)

@@ -19,6 +19,7 @@ import trio
 
 from greenroom.actors.calls import ToolCalls
 from greenroom.actors.compaction import Compactor
+from greenroom.actors.decisions import Decisions
 from greenroom.actors.events import (
     AGENT_ERROR,
     AGENT_REQUEST,
@@ -36,7 +37,7 @@ from greenroom.actors.life import AgentLife
 from greenroom.actors.limits import NO_LIMITS, Budget, Limits
 from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancelled_in
 from greenroom.actors.output import OutputTools, OutputTurn
-from greenroom.actors.prompt import Prompt, TurnOutcome, new_message_id, settle, take
+from greenroom.actors.prompt import Answer, Prompt, TurnOutcome, new_message_id, settle, take
 from greenroom.actors.request import Requests
 from greenroom.actors.step import PERSISTENCE, StepFailed, TurnStopped, write_ahead
 from greenroom.actors.types import Agent, ToolExecutor
@@ -107,6 +108,7 @@ class TurnDriver:
     __slots__ = (
         "_agent",
         "_compactor",
+        "_decisions",
         "_hooks",
         "_inbox",
         "_life",
@@ -135,6 +137,7 @@ class TurnDriver:
         hooks: Hooks,
         compactor: Compactor,
         calls: ToolCalls,
+        decisions: Decisions,
         limits: Limits | None = None,
     ) -> None:
         self._agent = agent
@@ -144,6 +147,7 @@ class TurnDriver:
         self._life = life
         self._hooks = hooks
         self._compactor = compactor
+        self._decisions = decisions
         #: What the agent's model is asked, and which model answers.
         self.requests = requests
         self.tools = tools
@@ -211,7 +215,11 @@ class TurnDriver:
             raise raised from None
         finally:
             marker.running = None
-            await self._close(turn, reason, prompts, start, output)
+            if self._decisions.parked:  # disposed while it waited: left open, parked
+                waits = tuple(self._session.decisions.values())
+                settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
+            else:
+                await self._close(turn, reason, prompts, start, output)
 
     def one_shot(self, trigger: TurnTrigger, event: SessionEvent) -> None:
         """Log `event` into the turn the log has open, else as a turn of its own (every

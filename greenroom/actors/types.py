@@ -18,6 +18,8 @@ from greenroom.actors.limits import Limits
 from greenroom.actors.prompt import Answer, Prompt
 from greenroom.protocol.content import Content
 from greenroom.protocol.events import (
+    DecisionKind,
+    DecisionRequested,
     FileDiff,
     Location,
     MessageSource,
@@ -134,7 +136,9 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     own system prompt; when its history is compacted (`CompactionPolicy`; None: the
     runtime's); the structured output `send` and `run` ask for when they name none
     (`output`); the `Limits` no turn may pass (a call's own limits narrow them); the
-    `Guard`s that see its prompts, tool calls and answers."""
+    `Guard`s that see its prompts, tool calls and answers; whom its decisions ask when
+    its session's front end asks no one (`permissions`: None, the runtime's policy;
+    `Defer`, no one: the embedder answers with `decide`)."""
 
     model: str | None = None
     system_prompt: str | None = None
@@ -142,6 +146,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     output: type[Any] | None = None
     limits: Limits | None = None
     guards: tuple[Guard, ...] = ()
+    permissions: Permissions | None = None
 
 
 class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):
@@ -283,6 +288,39 @@ class Agent(Protocol):
         compactions."""
         ...
 
+    @property
+    def decisions(self) -> DecisionDesk:
+        """What its turns wait for someone to decide (`greenroom.actors.decisions`)."""
+        ...
+
+    def decide(self, decision_id: str, answer: str, by: str = "embedder") -> None:
+        """Answer the open decision `decision_id` (the first answer wins); see
+        `Decisions.decide`."""
+        ...
+
+
+class DecisionDesk(Protocol):
+    """An agent's decisions as the tools see them: the one way a call asks and waits."""
+
+    @property
+    def pending(self) -> Sequence[DecisionRequested]: ...
+
+    async def ask(
+        self,
+        call_id: str,
+        kind: DecisionKind,
+        asker: Callable[[], Awaitable[str]] | None,
+        asker_name: str,
+        *,
+        tool: str = "",
+        title: str = "",
+        arguments: str = "",
+        options: Sequence[str] = (),
+        question: str = "",
+        choices: Sequence[str] = (),
+        free_text: bool = False,
+    ) -> tuple[str, str]: ...
+
 
 class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
     """A tool call that waits for permission: who asks, and what the call would do.
@@ -320,6 +358,17 @@ class Question(msgspec.Struct, frozen=True, gc=False):
     free_text: bool = True
 
 
+class Defer:
+    """A policy that asks no one: a decision (a permission, a question) waits, parked, for
+    the embedder's answer (`Agent.decide`, `Runtime.decide`)."""
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        raise AssertionError("Defer asks no one: decisions wait for Agent.decide")
+
+    async def ask(self, question: Question) -> str | None:
+        raise AssertionError("Defer asks no one: decisions wait for Agent.decide")
+
+
 class Questions(Protocol):
     """Asks the person at the front end a question; None if they declined to answer.
 
@@ -350,6 +399,8 @@ class SessionClient:
     permissions: Permissions | None = None
     files: EditorFiles | None = None
     questions: Questions | None = None
+    #: Who answers what it asks, as the log names them (``decision/made``'s ``by``).
+    name: str = "client"
 
 
 class ChildHandle(Protocol):

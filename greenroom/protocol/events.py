@@ -242,6 +242,44 @@ class GuardTripped(Event, frozen=True, gc=False, tag="guard/tripped"):
     call_id: str | None = None
 
 
+#: What a decision is about: a tool call's permission, or a question ``ask_user`` asks.
+DecisionKind: TypeAlias = Literal["permission", "question"]
+
+
+@final
+class DecisionRequested(Event, frozen=True, gc=False, tag="decision/requested", omit_defaults=True):
+    """A decision the turn waits for, logged before anyone is asked: the permission of tool
+    call `call_id` (its `tool`, `title`, `arguments`; the answers it may get, `options`), or
+    the question of the ``ask_user`` call `call_id` (`question`, its `choices`, whether
+    `free_text` may answer it). `decision_id` names it; the `DecisionMade` naming it answers
+    it. While one is open, the turn is parked: a turn cut then is left open by repair,
+    for the session's next holder to ask again."""
+
+    turn: int
+    decision_id: str
+    call_id: str
+    kind: DecisionKind
+    tool: str = ""
+    title: str = ""
+    arguments: str = ""
+    options: list[str] = []
+    question: str = ""
+    choices: list[str] = []
+    free_text: bool = False
+
+
+@final
+class DecisionMade(Event, frozen=True, gc=False, tag="decision/made"):
+    """The answer to decision `decision_id`: a permission's option, or the question's answer
+    (empty: declined), and who gave it (`by`: the client's name, ``embedder``, a principal,
+    ``policy``)."""
+
+    turn: int
+    decision_id: str
+    answer: str
+    by: str
+
+
 @final
 class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     """A turn a crash cut, carried on by the session's next holder (``resume(...,
@@ -539,6 +577,8 @@ SessionEvent: TypeAlias = (
     | TurnAnswered
     | TurnResumed
     | GuardTripped
+    | DecisionRequested
+    | DecisionMade
     | StepStart
     | StepEnd
     | UserMessage
@@ -559,7 +599,7 @@ SessionEvent: TypeAlias = (
     | SandboxProtections
 )
 
-StatusName: TypeAlias = Literal["idle", "running", "disposed"]
+StatusName: TypeAlias = Literal["idle", "running", "waiting", "disposed"]
 
 SESSION_VERSION: Final = 0
 

@@ -21,6 +21,8 @@ from greenroom.protocol.events import (
     CompactionStart,
     ConfigSet,
     ContextMessage,
+    DecisionMade,
+    DecisionRequested,
     MessageSource,
     PermissionRule,
     PlanSet,
@@ -154,6 +156,7 @@ class Session:
         "added_bytes",
         "compaction",
         "config",
+        "decisions",
         "header",
         "live",
         "on_append",
@@ -185,6 +188,9 @@ class Session:
         self.config: Mapping[str, str] = _NOTHING
         #: The "always" permission answers by tool name (``permission/rule``), read off the log.
         self.permissions: Mapping[str, bool] = _NOTHING
+        #: The decisions the open turn waits for (``decision/requested`` without its
+        #: ``decision/made``), by id, read off the log: while any is open the turn is parked.
+        self.decisions: Mapping[str, DecisionRequested] = _NOTHING
         #: A name for the conversation, from its first prompt, and the seq of that prompt.
         self.title: str | None = None
         self.title_seq = -1
@@ -402,6 +408,8 @@ class Session:
             self._turn_messages = len(self._messages)
         elif type(event) is TurnEnd:
             self._open_turn = None
+            if self.decisions:  # an ended turn's decisions are void
+                self.decisions = _NOTHING
             if type(event.reason) is Refused:
                 self._forget_refused_turn()
         elif type(event) is UserMessage:
@@ -427,6 +435,10 @@ class Session:
             self.config = {**self.config, event.key: event.value}
         elif type(event) is PermissionRule:
             self.permissions = {**self.permissions, event.tool: event.allow}
+        elif type(event) is DecisionRequested:
+            self.decisions = {**self.decisions, event.decision_id: event}
+        elif type(event) is DecisionMade:
+            self.decisions = {k: v for k, v in self.decisions.items() if k != event.decision_id}
         elif type(event) is Compacted:
             self._compact(event)
         else:

@@ -2,11 +2,14 @@
 
 The question goes to the session's `SessionClient.questions` (over ACP: an
 elicitation in the client's session; a sub-agent has its parent's client, so
-its question goes there too). A session whose client cannot be asked is not
-offered the tool at all: the plugin takes it out of every request of such a
-session. A cancel of the turn withdraws the question (the turn ends
-``aborted``, the call's result says so). The answer is the call's result, in
-the log like every result.
+its question goes there too), or, for an agent whose policy is `Defer`, waits
+for the embedder's answer (`Agent.decide`). It is a decision of the agent's
+(`greenroom.actors.decisions`): logged before it is asked, the turn parked
+until answered. A session no one can be asked in is not offered the tool at
+all: the plugin takes it out of every request of such a session. A cancel
+of the turn withdraws the question (the turn ends ``aborted``, the call's
+result says so). The answer is the call's result, in the log like every
+result.
 """
 
 from __future__ import annotations
@@ -16,7 +19,16 @@ from typing import Any, Final
 import msgspec
 
 from greenroom.actors.events import AGENT_REQUEST
-from greenroom.actors.types import Agent, Question, ToolInvocation, ToolOutcome, ToolView
+from greenroom.actors.types import (
+    Agent,
+    Defer,
+    Question,
+    Questions,
+    SessionClient,
+    ToolInvocation,
+    ToolOutcome,
+    ToolView,
+)
 from greenroom.protocol.model import ModelRequest, ToolSchema
 from greenroom.tools.plugins import PluginContext
 from greenroom.tools.registry import Tool
@@ -64,8 +76,8 @@ async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
     invalid = _invalid(args)
     if invalid is not None:
         return _refuse(invalid)
-    questions = call.client.questions if call.client is not None else None
     agent: Agent | None = call.agent
+    questions = _asked(call.client, agent)
     if questions is None or agent is None:
         return _refuse("no one can be asked in this session", "unsupported")
     question = Question(
@@ -75,8 +87,22 @@ async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
         args.choices,
         free_text=args.free_text or not args.choices,
     )
-    answer = await questions.ask(question)
-    if answer is None:
+    client = call.client
+    asking = questions.ask
+
+    async def asker() -> str:
+        return await asking(question) or ""
+
+    answer, _ = await agent.decisions.ask(
+        call.call_id,
+        "question",
+        None if isinstance(questions, Defer) else asker,
+        client.name if client is not None and client.questions is questions else "policy",
+        question=args.question,
+        choices=args.choices,
+        free_text=question.free_text,
+    )
+    if not answer:
         return "The user declined to answer."
     if args.choices and not question.free_text and answer not in args.choices:
         return _refuse(f"the answer {answer[:100]!r} is none of the choices", "bad-answer")
@@ -94,6 +120,15 @@ ASK: Final[Tool[Any]] = Tool(
 )
 
 
+def _asked(client: SessionClient | None, agent: Agent | None) -> Questions | None:
+    """Who a session's questions go to: its front end's, else the agent's `Defer` (the
+    embedder answers), else no one."""
+    if client is not None and client.questions is not None:
+        return client.questions
+    deferred = agent.options.permissions if agent is not None else None
+    return deferred if isinstance(deferred, Defer) else None
+
+
 class _Unaskable:
     """What a session that cannot be asked is offered: its tools without ``ask_user``.
 
@@ -109,8 +144,7 @@ class _Unaskable:
         self._copies: dict[int, tuple[list[ToolSchema], list[ToolSchema]]] = {}
 
     async def offer(self, request: ModelRequest, agent: Agent, *_: object) -> ModelRequest:
-        client = agent.client
-        if client is not None and client.questions is not None:
+        if _asked(agent.client, agent) is not None:
             return request
         tools = self._without(request.tools)
         return request if tools is request.tools else msgspec.structs.replace(request, tools=tools)

@@ -22,16 +22,18 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
+from functools import partial
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar
+from typing import Any, Final, Generic, TypeVar, cast
 
 import msgspec
 import trio
 
-from greenroom.actors.step import TurnStopped
+from greenroom.actors.step import StepFailed, TurnStopped
 from greenroom.actors.types import (
     DEFAULT_MODE,
     MODE_ACCESS,
+    Defer,
     PermissionRequest,
     Permissions,
     ToolInvocation,
@@ -344,9 +346,17 @@ class ToolRegistry:
         *,
         once: bool,
     ) -> ToolOutcome | None:
-        """Ask the session's front end (or the runtime's policy) whether the call may run."""
+        """Ask whether the call may run: the session's front end, else the agent's policy,
+        else the runtime's. Any but the runtime's `AllowAll` (which asks no one) is a
+        decision of the agent's (`Decisions`): logged before it is asked, the turn
+        parked until the first answer (the asker's, or the embedder's `decide`)."""
         client = invocation.client
-        permissions = (client.permissions if client is not None else None) or self._permissions
+        agent = invocation.agent
+        permissions = (
+            (client.permissions if client is not None else None)
+            or (agent.options.permissions if agent is not None else None)
+            or self._permissions
+        )
         request = PermissionRequest(
             session_id=session.id if session is not None else "",
             call_id=invocation.call_id,
@@ -357,7 +367,23 @@ class ToolRegistry:
             once=once,
         )
         try:
-            decision = await permissions.decide(request)
+            if agent is None or type(permissions) is AllowAll:
+                decision = await permissions.decide(request)
+            else:
+                by = client.name if client is not None and client.permissions else "policy"
+                answer, _ = await agent.decisions.ask(
+                    invocation.call_id,
+                    "permission",
+                    None if type(permissions) is Defer else partial(permissions.decide, request),
+                    by,
+                    tool=tool.name,
+                    title=view.title,
+                    arguments=invocation.arguments,
+                    options=_ONCE if once else _EVERY,
+                )
+                decision = _decision(answer)
+        except (StepFailed, TurnStopped, trio.Cancelled):
+            raise
         except Exception as exc:
             return ToolOutcome.failed(
                 f"{tool.name} was not run: asking permission failed: {exc}",
@@ -367,6 +393,18 @@ class ToolRegistry:
         if decision.endswith("_always") and session is not None and not once:
             session.append(PermissionRule(tool=tool.name, allow=decision.startswith("allow")))
         return None if decision.startswith("allow") else _refused(tool.name, "once")
+
+
+#: The answers a permission offers: a once answer only (a call asked to run unsandboxed),
+#: or every one.
+_ONCE: Final = ("allow_once", "reject_once")
+_EVERY: Final = ("allow_once", "allow_always", "reject_once", "reject_always")
+
+
+def _decision(answer: str) -> PermissionDecision:
+    """An answer `Decisions.decide` checked against the options, as the decision it is."""
+    assert answer in _EVERY
+    return cast(PermissionDecision, answer)
 
 
 def session_mode(session: Session | None) -> str:

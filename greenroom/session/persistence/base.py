@@ -10,6 +10,8 @@ import msgspec
 from msgspec.structs import force_setattr
 
 from greenroom.protocol.events import (
+    DecisionMade,
+    DecisionRequested,
     Interrupted,
     SessionEvent,
     SessionHeader,
@@ -18,6 +20,7 @@ from greenroom.protocol.events import (
     ToolCall,
     ToolError,
     ToolResult,
+    ToolStart,
     TurnEnd,
     TurnStart,
 )
@@ -172,6 +175,11 @@ class Persistence(Protocol):
       ``user/message`` naming them is appended after. `read_blobs` returns
       those of `digests` it holds and leaves out the rest (a reader shows a
       missing one as such); it writes nothing.
+    * `put_answer` keeps an answer to one of a session's decisions given while
+      no one holds it (`Runtime.decide`), beside its log, never in it: the
+      first answer kept wins, and is returned (the answer, who gave it), so a
+      second caller learns it lost. `read_answers` returns what is kept, by
+      decision id; the session's next holder logs each as ``decision/made``.
     """
 
     def check_session_id(self, session_id: str) -> None: ...
@@ -191,6 +199,12 @@ class Persistence(Protocol):
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None: ...
 
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]: ...
+
+    async def put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]: ...
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]: ...
 
 
 class ReleaseAsked(Protocol):
@@ -222,6 +236,31 @@ class HandOff(Protocol):
     ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]: ...
 
 
+def parked(turn_events: Sequence[SessionEvent]) -> bool:
+    """Whether a turn the log has open (its events from its ``turn/start`` on) is parked:
+    it waits on a decision (a ``decision/requested`` without its ``decision/made``), and
+    every call of it without a result is one such decision's, not started: nothing was in
+    flight but the wait, so the turn goes on where it stopped, asked again."""
+    open_calls: dict[str, str] = {}  # decision id -> its call
+    answered: set[str] = set()
+    started: set[str] = set()
+    logged: set[str] = set()
+    for event in turn_events:
+        if isinstance(event, DecisionRequested):
+            open_calls[event.decision_id] = event.call_id
+        elif isinstance(event, DecisionMade):
+            open_calls.pop(event.decision_id, None)
+        elif isinstance(event, ToolCall):
+            logged.add(event.call_id)
+        elif isinstance(event, ToolStart):
+            started.add(event.call_id)
+        elif isinstance(event, ToolResult):
+            answered.add(event.call_id)
+    waiting = set(open_calls.values())
+    unanswered = logged - answered
+    return bool(waiting) and bool(unanswered) and unanswered <= waiting - started
+
+
 def repair(
     events: Sequence[SessionEvent], interrupted: Interruption = "close"
 ) -> list[SessionEvent]:
@@ -246,6 +285,8 @@ def repair(
     if start is None:
         return []
     turn_events = events[start:]
+    if parked(turn_events):  # waiting on a person: the next holder asks again
+        return []
     turn = turn_events[0].turn  # type: ignore[union-attr]
     answered = {e.call_id for e in turn_events if isinstance(e, ToolResult)}
     closers: list[SessionEvent] = [

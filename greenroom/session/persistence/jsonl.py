@@ -35,6 +35,7 @@ from greenroom.protocol.events import (
     TurnEnd,
     UserMessage,
 )
+from greenroom.session.persistence.answers import put_answer, read_answers
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
@@ -65,6 +66,8 @@ _SAFE: Final = frozenset(b"abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0
 SUFFIX: Final = ".jsonl"
 LOCK_SUFFIX: Final = ".lock"
 BLOBS_SUFFIX: Final = ".blobs"
+#: The folder beside a log where answers to its decisions wait (`answers`).
+ANSWERS_SUFFIX: Final = ".answers"
 #: Under ``sync="turn"``, how long the writer lets turn ends gather before an fsync: fsyncs
 #: back to back would slow every write to the file they sync. A close cuts it short.
 TURN_SYNC_DELAY: Final = 0.002
@@ -179,6 +182,23 @@ class JsonlPersistence:
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
 
+    def answer_dir(self, session_id: str) -> str:
+        """Where answers to the session's decisions wait for its next holder (`answers`)."""
+        return os.path.join(self._directory, encode_session_id(session_id) + ANSWERS_SUFFIX)
+
+    async def put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]:
+        directory, durable = self.answer_dir(session_id), self.sync != "os"
+        kept = await trio.to_thread.run_sync(
+            partial(put_answer, directory, decision_id, answer, by, durable=durable)
+        )
+        return kept.answer, kept.by
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
+        kept = await trio.to_thread.run_sync(read_answers, self.answer_dir(session_id))
+        return {decision: (k.answer, k.by) for decision, k in kept.items()}
+
     # -- in a worker thread ------------------------------------------------------
 
     def _create_sync(self, path: str, header: SessionHeader) -> JsonlLog:
@@ -261,6 +281,7 @@ class JsonlPersistence:
                 os.unlink(path)
             _fsync_directory(self._directory)
             remove_files(self.blob_dir(session_id))
+            remove_files(self.answer_dir(session_id))
         finally:
             lock.release()
 

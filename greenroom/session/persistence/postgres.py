@@ -68,6 +68,7 @@ import trio
 
 from greenroom.procs import alive, owner, sweep_dead_holder
 from greenroom.protocol.events import SessionHeader
+from greenroom.session.persistence.answers import check_decision_id
 from greenroom.session.persistence.base import (
     LEASE_TTL,
     SYNC_POLICIES,
@@ -157,6 +158,18 @@ CREATE TABLE IF NOT EXISTS greenroom_blobs (
     sha256 text NOT NULL,
     data bytea NOT NULL,
     PRIMARY KEY (session_id, sha256)
+)
+"""
+
+#: Answers to a session's decisions given while no one held it (`put_answer`): made by any
+#: version's first open, so the schema's version stays.
+_ANSWERS = """
+CREATE TABLE IF NOT EXISTS greenroom_answers (
+    session_id text NOT NULL,
+    decision_id text NOT NULL,
+    answer text NOT NULL,
+    answered_by text NOT NULL,
+    PRIMARY KEY (session_id, decision_id)
 )
 """
 
@@ -304,6 +317,18 @@ class PostgresPersistence:
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await self._run(lambda: self._read_blobs(session_id, digests))
 
+    async def put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]:
+        """Into the ``greenroom_answers`` table: a conditional insert, the first answer
+        kept whichever node gave it."""
+        self._writable("keep an answer")
+        check_decision_id(decision_id)
+        return await self._run(lambda: self._put_answer(session_id, decision_id, answer, by))
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
+        return await self._run(lambda: self._read_answers(session_id))
+
     def _writable(self, what: str) -> None:
         if self.read_only:
             raise PersistenceError(f"{self.where}: opened read-only, so it cannot {what}")
@@ -429,6 +454,7 @@ class PostgresPersistence:
             self._db.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             self._db.execute("CREATE TABLE IF NOT EXISTS greenroom_schema (version integer)")
             self._db.execute(_BLOBS)
+            self._db.execute(_ANSWERS)
             row = self._db.execute("SELECT version FROM greenroom_schema").fetchone()
             if row is None:
                 self._db.execute(_SCHEMA)
@@ -621,6 +647,7 @@ class PostgresPersistence:
                 return
             db.execute("DELETE FROM greenroom_batches WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_blobs WHERE session_id = %s", (session_id,))
+            db.execute("DELETE FROM greenroom_answers WHERE session_id = %s", (session_id,))
             db.execute("DELETE FROM greenroom_sessions WHERE id = %s", (session_id,))
 
     def _put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None:
@@ -645,6 +672,34 @@ class PostgresPersistence:
             .fetchall()
         )
         return {digest: bytes(data) for digest, data in rows}
+
+    def _put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]:
+        db = self.connection()
+        with db.transaction():
+            db.execute(
+                "INSERT INTO greenroom_answers VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                (session_id, decision_id, answer, by),
+            )
+            row = db.execute(
+                "SELECT answer, answered_by FROM greenroom_answers"
+                " WHERE session_id = %s AND decision_id = %s",
+                (session_id, decision_id),
+            ).fetchone()
+        assert row is not None
+        return str(row[0]), str(row[1])
+
+    def _read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
+        db = self.connection()
+        found = db.execute("SELECT to_regclass('greenroom_answers')").fetchone()
+        if found is None or found[0] is None:
+            return {}  # a store from before the table, opened read-only
+        rows = db.execute(
+            "SELECT decision_id, answer, answered_by FROM greenroom_answers WHERE session_id = %s",
+            (session_id,),
+        ).fetchall()
+        return {str(d): (str(a), str(b)) for d, a, b in rows}
 
 
 def _next_epoch(db: psycopg.Connection[Any]) -> int:

@@ -46,6 +46,7 @@ import msgspec
 import trio
 
 from greenroom.protocol.events import SessionHeader
+from greenroom.session.persistence.answers import put_answer, read_answers
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
@@ -245,6 +246,7 @@ class SqlitePersistence:
         try:
             await self._run(lambda: self._delete(session_id))
             await trio.to_thread.run_sync(remove_files, self.blob_dir(session_id))
+            await trio.to_thread.run_sync(remove_files, self.answer_dir(session_id))
         finally:
             lock.release()
 
@@ -259,6 +261,24 @@ class SqlitePersistence:
 
     async def read_blobs(self, session_id: str, digests: Sequence[str]) -> dict[str, bytes]:
         return await trio.to_thread.run_sync(read_files, self.blob_dir(session_id), digests)
+
+    def answer_dir(self, session_id: str) -> str:
+        """Where answers to the session's decisions wait for its next holder: side files in
+        ``<path>.answers/<sha256 of the id>`` (`answers`), beside the database."""
+        return os.path.join(self.path + ".answers", hashlib.sha256(session_id.encode()).hexdigest())
+
+    async def put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]:
+        directory, durable = self.answer_dir(session_id), self.sync != "os"
+        kept = await trio.to_thread.run_sync(
+            partial(put_answer, directory, decision_id, answer, by, durable=durable)
+        )
+        return kept.answer, kept.by
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
+        kept = await trio.to_thread.run_sync(read_answers, self.answer_dir(session_id))
+        return {decision: (k.answer, k.by) for decision, k in kept.items()}
 
     # -- the Trio side ---------------------------------------------------------------
 

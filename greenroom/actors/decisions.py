@@ -1,0 +1,195 @@
+"""`Decisions`: what one agent's turn waits for a person, or an embedder, to decide.
+
+A tool call's permission and an ``ask_user`` question are decisions. Each
+is logged (``decision/requested``) and written ahead before anyone is asked;
+then the turn waits, parked: the agent's status is ``waiting``, no model
+call runs, no tool runs. The first answer wins, from whoever gives it: the
+asker the session has (an ACP client, the runtime's policy), or `decide`
+(the embedder's `Agent.decide`, a runtime's `decide` routed here). The
+answer is logged (``decision/made``, naming who gave it) and the turn goes
+on. A turn whose agent is disposed, or whose process dies, while a decision
+is open stays parked in the log: repair leaves it open, and the session's
+next holder asks again, the same decision (`ask` finds it by its call).
+"""
+
+from __future__ import annotations
+
+import itertools
+import secrets
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Final
+
+import trio
+
+from greenroom.actors.marker import CancelMarker, cancelled_in
+from greenroom.actors.status import AgentStatus
+from greenroom.actors.step import write_ahead
+from greenroom.parking import Parking
+from greenroom.protocol.events import DecisionKind, DecisionMade, DecisionRequested
+from greenroom.session import Session
+
+#: Who answered when the embedder did (`Agent.decide` without a name of its own).
+EMBEDDER: Final = "embedder"
+
+_PROCESS = secrets.token_hex(4)
+_counter = itertools.count(1)
+
+
+class DecisionRefused(ValueError):
+    """An answer to a decision was refused: no such open decision, one answered already
+    (naming who answered), or an answer it does not offer."""
+
+
+class _Waiting:
+    """One decision this process waits for: its request, and its answer once given."""
+
+    __slots__ = ("answer", "by", "parked", "request", "scope")
+
+    def __init__(self, request: DecisionRequested) -> None:
+        self.request = request
+        self.answer: str | None = None
+        self.by = ""
+        self.scope: trio.CancelScope | None = None  # the asker's, called off by `decide`
+        self.parked: Parking | None = None  # who waits when no one is asked
+
+
+class Decisions:
+    """One agent's decisions (see the module docstring).
+
+    `parked` is true once a disposal (or the owner's cancel) cut a turn that
+    waited on one: the turn driver then leaves the turn open in the log. A
+    user's cancel is not a disposal: the decision dies with its turn.
+    """
+
+    __slots__ = ("_answered", "_marker", "_session", "_status", "_waiting", "parked")
+
+    def __init__(self, session: Session, status: AgentStatus, marker: CancelMarker) -> None:
+        self._session = session
+        self._status = status
+        self._marker = marker
+        self._waiting: dict[str, _Waiting] = {}
+        #: Answers given for decisions of this session that no turn waits for yet (the
+        #: store's side records at a resume): the ask finds them, and asks no one.
+        self._answered: dict[str, tuple[str, str]] = {}
+        self.parked = False
+
+    @property
+    def pending(self) -> Sequence[DecisionRequested]:
+        """The decisions the open turn waits for now, oldest first."""
+        return list(self._session.decisions.values())
+
+    def answered(self, decision_id: str, answer: str, by: str) -> None:
+        """An answer the store kept for `decision_id` (a runtime's `decide` while no one
+        held the session): the turn that asks it takes it at once."""
+        self._answered.setdefault(decision_id, (answer, by))
+
+    async def ask(
+        self,
+        call_id: str,
+        kind: DecisionKind,
+        asker: Callable[[], Awaitable[str]] | None,
+        asker_name: str,
+        *,
+        tool: str = "",
+        title: str = "",
+        arguments: str = "",
+        options: Sequence[str] = (),
+        question: str = "",
+        choices: Sequence[str] = (),
+        free_text: bool = False,
+    ) -> tuple[str, str]:
+        """Log the decision (or find the one a cut turn left open for `call_id`), wait for
+        its first answer, log it; returns (the answer, who gave it). `asker` asks whoever
+        the session has (None: no one, the answer comes from `decide`); what it returns is
+        the answer `asker_name` gave. A cancel ends the wait (the decision dies with the
+        turn, or, on a disposal, stays open, parked in the log)."""
+        session = self._session
+        turn = session.open_turn or session.last_turn
+        request = next((d for d in session.decisions.values() if d.call_id == call_id), None)
+        if request is None:
+            request = session.append(
+                DecisionRequested(
+                    turn=turn,
+                    decision_id=f"dec-{_PROCESS}-{next(_counter)}",
+                    call_id=call_id,
+                    kind=kind,
+                    tool=tool,
+                    title=title,
+                    arguments=arguments,
+                    options=list(options),
+                    question=question,
+                    choices=list(choices),
+                    free_text=free_text,
+                )
+            )
+            if session.persistent:  # logged before anyone is asked
+                await write_ahead(session, "asking")
+        waiting = self._waiting[request.decision_id] = _Waiting(request)
+        kept = self._answered.pop(request.decision_id, None)
+        if kept is not None:
+            waiting.answer, waiting.by = kept
+        status = self._status
+        status.set("waiting")
+        try:
+            if waiting.answer is None and asker is not None:
+                with trio.CancelScope() as waiting.scope:
+                    answer = await asker()
+                    if waiting.answer is None:
+                        waiting.answer, waiting.by = answer, asker_name
+            while waiting.answer is None:  # no one to ask: an answer comes by `decide`
+                if waiting.parked is None:
+                    waiting.parked = Parking()
+                await waiting.parked.park()
+        except BaseException as exc:
+            if self._marker.reason is None and cancelled_in(exc) is not None:
+                self.parked = True  # not the user's cancel: a disposal, the owner's
+            raise
+        finally:
+            del self._waiting[request.decision_id]
+            if not self._waiting:
+                status.set("running")
+        answer, by = waiting.answer, waiting.by
+        session.append(
+            DecisionMade(turn=request.turn, decision_id=request.decision_id, answer=answer, by=by)
+        )
+        return answer, by
+
+    def decide(self, decision_id: str, answer: str, by: str = EMBEDDER) -> None:
+        """Answer the open decision `decision_id`: a permission with one of its options,
+        a question with text (one of its choices, unless it takes free text; empty:
+        declined). The first answer wins. Raises `DecisionRefused` for an id no turn
+        waits for, one answered already (naming who answered), an answer not offered."""
+        if not isinstance(answer, str):
+            raise TypeError(f"decision {decision_id!r}: the answer must be text, got {answer!r}")
+        waiting = self._waiting.get(decision_id)
+        if waiting is None:
+            request = self._session.decisions.get(decision_id)
+            if request is None:
+                raise DecisionRefused(f"no open decision {decision_id!r} in this session")
+            _check(request, answer)  # open in the log, no turn asks it yet: kept for it
+            self.answered(decision_id, answer, by)
+            return
+        if waiting.answer is not None:
+            raise DecisionRefused(f"decision {decision_id!r} was answered already, by {waiting.by}")
+        _check(waiting.request, answer)
+        waiting.answer, waiting.by = answer, by
+        if waiting.scope is not None:
+            waiting.scope.cancel(reason=f"answered by {by}")
+        if waiting.parked is not None:
+            waiting.parked.wake()
+
+
+def _check(request: DecisionRequested, answer: str) -> None:
+    """Refuse an answer `request` does not offer."""
+    if request.kind == "permission":
+        if answer not in request.options:
+            offered = ", ".join(request.options)
+            raise DecisionRefused(
+                f"decision {request.decision_id!r}: {answer!r} is not an option (offered:"
+                f" {offered})"
+            )
+    elif answer and request.choices and not request.free_text and answer not in request.choices:
+        raise DecisionRefused(
+            f"decision {request.decision_id!r}: {answer!r} is none of the choices"
+            f" ({', '.join(request.choices)})"
+        )
