@@ -74,6 +74,8 @@ class SpecResolver:
             output=spec.output,
             limits=spec.limits,
             guards=tuple(spec.guards),
+            permissions=spec.permissions,
+            decision_wait=spec.decision_wait,
         )
         return Resolved(spec, options, models, tools, await _instructions(spec, where))
 

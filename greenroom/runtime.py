@@ -19,6 +19,14 @@ from typing import Any, Protocol, cast, runtime_checkable
 import trio
 
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
+from greenroom.actors.decisions import (
+    EMBEDDER,
+    DecisionRefused,
+    OpenDecision,
+    check_answer,
+    open_decisions,
+    open_in,
+)
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.launch import TakeOver
 from greenroom.actors.life import AgentHandle, Owner
@@ -35,7 +43,12 @@ from greenroom.resolve import SpecResolver
 from greenroom.sandbox import Sandboxes, SandboxSettings
 from greenroom.session import SessionStore
 from greenroom.session.history import HistoryEntry, history_of
-from greenroom.session.persistence import Interruption, Persistence, StoredSession
+from greenroom.session.persistence import (
+    Interruption,
+    Persistence,
+    SessionNotFound,
+    StoredSession,
+)
 from greenroom.session.persistence.urls import store_from_url
 from greenroom.spill import DEFAULT_MAX_TOOL_RESULT
 from greenroom.supervisor import ChildSpec, Scope, Supervisor
@@ -155,6 +168,60 @@ class Runtime:
             return history_of(live.events)
         _, events = await self._store(f"read session {session_id!r}").load(session_id)
         return history_of(events)
+
+    async def decide(
+        self, session_id: str, decision_id: str, answer: str, *, by: str = EMBEDDER
+    ) -> None:
+        """Answer decision `decision_id` of session `session_id` (a permission with one of
+        its options, a question with text), live or not. The first answer wins.
+
+        Live here: given to its agent (`Agent.decide`). Else the stored log is read
+        (never written) to check the decision is open and offers `answer`, and the
+        answer is kept beside the log (`Persistence.put_answer`): the session's next
+        holder logs it as ``decision/made`` and carries the parked turn on; its live
+        holder on another node is told at once (PostgreSQL), one in another process of
+        a file store learns it at its next start. Raises `DecisionRefused` for an
+        unknown or void decision, an answer not offered, or one answered already
+        (naming who answered first, whichever process or node did); `SessionNotFound`
+        for a session the store does not hold; `RuntimeError` without persistence."""
+        agent = self.agents.by_session(session_id)
+        if agent is not None:
+            agent.decide(decision_id, answer, by)
+            return
+        store = self._store(f"answer decision {decision_id!r} of session {session_id!r}")
+        _, events = await store.load(session_id)
+        check_answer(open_in(events, decision_id), answer)
+        kept, kept_by = await store.put_answer(session_id, decision_id, answer, by)
+        if (kept, kept_by) != (answer, by):
+            raise DecisionRefused(f"decision {decision_id!r} was answered already, by {kept_by}")
+
+    async def decisions(self) -> list[OpenDecision]:
+        """The open decisions of every session live here or stored, oldest session first
+        within each: what a person has to answer (`decide`). A decision answered while
+        its session was stored, and not yet taken by a holder, is not listed. Reads each
+        stored session's log (as ``greenroom sessions show`` does): its cost grows with
+        the store's size."""
+        found: list[OpenDecision] = []
+        live = set()
+        for session in self.sessions.list():
+            live.add(session.id)
+            found += [OpenDecision(session.id, r) for r in session.decisions.values()]
+        if self.persistence is None:
+            return found
+        store = self.persistence
+        for stored in await store.list():
+            session_id = stored.header.id
+            if session_id in live:
+                continue
+            try:
+                _, events = await store.load(session_id)
+            except SessionNotFound:  # deleted since it was listed
+                continue
+            waiting = open_decisions(events)
+            if waiting:
+                kept = await store.read_answers(session_id)
+                found += [OpenDecision(session_id, r) for r in waiting if r.decision_id not in kept]
+        return found
 
     def _store(self, doing: str) -> Persistence:
         if self.persistence is None:

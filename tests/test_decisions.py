@@ -17,6 +17,7 @@ from greenroom.protocol.events import (
     SessionEvent,
     ToolResult,
     TurnEnd,
+    TurnResumed,
 )
 from greenroom.tools.ask import ask_plugin
 
@@ -183,3 +184,189 @@ async def test_a_dispose_while_parked_leaves_the_turn_open_in_the_log(tmp_path: 
     assert of(stored, TurnEnd) == []  # parked: not closed
     assert of(stored, ToolResult) == []
     assert [e.decision_id for e in of(stored, DecisionRequested)] == [pending.decision_id]
+
+
+def stores(tmp_path: Path) -> dict[str, object]:
+    from greenroom.session.persistence import JsonlPersistence, SqlitePersistence
+
+    return {
+        "jsonl": JsonlPersistence(tmp_path / "jsonl"),
+        "sqlite": SqlitePersistence(str(tmp_path / "s.db")),
+    }
+
+
+async def park(store: object, session: str = "s") -> DecisionRequested:
+    """A turn parked on deploy's permission, its agent disposed: the log holds it open."""
+    model = ScriptedModel([[CallTool("deploy", {"target": "prod"})]])
+    async with open_runtime(model=model, persistence=store, tools=[deploy]) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id=session, options=DEFER)
+        prompt = handle.agent.send("ship it")
+        await trio.sleep(1)
+        (pending,) = prompt.pending
+        await handle.dispose()
+    return pending
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+async def test_a_parked_turn_is_asked_again_at_resume_and_goes_on_without_repeating_a_step(
+    tmp_path: Path, kind: str
+) -> None:
+    RAN.clear()
+    store = stores(tmp_path)[kind]
+    pending = await park(store)
+    model = ScriptedModel([[Say("deployed it")]])
+    async with open_runtime(model=model, persistence=store, tools=[deploy]) as rt:
+        handle = await rt.agents.resume(
+            agent_id="a", session_id="s", options=DEFER
+        )  # "close": still parked
+        agent, resumed = handle.agent, handle.resumed
+        assert resumed is not None
+        await trio.sleep(1)
+        assert agent.status == "waiting"
+        assert [d.decision_id for d in resumed.pending] == [pending.decision_id]
+        agent.decide(pending.decision_id, "allow_once", by="bob")
+        answer = await resumed
+        events = list(agent.session.events)
+    assert RAN == ["prod"]  # once
+    assert answer.text == "deployed it"
+    assert len(model.requests) == 1  # the parked step's reply was never asked for again
+    (carried,) = of(events, TurnResumed)
+    assert (carried.waiting, carried.rerun, carried.interrupted) == ([pending.call_id], [], [])
+    assert [(e.decision_id, e.by) for e in of(events, DecisionMade)] == [
+        (pending.decision_id, "bob")
+    ]
+    assert len(of(events, DecisionRequested)) == 1  # the same decision, not a new one
+
+
+@pytest.mark.parametrize("kind", ["jsonl", "sqlite"])
+async def test_an_answer_given_while_stored_is_taken_at_resume_and_asks_no_one(
+    tmp_path: Path, kind: str
+) -> None:
+    RAN.clear()
+    store = stores(tmp_path)[kind]
+    pending = await park(store)
+    async with open_runtime(persistence=store, tools=[deploy]) as rt:
+        (listed,) = await rt.decisions()
+        assert (listed.session_id, listed.request) == ("s", pending)
+        await rt.decide("s", pending.decision_id, "allow_once", by="carol")
+        assert await rt.decisions() == []  # answered: no one's to answer now
+        with pytest.raises(DecisionRefused, match="answered already, by carol"):
+            await rt.decide("s", pending.decision_id, "reject_once", by="dave")
+        _, stored = await store.load("s")  # type: ignore[attr-defined]
+        assert of(stored, DecisionMade) == []  # the log has one writer: its holder
+    model = ScriptedModel([[Say("deployed")]])
+    async with open_runtime(model=model, persistence=store, tools=[deploy]) as rt:
+        handle = await rt.agents.resume(
+            agent_id="a", session_id="s"
+        )  # no Defer: it would ask no one
+        assert handle.resumed is not None
+        answer = await handle.resumed
+        events = list(handle.agent.session.events)
+    assert RAN == ["prod"]
+    assert answer.text == "deployed"
+    assert [(e.answer, e.by) for e in of(events, DecisionMade)] == [("allow_once", "carol")]
+
+
+async def test_a_stored_decision_refuses_bad_answers_naming_why(tmp_path: Path) -> None:
+    store = stores(tmp_path)["jsonl"]
+    pending = await park(store)
+    async with open_runtime(persistence=store, tools=[deploy]) as rt:
+        with pytest.raises(DecisionRefused, match="'later' is not an option"):
+            await rt.decide("s", pending.decision_id, "later")
+        with pytest.raises(DecisionRefused, match="no decision 'dec-x'"):
+            await rt.decide("s", "dec-x", "allow_once")
+        with pytest.raises(DecisionRefused, match=r"no decision '\.\./\.\./etc/passwd'"):
+            await rt.decide("s", "../../etc/passwd", "allow_once")
+        from greenroom.session.persistence import SessionNotFound
+
+        with pytest.raises(SessionNotFound):
+            await rt.decide("nope", pending.decision_id, "allow_once")
+        # cancelled while parked: its decision dies with the turn
+        handle = await rt.agents.resume(agent_id="a", session_id="s", options=DEFER)
+        assert handle.resumed is not None
+        await trio.sleep(1)
+        handle.agent.cancel("no")
+        answer = await handle.resumed
+        assert answer.stop_reason == "aborted"
+        await handle.dispose()
+        with pytest.raises(DecisionRefused, match="void: its turn ended unanswered"):
+            await rt.decide("s", pending.decision_id, "allow_once")
+
+
+async def test_two_answers_at_once_one_wins_the_other_is_told_who(tmp_path: Path) -> None:
+    store = stores(tmp_path)["sqlite"]
+    pending = await park(store)
+    outcomes: dict[str, str] = {}
+    async with open_runtime(persistence=store) as rt:
+
+        async def answer(by: str, what: str) -> None:
+            try:
+                await rt.decide("s", pending.decision_id, what, by=by)
+                outcomes[by] = "won"
+            except DecisionRefused as refused:
+                outcomes[by] = str(refused)
+
+        async with trio.open_nursery() as both:
+            both.start_soon(answer, "erin", "allow_once")
+            both.start_soon(answer, "frank", "reject_once")
+    (winner,) = [by for by, outcome in outcomes.items() if outcome == "won"]
+    (loser,) = [outcome for outcome in outcomes.values() if outcome != "won"]
+    assert f"answered already, by {winner}" in loser
+
+
+async def test_a_decision_whose_tool_is_gone_at_resume_ends_with_an_error_naming_it(
+    tmp_path: Path,
+) -> None:
+    RAN.clear()
+    store = stores(tmp_path)["jsonl"]
+    await park(store)
+    model = ScriptedModel([[Say("ok")]])
+    async with open_runtime(model=model, persistence=store) as rt:  # no deploy tool now
+        handle = await rt.agents.resume(agent_id="a", session_id="s", options=DEFER)
+        assert handle.resumed is not None
+        answer = await handle.resumed
+    assert RAN == []
+    (call,) = answer.tool_calls
+    assert call.is_error
+    assert "deploy" in str(call.result)
+    assert answer.text == "ok"
+
+
+async def test_a_wait_deadline_settles_the_prompt_requires_action_and_the_turn_waits_on() -> None:
+    from greenroom import AgentSpec
+    from greenroom.actors.events import AGENT_TURN_END
+
+    RAN.clear()
+    spec = AgentSpec(
+        name="ops",
+        model=ScriptedModel([[CallTool("deploy", {"target": "prod"})], [Say("done")]]),
+        tools=[deploy],
+        permissions=Defer(),
+        decision_wait=30,
+    )
+    ended: list[object] = []
+    async with open_runtime() as rt:
+        rt.hooks.on(AGENT_TURN_END, lambda agent, turn, reason: ended.append(reason))
+        handle = await rt.start(spec, "s")
+        start = trio.current_time()
+        answer = await handle.agent.send("ship it")
+        assert trio.current_time() - start == pytest.approx(30, abs=1)
+        assert answer.stop_reason == "requires-action"
+        (pending,) = answer.decisions
+        assert handle.agent.status == "waiting"
+        assert ended == []  # the turn waits on
+        handle.agent.decide(pending.decision_id, "allow_once")
+        await handle.agent.when_idle()
+    assert RAN == ["prod"]
+    assert [type(r).__name__ for r in ended] == ["Completed"]
+
+
+def test_spec_refuses_a_bad_decision_wait_and_policy() -> None:
+    from greenroom import AgentSpec
+
+    with pytest.raises(ValueError, match="decision_wait must be a finite number"):
+        AgentSpec(name="x", decision_wait=-1)
+    with pytest.raises(ValueError, match="decision_wait"):
+        AgentSpec(name="x", decision_wait=float("inf"))
+    with pytest.raises(TypeError, match="permissions must be a policy"):
+        AgentSpec(name="x", permissions="yes")  # type: ignore[arg-type]

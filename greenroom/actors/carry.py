@@ -29,6 +29,7 @@ from greenroom.protocol.events import (
     StepStart,
     ToolCall,
     ToolResult,
+    ToolStart,
     TurnEndReason,
     TurnResumed,
     TurnStart,
@@ -105,8 +106,10 @@ class CarriedOn:
         asked for again. A call of it with no result is run again when it had
         been logged (so may have run) and its tool is safe to repeat
         (``read``, or idempotent), given an ``interrupted`` result when it is
-        not, and run when the log never reached it (it had not run). A
-        steering message logged after the last reply asks for another step.
+        not, and run when the log never reached it (it had not run). A call
+        that waited on an open decision (a parked turn's) never started: it is
+        run, its decision asked again. A steering message logged after the
+        last reply asks for another step.
         """
         session, driver = self._session, self._driver
         cut = _cut_step(session.events[start:])
@@ -128,13 +131,17 @@ class CarriedOn:
             for call, view in zip(calls, views, strict=True)
             if view.kind == "read" or view.idempotent
         }
+        # A call waiting on an open decision never started: asked again, never cut.
+        waits = {request.call_id for request in session.decisions.values()} - cut.started
+        safe |= waits
         started = [call.call_id for call in calls if call.call_id in cut.logged]
         session.append(
             TurnResumed(
                 turn=turn,
                 step=cut.step,
-                rerun=[call_id for call_id in started if call_id in safe],
+                rerun=[call_id for call_id in started if call_id in safe - waits],
                 interrupted=[call_id for call_id in started if call_id not in safe],
+                waiting=[call_id for call_id in started if call_id in waits],
             )
         )
         driver.open_step = cut.step
@@ -173,7 +180,7 @@ class CarriedOn:
 class _Cut:
     """Where a cut turn's log stops: its last step, that step's reply, its calls."""
 
-    __slots__ = ("answered", "logged", "message", "open", "steered", "step")
+    __slots__ = ("answered", "logged", "message", "open", "started", "steered", "step")
 
     def __init__(self) -> None:
         self.step = 0  # the last step started, 0 if none
@@ -181,6 +188,7 @@ class _Cut:
         self.message: AssistantMessage | None = None  # that step's reply, if logged whole
         self.logged: set[str] = set()  # its calls logged (so they may have run)
         self.answered: set[str] = set()  # its calls with a result
+        self.started: set[str] = set()  # its calls that started (``tool/start``)
         self.steered = False  # a steering message since its reply
 
 
@@ -198,6 +206,8 @@ def _cut_step(events: Sequence[SessionEvent]) -> _Cut:
                 cut.message, cut.steered = event, False
             case ToolCall(call_id=call_id):
                 cut.logged.add(call_id)
+            case ToolStart(call_id=call_id):
+                cut.started.add(call_id)
             case ToolResult(call_id=call_id):
                 cut.answered.add(call_id)
             case SteeringMessage():

@@ -15,21 +15,31 @@ next holder asks again, the same decision (`ask` finds it by its call).
 from __future__ import annotations
 
 import itertools
+import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Final
 
+import msgspec
 import trio
 
 from greenroom.actors.marker import CancelMarker, cancelled_in
 from greenroom.actors.status import AgentStatus
 from greenroom.actors.step import write_ahead
 from greenroom.parking import Parking
-from greenroom.protocol.events import DecisionKind, DecisionMade, DecisionRequested
+from greenroom.protocol.events import (
+    DecisionKind,
+    DecisionMade,
+    DecisionRequested,
+    SessionEvent,
+    TurnEnd,
+)
 from greenroom.session import Session
 
 #: Who answered when the embedder did (`Agent.decide` without a name of its own).
 EMBEDDER: Final = "embedder"
+
+logger = logging.getLogger(__name__)
 
 _PROCESS = secrets.token_hex(4)
 _counter = itertools.count(1)
@@ -59,14 +69,35 @@ class Decisions:
     `parked` is true once a disposal (or the owner's cancel) cut a turn that
     waited on one: the turn driver then leaves the turn open in the log. A
     user's cancel is not a disposal: the decision dies with its turn.
+
+    `wait` is how long a decision may wait before the turn's prompts are
+    settled ``requires-action`` (`overdue`, the turn driver's): the turn
+    stays parked, and waits on (None: no deadline, the prompts wait too).
     """
 
-    __slots__ = ("_answered", "_marker", "_session", "_status", "_waiting", "parked")
+    __slots__ = (
+        "_answered",
+        "_marker",
+        "_session",
+        "_status",
+        "_waiting",
+        "overdue",
+        "parked",
+        "wait",
+    )
 
-    def __init__(self, session: Session, status: AgentStatus, marker: CancelMarker) -> None:
+    def __init__(
+        self,
+        session: Session,
+        status: AgentStatus,
+        marker: CancelMarker,
+        wait: float | None = None,
+    ) -> None:
         self._session = session
         self._status = status
         self._marker = marker
+        self.wait = wait
+        self.overdue: Callable[[], None] | None = None
         self._waiting: dict[str, _Waiting] = {}
         #: Answers given for decisions of this session that no turn waits for yet (the
         #: store's side records at a resume): the ask finds them, and asks no one.
@@ -80,7 +111,16 @@ class Decisions:
 
     def answered(self, decision_id: str, answer: str, by: str) -> None:
         """An answer the store kept for `decision_id` (a runtime's `decide` while no one
-        held the session): the turn that asks it takes it at once."""
+        held the session): the turn that asks it takes it at once. One for no open
+        decision, or not among its options, is dropped (a log line says so)."""
+        request = self._session.decisions.get(decision_id)
+        if request is None:
+            return  # answered in the log already, or its turn ended
+        try:
+            _check(request, answer)
+        except DecisionRefused as refused:
+            logger.warning("session %r: a kept answer dropped: %s", self._session.id, refused)
+            return
         self._answered.setdefault(decision_id, (answer, by))
 
     async def ask(
@@ -131,15 +171,16 @@ class Decisions:
         status = self._status
         status.set("waiting")
         try:
-            if waiting.answer is None and asker is not None:
-                with trio.CancelScope() as waiting.scope:
-                    answer = await asker()
-                    if waiting.answer is None:
-                        waiting.answer, waiting.by = answer, asker_name
-            while waiting.answer is None:  # no one to ask: an answer comes by `decide`
-                if waiting.parked is None:
-                    waiting.parked = Parking()
-                await waiting.parked.park()
+            if waiting.answer is None:
+                if self.wait is None:
+                    await _answer(waiting, asker, asker_name)
+                else:  # the asker asks on past the deadline; the prompts are settled at it
+                    async with trio.open_nursery() as asking:
+                        asking.start_soon(_answer, waiting, asker, asker_name)
+                        with trio.move_on_after(self.wait):
+                            await _answered(waiting)
+                        if waiting.answer is None and self.overdue is not None:
+                            self.overdue()
         except BaseException as exc:
             if self._marker.reason is None and cancelled_in(exc) is not None:
                 self.parked = True  # not the user's cancel: a disposal, the owner's
@@ -148,6 +189,7 @@ class Decisions:
             del self._waiting[request.decision_id]
             if not self._waiting:
                 status.set("running")
+        assert waiting.answer is not None
         answer, by = waiting.answer, waiting.by
         session.append(
             DecisionMade(turn=request.turn, decision_id=request.decision_id, answer=answer, by=by)
@@ -166,8 +208,13 @@ class Decisions:
             request = self._session.decisions.get(decision_id)
             if request is None:
                 raise DecisionRefused(f"no open decision {decision_id!r} in this session")
+            kept = self._answered.get(decision_id)
+            if kept is not None:
+                raise DecisionRefused(
+                    f"decision {decision_id!r} was answered already, by {kept[1]}"
+                )
             _check(request, answer)  # open in the log, no turn asks it yet: kept for it
-            self.answered(decision_id, answer, by)
+            self._answered[decision_id] = (answer, by)
             return
         if waiting.answer is not None:
             raise DecisionRefused(f"decision {decision_id!r} was answered already, by {waiting.by}")
@@ -177,6 +224,78 @@ class Decisions:
             waiting.scope.cancel(reason=f"answered by {by}")
         if waiting.parked is not None:
             waiting.parked.wake()
+
+
+async def _answer(
+    waiting: _Waiting, asker: Callable[[], Awaitable[str]] | None, asker_name: str
+) -> None:
+    """Wait for `waiting`'s first answer: the asker's (`decide` calls it off), or, with no
+    one to ask, `decide`'s."""
+    if asker is not None:
+        with trio.CancelScope() as waiting.scope:
+            answer = await asker()
+            if waiting.answer is None:
+                waiting.answer, waiting.by = answer, asker_name
+                if waiting.parked is not None:
+                    waiting.parked.wake()
+    await _answered(waiting)
+
+
+async def _answered(waiting: _Waiting) -> None:
+    """Park until `waiting` has its answer."""
+    while waiting.answer is None:
+        if waiting.parked is None:
+            waiting.parked = Parking()
+        await waiting.parked.park()
+
+
+class OpenDecision(msgspec.Struct, frozen=True, gc=False):
+    """A decision a stored or live session's parked turn waits for (`Runtime.decisions`):
+    its session, and its request as logged."""
+
+    session_id: str
+    request: DecisionRequested
+
+
+def open_in(events: Sequence[SessionEvent], decision_id: str) -> DecisionRequested:
+    """The open decision `decision_id` of a session's log (as a reader loads it); raises
+    `DecisionRefused` naming why it is not open: none such, answered (by whom), or its
+    turn ended without an answer."""
+    ended: set[int] = set()  # the turns that ended after the events read so far
+    for event in reversed(events):
+        if type(event) is TurnEnd:
+            ended.add(event.turn)
+        elif type(event) is DecisionMade and event.decision_id == decision_id:
+            raise DecisionRefused(f"decision {decision_id!r} was answered already, by {event.by}")
+        elif type(event) is DecisionRequested and event.decision_id == decision_id:
+            if event.turn in ended:
+                raise DecisionRefused(
+                    f"decision {decision_id!r} is void: its turn ended unanswered"
+                )
+            return event
+    raise DecisionRefused(f"no decision {decision_id!r} in this session")
+
+
+def open_decisions(events: Sequence[SessionEvent]) -> list[DecisionRequested]:
+    """The decisions the turn a log has open waits for (none when no turn is open)."""
+    waiting: dict[str, DecisionRequested] = {}
+    for event in events:
+        if type(event) is DecisionRequested:
+            waiting[event.decision_id] = event
+        elif type(event) is DecisionMade:
+            waiting.pop(event.decision_id, None)
+        elif type(event) is TurnEnd:
+            waiting.clear()
+    return list(waiting.values())
+
+
+def check_answer(request: DecisionRequested, answer: str) -> None:
+    """Refuse (`DecisionRefused`) an answer `request` does not offer."""
+    if not isinstance(answer, str):
+        raise TypeError(
+            f"decision {request.decision_id!r}: the answer must be text, got {answer!r}"
+        )
+    _check(request, answer)
 
 
 def _check(request: DecisionRequested, answer: str) -> None:

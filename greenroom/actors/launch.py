@@ -192,10 +192,15 @@ class Launcher:
         session = self._sessions.prepare(header, seed=seed, sink=log)
         if launch.parent is not None:
             session.parent = launch.parent.agent.session
-        resumed = continued_prompt(session) if launch.carry_on else None
+        # A turn parked on a decision is carried on whatever `interrupted` says: nothing
+        # was in flight but the wait, and the answer kept for it, if any, is taken at once.
+        waits = session.decisions
+        resumed = continued_prompt(session) if launch.carry_on or waits else None
         if resumed is None and session.open_turn is not None:  # no prompt's turn to carry on
             for closer in repair(session.events):
                 session.append(closer)
+        persistence = self._persistence
+        kept = await persistence.read_answers(header.id) if waits and persistence else {}
         tools = launch.tools or self._tools
         servers = None
         if launch.mcp_servers and self._servers is not None:
@@ -223,6 +228,7 @@ class Launcher:
                 compaction=self._compaction,
                 prices=self._prices,
                 resumed=resumed,
+                answers=kept,
             ),
             spawner=self.spawner,
             owner=owner,

@@ -76,6 +76,8 @@ CLOSING_GRACE: Final = 10.0
 
 T = TypeVar("T")
 
+_NO_ANSWERS: Final[Mapping[str, tuple[str, str]]] = {}
+
 
 class LoopAgent:
     """An agent whose turns run in its own Trio task (see the module docstring)."""
@@ -111,6 +113,7 @@ class LoopAgent:
         compaction: CompactionPolicy = DEFAULT_POLICY,
         prices: Prices,
         resumed: Prompt[None] | None = None,
+        answers: Mapping[str, tuple[str, str]] = _NO_ANSWERS,
     ) -> None:
         self._id = agent_id
         self._session = session
@@ -122,7 +125,9 @@ class LoopAgent:
         self._inbox = inbox = Inbox()
         self._status = status = AgentStatus(self, life, hooks)
         self._marker = marker = CancelMarker()
-        self._decisions = decisions = Decisions(session, status, marker)
+        self._decisions = decisions = Decisions(session, status, marker, options.decision_wait)
+        for decision_id, (answer, by) in answers.items():  # kept by the store while stored
+            decisions.answered(decision_id, answer, by)
         self._compactor = compactor = Compactor(session, options.compaction or compaction)
         calls = ToolCalls(self, session, hooks, marker, client, life, decisions)
         self._driver = TurnDriver(

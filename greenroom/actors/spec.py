@@ -12,6 +12,7 @@ offers, a model string's key) is checked at start, each a `ValueError` or
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -19,7 +20,7 @@ from typing import Any, Protocol
 from greenroom.actors.compaction import CompactionPolicy
 from greenroom.actors.limits import Limits
 from greenroom.actors.output import output_spec
-from greenroom.actors.types import AgentOptions, Guard, ToolExecutor
+from greenroom.actors.types import AgentOptions, Guard, Permissions, ToolExecutor
 from greenroom.models.base import ModelAdapter
 from greenroom.protocol.mcp import McpServer, check_servers
 
@@ -48,6 +49,11 @@ class AgentSpec:
     * ``mcp_servers``, ``compaction``, ``limits``, ``guards``: its MCP servers (started
       with each of its sessions), its compaction policy (None: the runtime's), the
       `Limits` its runs cannot pass, the `Guard`s that watch them.
+    * ``permissions``: whom its decisions (a tool's permission, an ``ask_user``
+      question) ask when its session's front end asks no one: None, the runtime's
+      policy; `Defer`, no one (they wait, parked, for `decide`).
+    * ``decision_wait``: seconds a decision may wait before the turn's prompts are
+      answered ``requires-action`` (the turn waits on, parked); None: no deadline.
     """
 
     name: str
@@ -60,6 +66,8 @@ class AgentSpec:
     compaction: CompactionPolicy | None = None
     limits: Limits | None = None
     guards: Sequence[Guard] = ()
+    permissions: Permissions | None = None
+    decision_wait: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not self.name.strip():
@@ -113,6 +121,18 @@ class AgentSpec:
             raise TypeError(f"{where}: limits must be Limits, got {type(self.limits).__name__}")
         if self.compaction is not None and not isinstance(self.compaction, CompactionPolicy):
             raise TypeError(f"{where}: compaction must be a CompactionPolicy")
+        if self.permissions is not None and not callable(getattr(self.permissions, "decide", None)):
+            raise TypeError(f"{where}: permissions must be a policy with decide(), or Defer()")
+        wait = self.decision_wait
+        if wait is not None and (
+            isinstance(wait, bool)
+            or not isinstance(wait, int | float)
+            or not math.isfinite(wait)
+            or wait < 0
+        ):
+            raise ValueError(
+                f"{where}: decision_wait must be a finite number of seconds >= 0, got {wait!r}"
+            )
         try:
             check_servers(self.mcp_servers)
         except ValueError as exc:

@@ -113,6 +113,7 @@ class TurnDriver:
         "_inbox",
         "_life",
         "_marker",
+        "_prompts",
         "_session",
         "budget",
         "calls",
@@ -148,6 +149,9 @@ class TurnDriver:
         self._hooks = hooks
         self._compactor = compactor
         self._decisions = decisions
+        decisions.overdue = self.requires_action
+        #: The running turn's prompts not settled yet (None between turns).
+        self._prompts: list[Prompt[Any]] | None = None
         #: What the agent's model is asked, and which model answers.
         self.requests = requests
         self.tools = tools
@@ -177,6 +181,7 @@ class TurnDriver:
         and its prompts settled (`close`). The fresh turn's opening is inline, not a
         body: a turn's frames are the larger part of its cost."""
         take(prompts, turn)
+        self._prompts = prompts
         reason: TurnEndReason = COMPLETED
         marker = self._marker
         marker.running = marker.turns
@@ -214,12 +219,23 @@ class TurnDriver:
                 raise
             raise raised from None
         finally:
-            marker.running = None
+            marker.running = self._prompts = None
             if self._decisions.parked:  # disposed while it waited: left open, parked
                 waits = tuple(self._session.decisions.values())
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
                 await self._close(turn, reason, prompts, start, output)
+
+    def requires_action(self) -> None:
+        """Settle the running turn's prompts ``requires-action`` with the decisions it waits
+        for (`Decisions.wait` passed): the turn waits on, parked, and its end settles only
+        the prompts that join it later (steering)."""
+        prompts = self._prompts
+        if prompts:
+            waits = tuple(self._session.decisions.values())
+            turn = self._session.open_turn
+            settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
+            prompts.clear()
 
     def one_shot(self, trigger: TurnTrigger, event: SessionEvent) -> None:
         """Log `event` into the turn the log has open, else as a turn of its own (every

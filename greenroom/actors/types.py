@@ -138,7 +138,9 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     (`output`); the `Limits` no turn may pass (a call's own limits narrow them); the
     `Guard`s that see its prompts, tool calls and answers; whom its decisions ask when
     its session's front end asks no one (`permissions`: None, the runtime's policy;
-    `Defer`, no one: the embedder answers with `decide`)."""
+    `Defer`, no one: the embedder answers with `decide`), and how many seconds one may
+    wait before the turn's prompts are answered ``requires-action`` (`decision_wait`;
+    None: they wait as long as the decision does)."""
 
     model: str | None = None
     system_prompt: str | None = None
@@ -147,6 +149,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     limits: Limits | None = None
     guards: tuple[Guard, ...] = ()
     permissions: Permissions | None = None
+    decision_wait: float | None = None
 
 
 class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):

@@ -283,13 +283,16 @@ class DecisionMade(Event, frozen=True, gc=False, tag="decision/made"):
 @final
 class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     """A turn a crash cut, carried on by the session's next holder (``resume(...,
-    interrupted="continue")``), logged before anything it does.
+    interrupted="continue")``), or a turn parked on a decision, carried on by its
+    next holder whatever ``interrupted`` says; logged before anything it does.
 
     ``step`` is the step the log had reached (0: none). ``requested`` is true
     when that step's reply was not fully logged, so the model is asked again
     (as the next step). ``rerun`` names the calls that had started with no
     result and are run again (safe to repeat: ``read`` or idempotent tools);
-    ``interrupted`` those given an ``interrupted`` result instead.
+    ``interrupted`` those given an ``interrupted`` result instead; ``waiting``
+    those that never started, waiting on an open decision: asked again (the
+    same decision), then run or refused as it is answered.
     """
 
     turn: int
@@ -297,6 +300,7 @@ class TurnResumed(Event, frozen=True, gc=False, tag="turn/resumed"):
     requested: bool = False
     rerun: list[str] = []
     interrupted: list[str] = []
+    waiting: list[str] = []
 
 
 @final

@@ -78,7 +78,7 @@ async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
         return _refuse(invalid)
     agent: Agent | None = call.agent
     questions = _asked(call.client, agent)
-    if questions is None or agent is None:
+    if agent is None or (questions is None and not _open(agent, call.call_id)):
         return _refuse("no one can be asked in this session", "unsupported")
     question = Question(
         agent.session.id,
@@ -88,15 +88,17 @@ async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
         free_text=args.free_text or not args.choices,
     )
     client = call.client
-    asking = questions.ask
+    asker = None
+    if questions is not None and not isinstance(questions, Defer):
+        asking = questions.ask
 
-    async def asker() -> str:
-        return await asking(question) or ""
+        async def asker() -> str:
+            return await asking(question) or ""
 
     answer, _ = await agent.decisions.ask(
         call.call_id,
         "question",
-        None if isinstance(questions, Defer) else asker,
+        asker,
         client.name if client is not None and client.questions is questions else "policy",
         question=args.question,
         choices=args.choices,
@@ -127,6 +129,12 @@ def _asked(client: SessionClient | None, agent: Agent | None) -> Questions | Non
         return client.questions
     deferred = agent.options.permissions if agent is not None else None
     return deferred if isinstance(deferred, Defer) else None
+
+
+def _open(agent: Agent, call_id: str) -> bool:
+    """Whether the call's question is open in the log (a parked turn carried on): its
+    answer may be kept already, or come by `decide`, whoever can be asked now."""
+    return any(d.call_id == call_id for d in agent.session.decisions.values())
 
 
 class _Unaskable:

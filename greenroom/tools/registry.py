@@ -367,7 +367,7 @@ class ToolRegistry:
             once=once,
         )
         try:
-            if agent is None or type(permissions) is AllowAll:
+            if agent is None or (type(permissions) is AllowAll and not agent.session.decisions):
                 decision = await permissions.decide(request)
             else:
                 by = client.name if client is not None and client.permissions else "policy"

@@ -179,7 +179,8 @@ class Persistence(Protocol):
       no one holds it (`Runtime.decide`), beside its log, never in it: the
       first answer kept wins, and is returned (the answer, who gave it), so a
       second caller learns it lost. `read_answers` returns what is kept, by
-      decision id; the session's next holder logs each as ``decision/made``.
+      decision id; the session's next holder logs each as ``decision/made`` (its
+      live holder, told where the store can tell it: `HandOff.notices`).
     """
 
     def check_session_id(self, session_id: str) -> None: ...
@@ -207,33 +208,51 @@ class Persistence(Protocol):
     async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]: ...
 
 
+@runtime_checkable
 class ReleaseAsked(Protocol):
-    """Another node asked this one to let `session_id` go (`HandOff.release_requests`)."""
+    """Another node asked this one to let `session_id` go (`HandOff.notices`)."""
 
     session_id: str
 
     async def refuse(self, reason: str) -> None: ...
 
 
+class AnswerKept(Protocol):
+    """Another node kept an answer to decision `decision_id` of `session_id`, live here
+    (`HandOff.notices`): it is in the store (`read_answers`), for the holder to log."""
+
+    @property
+    def session_id(self) -> str: ...
+
+    @property
+    def decision_id(self) -> str: ...
+
+
 @runtime_checkable
 class HandOff(Protocol):
-    """A persistence whose holders let a session go when another node asks (PostgreSQL's).
+    """A persistence whose holders hear other nodes (PostgreSQL's): let a session go when
+    another node asks, take an answer another node kept.
 
     * `open_handed_off` is `open`, asking the live holder, if any, to let the session
       go, and waiting up to `wait` seconds for it: past that, or at a refusal,
       `SessionLocked` naming the holder.
-    * `release_requests` yields the requests other nodes make of this one, as they
-      come. The runtime answers each (`AgentFactory`): an idle session is disposed at
-      once (its lease freed), a busy one after its turn, or, with `keep_busy`, refused.
+    * `notices` yields what other nodes tell this one, as it comes: requests to let a
+      session go (`ReleaseAsked`), which the runtime answers (`ReleaseDesk`): an idle
+      session is disposed at once (its lease freed), a busy one after its turn, or,
+      with `keep_busy`, refused; and answers kept for a decision of a session live
+      here (`AnswerKept`, sent by `put_answer` to the holder the session's row names),
+      which the runtime reads (`read_answers`) and gives the agent.
     """
 
     keep_busy: bool
 
-    def release_requests(self) -> AsyncGenerator[ReleaseAsked, None]: ...
+    def notices(self) -> AsyncGenerator[ReleaseAsked | AnswerKept, None]: ...
 
     async def open_handed_off(
         self, session_id: str, *, interrupted: Interruption = "close", wait: float
     ) -> tuple[SessionHeader, list[SessionEvent], SessionLog]: ...
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]: ...
 
 
 def parked(turn_events: Sequence[SessionEvent]) -> bool:

@@ -1,4 +1,4 @@
-"""Hand-off on request (PostgreSQL): one node asks a session's holder to let it go.
+"""What nodes tell each other (PostgreSQL): let a session go; an answer was kept.
 
 Every node listens (``LISTEN``, psycopg 3: a connection of its own in autocommit,
 read by ``notifies()`` in a thread) on a channel of its own, named from its node
@@ -10,6 +10,9 @@ name and pid as a lease row names its holder (`channel_of`), and on `RELEASED`.
   disposed at once, a busy one after its turn; a holder that keeps its busy
   sessions answers `ReleaseRefused`. A disposed session's lease is freed by its close,
   which says so on `RELEASED` (the session id), waking every asker of it.
+* A node that kept an answer to a decision of a session another node holds
+  (`put_answer`) sends `Answered` to the holder's channel; the holder reads
+  the answer from the store and gives it to the session's agent.
 
 A notification is not a promise: one lost (a listener that reconnects, a node that
 dies) costs the asker a retry, never a wrong holder. The lease row and its
@@ -68,7 +71,21 @@ class ReleaseRefused(msgspec.Struct, frozen=True, gc=False, tag_field="kind", ta
     reason: str
 
 
-Notice: TypeAlias = Ask | ReleaseRefused
+class Answered(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="answered"):
+    """An answer to decision `decision_id` of `session_id` is kept in the store."""
+
+    session_id: str
+    decision_id: str
+
+
+def answered(session_id: str, decision_id: str) -> str | None:
+    """The payload telling a holder an answer is kept; None for ids too long for one
+    (the holder then learns it at the session's next start)."""
+    payload = _encode(Answered(session_id, decision_id))
+    return payload.decode() if len(payload) <= MAX_PAYLOAD else None
+
+
+Notice: TypeAlias = Ask | ReleaseRefused | Answered
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(Notice).decode
 
@@ -114,8 +131,8 @@ class Releases:
     askers' watches (see the module docstring).
 
     `start` returns once the node listens (idempotent); `close` stops the thread
-    within `POLL`. Requests go out on `requests`; a notice that does not decode is
-    logged and dropped.
+    within `POLL`. Requests and answers go out on `requests`; a notice that does not
+    decode is logged and dropped.
     """
 
     def __init__(self, connect: Callable[[], psycopg.Connection[Any]], channel: str) -> None:
@@ -124,7 +141,7 @@ class Releases:
         self._thread: threading.Thread | None = None
         self._starting = trio.Lock()
         self._stopped = threading.Event()
-        self._send, self.requests = trio.open_memory_channel[Ask](QUEUED)
+        self._send, self.requests = trio.open_memory_channel[Ask | Answered](QUEUED)
         self._watches: dict[str, list[ReleaseWatch]] = {}
 
     async def start(self) -> None:
@@ -213,7 +230,8 @@ class Releases:
         try:
             self._send.send_nowait(notice)
         except trio.WouldBlock:
-            logger.warning("hand-off: %d requests waiting; %r dropped", QUEUED, notice.session)
+            session = notice.session if isinstance(notice, Ask) else notice.session_id
+            logger.warning("hand-off: %d notices waiting; one of %r dropped", QUEUED, session)
 
     def _wake(self, session_id: str, refused: str | None) -> None:
         for watch in self._watches.get(session_id, ()):
@@ -229,10 +247,12 @@ class Releases:
 __all__ = [
     "MAX_PAYLOAD",
     "RELEASED",
+    "Answered",
     "Ask",
     "ReleaseRequest",
     "Releases",
     "ReleaseWatch",
+    "answered",
     "channel_of",
     "released_key",
 ]

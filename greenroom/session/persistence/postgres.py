@@ -93,8 +93,11 @@ from greenroom.session.persistence.batch import (
 )
 from greenroom.session.persistence.handoff import (
     RELEASED,
+    Answered,
+    Ask,
     ReleaseRequest,
     Releases,
+    answered,
     channel_of,
     released_key,
 )
@@ -321,7 +324,8 @@ class PostgresPersistence:
         self, session_id: str, decision_id: str, answer: str, by: str
     ) -> tuple[str, str]:
         """Into the ``greenroom_answers`` table: a conditional insert, the first answer
-        kept whichever node gave it."""
+        kept whichever node gave it; the session's live holder, if any, is told
+        (`handoff.Answered`)."""
         self._writable("keep an answer")
         check_decision_id(decision_id)
         return await self._run(lambda: self._put_answer(session_id, decision_id, answer, by))
@@ -379,11 +383,12 @@ class PostgresPersistence:
                 with trio.move_on_at(min(deadline, trio.current_time() + self.lease_ttl / 10)):
                     await watch.changed()
 
-    async def release_requests(self) -> AsyncGenerator[ReleaseRequest, None]:
-        """The requests of other nodes to let a session of this one go, as they come."""
+    async def notices(self) -> AsyncGenerator[ReleaseRequest | Answered, None]:
+        """What other nodes tell this one, as it comes: requests to let a session go, and
+        answers kept for a session of this one."""
         await self.releases.start()
-        async for ask in self.releases.requests:
-            yield ReleaseRequest(ask, self.notify)
+        async for notice in self.releases.requests:
+            yield ReleaseRequest(notice, self.notify) if isinstance(notice, Ask) else notice
 
     async def notify(self, channel: str, payload: str) -> None:
         await self._run(lambda: self._notify(channel, payload))
@@ -688,6 +693,16 @@ class PostgresPersistence:
                 (session_id, decision_id),
             ).fetchone()
         assert row is not None
+        # Read after the insert: a holder that took the session since read the answers
+        # after it took its lease, so it has this one, or is named here and told.
+        holder = db.execute(
+            "SELECT holder_node, holder_pid FROM greenroom_sessions"
+            " WHERE id = %s AND lease_until > now()",
+            (session_id,),
+        ).fetchone()
+        payload = answered(session_id, decision_id)
+        if holder is not None and holder[1] is not None and payload is not None:
+            self._notify(channel_of(holder[0], holder[1]), payload)
         return str(row[0]), str(row[1])
 
     def _read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
