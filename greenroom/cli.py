@@ -15,7 +15,7 @@ from greenroom.models.base import ModelError
 from greenroom.models.named import MissingKey, model_named
 from greenroom.models.prices import PriceFileError, Prices, shipped_prices
 from greenroom.protocol.content import referenced
-from greenroom.protocol.events import UserMessage
+from greenroom.protocol.events import DecisionRequested, UserMessage
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import (
     INTERRUPTIONS,
@@ -261,7 +261,9 @@ def _sessions(
             header, events = trio.run(store.load, args.session_id)
             digests = [d for e in events if type(e) is UserMessage for d in referenced(e.parts)]
             held = trio.run(store.read_blobs, args.session_id, digests) if digests else {}
-            for line in transcript(header, events, held):
+            parked = any(type(e) is DecisionRequested for e in events)
+            kept = trio.run(store.read_answers, args.session_id) if parked else {}
+            for line in transcript(header, events, held, kept):
                 print(line)
     except (PersistenceError, ValueError) as exc:
         print(f"greenroom sessions: {exc}", file=sys.stderr)

@@ -10,7 +10,7 @@ end, with a marker between saying how much more the log holds.
 from __future__ import annotations
 
 import datetime
-from collections.abc import Container, Iterator, Sequence
+from collections.abc import Container, Iterator, Mapping, Sequence
 from decimal import Decimal
 from typing import Final
 
@@ -26,6 +26,8 @@ from greenroom.protocol.events import (
     ConfigSet,
     ConfigTrigger,
     ContextMessage,
+    DecisionMade,
+    DecisionRequested,
     Disposed,
     Errored,
     Guarded,
@@ -47,6 +49,7 @@ from greenroom.protocol.events import (
     TurnAnswered,
     TurnEnd,
     TurnEndReason,
+    TurnResumed,
     TurnStart,
     TurnUsage,
     UserMessage,
@@ -108,13 +111,17 @@ def transcript(
     header: SessionHeader,
     events: Sequence[SessionEvent],
     stored: Container[str] | None = None,
+    answers: Mapping[str, tuple[str, str]] | None = None,
 ) -> Iterator[str]:
     """Yield the lines of a readable transcript (chunks are folded into their messages).
 
     A prompt of blocks shows each on a line of its own; an image or blob resource as what
     it is (type, size, the start of its SHA-256). With `stored`, the blobs its store holds
-    (`Persistence.read_blobs`), one it does not hold shows as missing."""
+    (`Persistence.read_blobs`), one it does not hold shows as missing. A turn parked on
+    decisions ends the transcript with a ``parked:`` line and each open decision, with
+    the answer `answers` (`Persistence.read_answers`) kept for it, if any."""
     yield f"session {describe_header(header)}"
+    waiting: dict[str, DecisionRequested] = {}  # the open turn's decisions
     for event in events:
         match event:
             case TurnStart(turn=turn, trigger=InjectionTrigger(source=source)):
@@ -164,6 +171,29 @@ def transcript(
                 yield f"  guard {_shown(guard)} tripped at the {where}: {_shown(message)}"
             case TurnAnswered(reason=reason):
                 yield f"  answered: {_shown(describe_reason(reason))}"
+            case DecisionRequested(decision_id=decision_id):
+                waiting[decision_id] = event
+                yield f"  {describe_decision(event)}  [{_shown(decision_id)}]"
+            case DecisionMade(decision_id=decision_id, answer=answer, by=by):
+                waiting.pop(decision_id, None)
+                said = _shown(answer) if answer else "(declined)"
+                yield f"  decided by {_shown(by)}: {said}  [{_shown(decision_id)}]"
+            case TurnResumed(turn=turn, waiting=asked) if asked:
+                yield f"  turn {turn} carried on: {len(asked)} decision(s) asked again"
+            case TurnResumed(turn=turn):
+                yield f"  turn {turn} carried on after a cut"
+        if type(event) is TurnEnd:
+            waiting.clear()
+    if waiting:
+        kept = answers or {}
+        yield f"parked: the open turn waits on {len(waiting)} decision(s)"
+        for decision_id in waiting:
+            if decision_id in kept:
+                answer, by = kept[decision_id]
+                yield f"  {_shown(decision_id)}: answered {_shown(answer)} by {_shown(by)},"
+                yield "    logged when the session is next taken live"
+            else:
+                yield f"  {_shown(decision_id)}: open"
 
 
 def _part(part: Part, stored: Container[str] | None) -> str:
@@ -182,6 +212,14 @@ def _preview(result: str) -> str:
         return result
     marker = find_marker(result)
     return f"{result[:PREVIEW]} … {marker}" if marker else f"{result[:PREVIEW]} …"
+
+
+def describe_decision(event: DecisionRequested) -> str:
+    """A decision as asked: a tool's permission, or a question (with its choices)."""
+    if event.kind == "permission":
+        return f"permission asked for {_shown(event.tool)} {_shown(event.arguments)}"
+    choices = f" ({', '.join(_shown(c) for c in event.choices)})" if event.choices else ""
+    return f"question asked: {_shown(event.question)}{choices}"
 
 
 def describe_compaction(event: Compacted) -> str:
