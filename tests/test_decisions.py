@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import trio
+import trio.testing
 
 from greenroom import AgentOptions, open_runtime, tool
 from greenroom.actors.decisions import DecisionRefused
@@ -370,3 +371,28 @@ def test_spec_refuses_a_bad_decision_wait_and_policy() -> None:
         AgentSpec(name="x", decision_wait=float("inf"))
     with pytest.raises(TypeError, match="permissions must be a policy"):
         AgentSpec(name="x", permissions="yes")  # type: ignore[arg-type]
+
+
+def test_sessions_show_prints_decisions_and_marks_a_parked_turn(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from greenroom.cli import main
+    from greenroom.session.persistence import JsonlPersistence
+
+    store = JsonlPersistence(tmp_path / "jsonl")
+
+    async def parked_then_answered() -> str:
+        pending = await park(store)
+        async with open_runtime(persistence=store) as rt:
+            await rt.decide("s", pending.decision_id, "allow_once", by="carol")
+        return pending.decision_id
+
+    decision = trio.run(parked_then_answered, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert main(["sessions", "show", "s", "--store", f"jsonl:{tmp_path / 'jsonl'}"]) == 0
+    shown = capsys.readouterr().out.splitlines()
+    assert f'  permission asked for deploy {{"target": "prod"}}  [{decision}]' in shown
+    assert shown[-3:] == [
+        "parked: the open turn waits on 1 decision(s)",
+        f"  {decision}: answered allow_once by carol,",
+        "    logged when the session is next taken live",
+    ]
