@@ -24,6 +24,10 @@
 * spec: ``rt.start(spec)``, one turn, dispose, against ``rt.agents.create``,
   one turn, dispose; and a turn of an agent with `Limits` and a prompt
   `Guard` against the same turn with neither (timed, and its calls counted);
+* decisions: the traced memory of an agent whose turn is parked on a decision
+  (`Defer`), beyond an idle agent; and the calls of a one-tool-call turn whose
+  permission a policy answers at once (logged as a decision) against the same
+  turn under `AllowAll` (not asked);
 * cost profile: the one-step turn and the round trip counted, not timed
   (Python calls under ``sys.setprofile``, task steps by a Trio instrument,
   traced bytes kept), per op as the difference of runs of 2M and M ops: the
@@ -56,9 +60,17 @@ import trio.testing
 from bench.counting import Profile, profile
 from bench.report import Row, compare
 from greenroom import AgentOptions, AgentSpec, Guard, Limits
+from greenroom.actors.types import Defer, PermissionDecision, PermissionRequest, Permissions
 from greenroom.models import CallTool, Hang, Price, Prices, Say, ScriptedModel
 from greenroom.protocol.events import AssistantChunk
-from greenroom.protocol.model import Finish, ModelRequest, StreamChunk, TextDelta, Usage
+from greenroom.protocol.model import (
+    Finish,
+    ModelRequest,
+    StreamChunk,
+    TextDelta,
+    ToolCallChunk,
+    Usage,
+)
 from greenroom.runtime import open_runtime
 from greenroom.tools import Tool
 
@@ -353,6 +365,69 @@ async def _child_turn(n: int) -> float:
 # -- (c) idle memory ------------------------------------------------------------------------
 
 
+# -- (e) decisions: a permission asked and answered in process; a parked turn's memory ------
+
+
+class _Allow:
+    """A policy that answers at once: every permission it is asked is a decision."""
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        return "allow_once"
+
+
+_ASKED: Final = Tool("deploy", "Deploy.", _NoArgs, _noop, kind="execute")
+
+
+async def _permission_turns(m: int, permissions: Permissions | None) -> float:
+    """Microseconds per turn of one call of an ``execute`` tool (then an answer)."""
+    scripts = [s for _ in range(m) for s in ([CallTool("deploy")], [Say("done")])]
+    model = ScriptedModel(scripts, delay=0)
+    async with open_runtime(model=model, tools=[_ASKED], permissions=permissions) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s")).agent
+        t0 = time.perf_counter()
+        for _ in range(m):
+            agent.send("ping")
+            await agent.when_idle()
+        return (time.perf_counter() - t0) / m * 1e6
+
+
+async def _asked_turns(m: int) -> float:
+    return await _permission_turns(m, _Allow())
+
+
+async def _unasked_turns(m: int) -> float:
+    return await _permission_turns(m, None)
+
+
+class _AlwaysCalls:
+    """A zero-latency model whose every reply calls ``deploy``."""
+
+    async def _reply(self) -> AsyncIterator[StreamChunk]:
+        yield ToolCallChunk("call-1", "deploy", "{}")
+        yield Finish("tool-calls")
+
+    def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        return self._reply()
+
+
+async def _parked_memory(n: int) -> float:
+    """Traced bytes per agent whose turn is parked on a permission (`Defer`): its prompt,
+    its turn's events and its open decision included."""
+    defer = AgentOptions(permissions=Defer())
+    async with open_runtime(model=_AlwaysCalls(), tools=[_ASKED]) as rt:
+        before = _traced()
+        for i in range(n):
+            agent = (
+                await rt.agents.create(agent_id=f"a{i}", session_id=f"s{i}", options=defer)
+            ).agent
+            agent.send("ping")
+        await trio.testing.wait_all_tasks_blocked()
+        if agent.status != "waiting":
+            raise RuntimeError(f"the agent is {agent.status}, not parked")
+        after = _traced()
+    return (after - before) / n
+
+
 def _traced() -> int:
     gc.collect()
     return tracemalloc.get_traced_memory()[0]
@@ -519,7 +594,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
     growth = _alternate((_after_10, _after_4000), m, repeats)
     life = _alternate((_raw_lifecycle, _our_lifecycle), n_life, repeats)
     memory = _alternate(
-        (_raw_memory, _our_memory, _our_memory_after_turn), n_mem, min(repeats, 3), _run_traced
+        (_raw_memory, _our_memory, _our_memory_after_turn, _parked_memory),
+        n_mem,
+        min(repeats, 3),
+        _run_traced,
     )
     held = _alternate((_held_settled, _held_awaited), m, min(repeats, 3), _run_traced)
     cancel = _alternate((_raw_cancel, _our_cancel), k, repeats)
@@ -530,6 +608,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
     turn, trip = profile(_our_turns, counted), profile(_raw_turns, counted)
     guarded = profile(_bounded_turns, counted)
     priced, unpriced = profile(_priced_turns, counted), profile(_unpriced_turns, counted)
+    asked, unasked = profile(_asked_turns, counted), profile(_unasked_turns, counted)
     return [
         compare(
             SCENARIO,
@@ -621,6 +700,24 @@ def run(repeats: int, quick: bool) -> list[Row]:
             memory["_our_memory_after_turn"],
             baseline="an idle agent that never took a turn",
             raw=memory["_our_memory"],
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per agent whose turn is parked on a decision (N={n_mem})",
+            "B",
+            [p - i for p, i in zip(memory["_parked_memory"], memory["_our_memory"], strict=True)],
+            max_value=1024,
+            note="beyond an idle agent that never took a turn: the prompt, the turn's events"
+            " so far, the open decision, the parked task's frames",
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-tool-call turn whose permission is asked, counted (M={counted})",
+            "calls",
+            [asked.calls],
+            baseline="the same turn, not asked (AllowAll)",
+            raw=[unasked.calls],
+            note=f"{asked.calls - unasked.calls:+.0f} calls to ask a policy and log the decision",
         ),
         compare(
             SCENARIO,

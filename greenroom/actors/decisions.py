@@ -18,7 +18,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Final
+from typing import Final, Protocol
 
 import msgspec
 import trio
@@ -63,6 +63,12 @@ class _Waiting:
         self.parked: Parking | None = None  # who waits when no one is asked
 
 
+class _Driver(Protocol):
+    """What a deadline that passes tells: the turn driver (`TurnDriver.requires_action`)."""
+
+    def requires_action(self) -> None: ...
+
+
 class Decisions:
     """One agent's decisions (see the module docstring).
 
@@ -71,20 +77,14 @@ class Decisions:
     user's cancel is not a disposal: the decision dies with its turn.
 
     `wait` is how long a decision may wait before the turn's prompts are
-    settled ``requires-action`` (`overdue`, the turn driver's): the turn
+    settled ``requires-action`` (`driver`'s ``requires_action``): the turn
     stays parked, and waits on (None: no deadline, the prompts wait too).
+
+    An agent that never asks holds no table: `_open` is made at the first
+    decision this life asks or is answered.
     """
 
-    __slots__ = (
-        "_answered",
-        "_marker",
-        "_session",
-        "_status",
-        "_waiting",
-        "overdue",
-        "parked",
-        "wait",
-    )
+    __slots__ = ("_asking", "_marker", "_open", "_session", "_status", "driver", "parked", "wait")
 
     def __init__(
         self,
@@ -97,11 +97,11 @@ class Decisions:
         self._status = status
         self._marker = marker
         self.wait = wait
-        self.overdue: Callable[[], None] | None = None
-        self._waiting: dict[str, _Waiting] = {}
-        #: Answers given for decisions of this session that no turn waits for yet (the
-        #: store's side records at a resume): the ask finds them, and asks no one.
-        self._answered: dict[str, tuple[str, str]] = {}
+        self.driver: _Driver | None = None
+        #: By id: the decisions asked now, and those answered before any turn asked them
+        #: (kept by the store while stored, or given by `decide` at a resume).
+        self._open: dict[str, _Waiting] | None = None
+        self._asking = 0  # asks in flight: the agent waits while any is
         self.parked = False
 
     @property
@@ -113,15 +113,12 @@ class Decisions:
         """An answer the store kept for `decision_id` (a runtime's `decide` while no one
         held the session): the turn that asks it takes it at once. One for no open
         decision, or not among its options, is dropped (a log line says so)."""
-        request = self._session.decisions.get(decision_id)
-        if request is None:
-            return  # answered in the log already, or its turn ended
+        if decision_id not in self._session.decisions:
+            return  # logged as made already, or its turn ended
         try:
-            _check(request, answer)
+            self.decide(decision_id, answer, by)
         except DecisionRefused as refused:
             logger.warning("session %r: a kept answer dropped: %s", self._session.id, refused)
-            return
-        self._answered.setdefault(decision_id, (answer, by))
 
     async def ask(
         self,
@@ -145,7 +142,9 @@ class Decisions:
         turn, or, on a disposal, stays open, parked in the log)."""
         session = self._session
         turn = session.open_turn or session.last_turn
-        request = next((d for d in session.decisions.values() if d.call_id == call_id), None)
+        request = None
+        if session.decisions:
+            request = next((d for d in session.decisions.values() if d.call_id == call_id), None)
         if request is None:
             request = session.append(
                 DecisionRequested(
@@ -164,11 +163,14 @@ class Decisions:
             )
             if session.persistent:  # logged before anyone is asked
                 await write_ahead(session, "asking")
-        waiting = self._waiting[request.decision_id] = _Waiting(request)
-        kept = self._answered.pop(request.decision_id, None)
-        if kept is not None:
-            waiting.answer, waiting.by = kept
+        table = self._open
+        if table is None:
+            table = self._open = {}
+        waiting = table.get(request.decision_id)
+        if waiting is None:
+            waiting = table[request.decision_id] = _Waiting(request)
         status = self._status
+        self._asking += 1
         status.set("waiting")
         try:
             if waiting.answer is None:
@@ -179,15 +181,16 @@ class Decisions:
                         asking.start_soon(_answer, waiting, asker, asker_name)
                         with trio.move_on_after(self.wait):
                             await _answered(waiting)
-                        if waiting.answer is None and self.overdue is not None:
-                            self.overdue()
+                        if waiting.answer is None and self.driver is not None:
+                            self.driver.requires_action()
         except BaseException as exc:
             if self._marker.reason is None and cancelled_in(exc) is not None:
                 self.parked = True  # not the user's cancel: a disposal, the owner's
             raise
         finally:
-            del self._waiting[request.decision_id]
-            if not self._waiting:
+            del table[request.decision_id]
+            self._asking -= 1
+            if not self._asking:
                 status.set("running")
         assert waiting.answer is not None
         answer, by = waiting.answer, waiting.by
@@ -203,18 +206,17 @@ class Decisions:
         waits for, one answered already (naming who answered), an answer not offered."""
         if not isinstance(answer, str):
             raise TypeError(f"decision {decision_id!r}: the answer must be text, got {answer!r}")
-        waiting = self._waiting.get(decision_id)
-        if waiting is None:
+        table = self._open
+        waiting = table.get(decision_id) if table is not None else None
+        if waiting is None:  # open in the log, asked by no turn yet: kept for the one that asks
             request = self._session.decisions.get(decision_id)
             if request is None:
                 raise DecisionRefused(f"no open decision {decision_id!r} in this session")
-            kept = self._answered.get(decision_id)
-            if kept is not None:
-                raise DecisionRefused(
-                    f"decision {decision_id!r} was answered already, by {kept[1]}"
-                )
-            _check(request, answer)  # open in the log, no turn asks it yet: kept for it
-            self._answered[decision_id] = (answer, by)
+            _check(request, answer)
+            if table is None:
+                table = self._open = {}
+            waiting = table[decision_id] = _Waiting(request)
+            waiting.answer, waiting.by = answer, by
             return
         if waiting.answer is not None:
             raise DecisionRefused(f"decision {decision_id!r} was answered already, by {waiting.by}")

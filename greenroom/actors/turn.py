@@ -149,7 +149,7 @@ class TurnDriver:
         self._hooks = hooks
         self._compactor = compactor
         self._decisions = decisions
-        decisions.overdue = self.requires_action
+        decisions.driver = self
         #: The running turn's prompts not settled yet (None between turns).
         self._prompts: list[Prompt[Any]] | None = None
         #: What the agent's model is asked, and which model answers.
