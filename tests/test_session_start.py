@@ -22,7 +22,7 @@ import trio
 from acp import schema
 
 from greenroom import open_runtime
-from greenroom.acp.connection import SERVER_WAIT
+from greenroom.acp.starts import SERVER_WAIT
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import ToolResult
 from greenroom.protocol.mcp import McpStatus, McpStdioServer

@@ -119,7 +119,9 @@ class ResourceBlock(_Typed, frozen=True, tag="resource"):
     resource: ResourceContents
 
 
-ContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
+#: ACP's ``ContentBlock``, as a prompt holds it (greenroom's own is
+#: `greenroom.protocol.content.ContentBlock`).
+AcpContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 # -- requests --------------------------------------------------------------------------
 
@@ -239,7 +241,7 @@ class PromptParams(_Wire, frozen=True):
     """The params of ``session/prompt`` and of the ``_session/steering`` extension."""
 
     session_id: str
-    prompt: list[ContentBlock]
+    prompt: list[AcpContentBlock]
 
 
 class CancelRequestParams(_Wire, frozen=True):
@@ -356,7 +358,8 @@ class ListSessionsResult(_Sparse, frozen=True):
     next_cursor: str | None = None
 
 
-StopReason: TypeAlias = Literal[
+#: ACP's ``StopReason`` (greenroom's own, an `Answer`'s, is `greenroom.actors.prompt.StopReason`).
+AcpStopReason: TypeAlias = Literal[
     "end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"
 ]
 
@@ -374,7 +377,7 @@ class PromptUsage(_Sparse, frozen=True):
 
 
 class PromptResult(_Sparse, frozen=True):
-    stop_reason: StopReason
+    stop_reason: AcpStopReason
     usage: PromptUsage | None = None
 
 
