@@ -21,6 +21,7 @@ import trio.testing
 
 from greenroom import open_runtime
 from greenroom.acp import connection
+from greenroom.acp.params import RpcError, servers_from_acp
 from greenroom.models import CallTool, End, Hang, Say, ScriptedModel, Think, Wait
 from greenroom.protocol.events import (
     COMPLETED,
@@ -627,7 +628,7 @@ async def test_load_and_resume_take_the_additional_roots_sent_now(tmp_path: Path
 
 
 async def test_a_long_list_pages(tmp_path: Path) -> None:
-    from greenroom.acp.connection import LIST_PAGE
+    from greenroom.acp.starts import LIST_PAGE
 
     async with bridge(tmp_path, ScriptedModel()) as b:
         for _ in range(LIST_PAGE + 3):
@@ -752,10 +753,10 @@ _entry = st.fixed_dictionaries(
 @hypothesis.given(st.lists(_entry, max_size=4))
 def test_any_mcp_servers_entry_is_a_spec_or_invalid_params(entries: list[dict[str, Any]]) -> None:
     """What an editor sends as ``mcpServers`` becomes specs or -32602, never anything else."""
-    refused: connection.RpcError | None = None
+    refused: RpcError | None = None
     try:
-        servers = connection.servers_from_acp(entries)
-    except connection.RpcError as exc:
+        servers = servers_from_acp(entries)
+    except RpcError as exc:
         refused = exc
     if refused is None:
         assert len(servers) == len(entries)

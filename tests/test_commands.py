@@ -19,52 +19,10 @@ from acp import schema
 from greenroom.acp.commands import arguments
 from greenroom.tools.mcp import McpPrompt
 from greenroom.tools.mcp.servers import McpPromptArgument
+from tests.acp_editor import Editor
 
 LIMIT = 30.0
 SERVERS = Path(__file__).with_name("mcp_servers.py")
-
-
-class Editor:
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self.updates.append(update)
-
-    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
-        return schema.RequestPermissionResponse(
-            outcome=schema.AllowedOutcome(outcome="selected", option_id="allow_once")
-        )
-
-    def command_sets(self) -> list[dict[str, str | None]]:
-        return [
-            {c.name: (c.input.root.hint if c.input else None) for c in u.available_commands}
-            for u in self.updates
-            if isinstance(u, schema.AvailableCommandsUpdate)
-        ]
-
-    async def offers(self, name: str) -> None:
-        """Until the latest command set has `name` (a server may still be starting: the
-        session answers without waiting more than 2 s for it)."""
-        for _ in range(400):
-            sets = self.command_sets()
-            if sets and name in sets[-1]:
-                return
-            await asyncio.sleep(0.05)
-        raise AssertionError(f"{name!r} never offered: {self.command_sets()}")
-
-    def said(self) -> str:
-        """What the agent said, less the notices of a server's slow start (a loaded machine
-        may take the server past the session's 2 s)."""
-        return "".join(
-            u.content.text
-            for u in self.updates
-            if isinstance(u, schema.AgentMessageChunk)
-            and not u.content.text.startswith("MCP server ")
-        )
 
 
 def prompts_server() -> schema.McpServerStdio:
@@ -118,7 +76,7 @@ def test_the_built_in_commands_are_listed_after_new_and_run(tmp_path: Path) -> N
     assert commands["model"] == "scripted:0"
     modes = [u.current_mode_id for u in editor.updates if isinstance(u, schema.CurrentModeUpdate)]
     assert modes == ["read-only"]
-    assert editor.said() == "/frobnicate the thing"
+    assert editor.said(notices=False) == "/frobnicate the thing"
 
 
 def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path) -> None:
@@ -149,7 +107,7 @@ def test_an_mcp_servers_prompts_are_commands_that_send_the_prompt(tmp_path: Path
     assert first["p:review"] == "path=... [focus=...]"
     assert "p:hello" not in first
     assert last["p:hello"] is None  # no arguments, no hint
-    said = editor.said()
+    said = editor.said(notices=False)
     assert "Please review a.py, looking at the names." in said
     assert "the hello prompt" in said
 
@@ -179,7 +137,7 @@ def test_a_cancel_withdraws_a_server_prompt_being_got(tmp_path: Path) -> None:
         assert answer.stop_reason == "end_turn"
 
     run(tmp_path, editor, body)
-    assert editor.said() == "still here"
+    assert editor.said(notices=False) == "still here"
 
 
 def test_a_commands_arguments_are_read_by_name_or_whole() -> None:

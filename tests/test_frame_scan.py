@@ -20,9 +20,9 @@ import pytest
 from greenroom.acp.frames import (
     Bad,
     FrameScan,
-    Notification,
-    Reply,
-    Request,
+    IncomingNotification,
+    IncomingReply,
+    IncomingRequest,
     Unread,
     decode_frame,
 )
@@ -116,7 +116,7 @@ def decoded(line: bytes) -> tuple[object, ...]:
     except (KeyError, msgspec.DecodeError):
         usable = None
     frame = decode_frame(line)
-    if isinstance(frame, Request | Reply | Bad) and frame.id is not None:
+    if isinstance(frame, IncomingRequest | IncomingReply | Bad) and frame.id is not None:
         assert frame.id == usable  # the oracle reads ids as the reader does
     return usable, "method" in members, "result" in members or "error" in members, None
 
@@ -184,5 +184,5 @@ def test_a_member_past_the_sixty_fourth_is_not_looked_at() -> None:
 
 def test_a_notification_or_request_is_still_read_as_one() -> None:
     line = b'{"jsonrpc":"2.0","method":"session/cancel","params":{"sessionId":"s"}}'
-    assert isinstance(decode_frame(line), Notification)
+    assert isinstance(decode_frame(line), IncomingNotification)
     assert scan(line) == (None, True, False, None)

@@ -33,6 +33,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.tools import Tool
 from greenroom.tools.bash.tools import bash_plugin
+from tests.acp_editor import Editor
 from tests.acp_process import acp_process
 from tests.agents_helpers import new_agent
 
@@ -206,29 +207,6 @@ async def test_a_reader_started_mid_call_sees_only_notices_from_then_on() -> Non
 LINES = "for i in 1 2 3 4 5 6; do echo line $i; sleep 0.5; done"
 
 
-class Editor:
-    """The official SDK's client side: records every update, allows every command."""
-
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self.updates.append(update)
-
-    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
-        return schema.RequestPermissionResponse(
-            outcome=schema.AllowedOutcome(outcome="selected", option_id="allow_once")
-        )
-
-    def of_call(self) -> list[Any]:
-        return [
-            u for u in self.updates if isinstance(u, schema.ToolCallStart | schema.ToolCallProgress)
-        ]
-
-
 def _editor_run(tmp_path: Path, editor: Editor, command: str, meta: dict[str, Any] | None) -> None:
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir()
@@ -252,7 +230,7 @@ def _editor_run(tmp_path: Path, editor: Editor, command: str, meta: dict[str, An
 def test_acp_shows_the_output_so_far_as_the_calls_content_while_it_runs(tmp_path: Path) -> None:
     editor = Editor()
     _editor_run(tmp_path, editor, LINES, None)
-    updates = editor.of_call()
+    updates = editor.tool_calls()
     final = next(i for i, u in enumerate(updates) if getattr(u, "status", None) == "completed")
     live = [
         u.content[0].content.text
@@ -271,7 +249,7 @@ def test_acp_shows_the_output_so_far_as_the_calls_content_while_it_runs(tmp_path
 def test_acp_renders_a_terminal_when_the_client_opts_in(tmp_path: Path) -> None:
     editor = Editor()
     _editor_run(tmp_path, editor, LINES, {"terminal_output": True})
-    updates = editor.of_call()
+    updates = editor.tool_calls()
     start = updates[0]
     assert isinstance(start, schema.ToolCallStart)
     (terminal,) = start.content or []

@@ -21,7 +21,7 @@ import pytest
 import trio
 
 from greenroom import open_runtime
-from greenroom.acp import connection
+from greenroom.acp.params import RpcError, servers_from_acp
 from greenroom.actors.events import AGENT_ERROR
 from greenroom.actors.types import Agent
 from greenroom.models.scripted import CallTool, Say, ScriptedModel
@@ -711,8 +711,8 @@ def test_acp_servers_whose_tools_could_be_named_alike_are_invalid_params() -> No
     entries: list[dict[str, object]] = [
         {"name": name, "command": "x", "args": [], "env": []} for name in ("my server", "my_server")
     ]
-    with pytest.raises(connection.RpcError) as refused:
-        connection.servers_from_acp(entries)  # type: ignore[arg-type]
+    with pytest.raises(RpcError) as refused:
+        servers_from_acp(entries)  # type: ignore[arg-type]
     assert refused.value.code == -32602
     assert refused.value.message == (
         "invalid params: mcpServers[1].name: 'my_server' would name its tools like"

@@ -22,6 +22,7 @@ from greenroom.protocol.events import PlanEntry, PlanSet, ToolResult
 from greenroom.session.persistence import JsonlPersistence
 from greenroom.tools.subagents import task_plugin
 from greenroom.tools.todo import TODO_NOTE, todo_plugin
+from tests.acp_editor import Editor
 from tests.agents_helpers import new_agent
 from tests.test_subagents import Routed
 
@@ -132,24 +133,6 @@ async def test_a_sub_agents_plan_stays_in_its_own_session(tmp_path: Path) -> Non
 
 
 # -- over ACP, with the official SDK client ------------------------------------------------------
-
-
-class Editor:
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self.updates.append(update)
-
-    def plans(self) -> list[list[tuple[str, str, str]]]:
-        return [
-            [(e.content, e.priority, e.status) for e in u.entries]
-            for u in self.updates
-            if isinstance(u, schema.AgentPlanUpdate)
-        ]
 
 
 async def _acp(home: Path, work: Path, editor: Editor, body: Any) -> int:

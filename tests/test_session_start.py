@@ -22,11 +22,12 @@ import trio
 from acp import schema
 
 from greenroom import open_runtime
-from greenroom.acp.connection import SERVER_WAIT
+from greenroom.acp.starts import SERVER_WAIT
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import ToolResult
 from greenroom.protocol.mcp import McpStatus, McpStdioServer
 from greenroom.tools.mcp import MCP_STATUS
+from tests.acp_editor import Editor
 
 SERVERS = Path(__file__).with_name("mcp_servers.py")
 LIMIT = 60.0
@@ -36,31 +37,6 @@ def served(name: str, *mode: str) -> schema.McpServerStdio:
     return schema.McpServerStdio(
         name=name, command=sys.executable, args=[str(SERVERS), *mode], env=[]
     )
-
-
-class Editor:
-    def __init__(self) -> None:
-        self.updates: list[Any] = []
-
-    def on_connect(self, conn: Any) -> None:
-        pass
-
-    async def session_update(self, session_id: str, update: Any, **kwargs: Any) -> None:
-        self.updates.append(update)
-
-    async def request_permission(self, *args: Any, **kwargs: Any) -> Any:
-        return schema.RequestPermissionResponse(
-            outcome=schema.AllowedOutcome(outcome="selected", option_id="allow_once")
-        )
-
-    def said(self) -> str:
-        return "".join(
-            u.content.text for u in self.updates if isinstance(u, schema.AgentMessageChunk)
-        )
-
-    async def told(self, words: str) -> None:
-        while words not in self.said():
-            await asyncio.sleep(0.05)
 
 
 async def _acp(tmp_path: Path, editor: Editor, body: Any) -> None:

@@ -1,19 +1,20 @@
-"""One ACP connection: a reader, one writer, a record per session, one teardown.
+"""One ACP connection: a reader, one writer, one session table, one teardown.
 
+* **State.** The connection's sessions, their records and what is in flight
+  are one `table.SessionTable`, held by each part that acts on them: the
+  dispatch here, the requests on a live session (`prompting.Prompting`), the
+  starts (`starts.SessionStarts`) and the teardown.
 * **Order.** The reader decodes frames one at a time and looks each method
-  up in `ROUTES` (its params Struct, its handler). What must keep arrival
-  order runs inline in the reader: ``session/prompt`` queues its text on
-  the agent's inbox, ``session/cancel`` cancels, ``_session/steering``
-  steers. Requests that wait (new, load, resume, fork, list, close, delete:
-  `starts`) run in tasks of their own.
+  up in the connection's routes (its params Struct, its handler). What must
+  keep arrival order runs inline in the reader: ``session/prompt`` queues its
+  text on the agent's inbox, ``session/cancel`` cancels, ``_session/steering``
+  steers (`prompting`). Requests that wait (new, load, resume, fork, list,
+  close, delete: `starts`) run in tasks of their own.
 * **One writer** (`outbox.Outbox`). Every frame goes through one channel to
   one writer task, so a turn's ``session/update``s (sent as the log grows)
   are on the wire before that prompt's answer.
-* **A prompt is answered from its `Prompt`.** ``session/prompt`` keeps the
-  `Prompt` that ``send`` returned; its `Answer` is the answer
-  (`params.prompt_result`), queued by its settle callback (`Prompt.on_settled`)
-  in the agent's task, with no task per prompt: before the agent can start the
-  next turn, so ahead of any of that turn's updates.
+* **A prompt is answered from its `Prompt`** (`prompting`): by its settle
+  callback, in the agent's task, with no task per prompt.
 * **MCP servers** of ``session/new`` and ``session/load`` are the session's
   (started before it answers, stopped with it); what becomes of them (a
   failed start, a crash, a restart, giving up) is told to the editor as an
@@ -31,33 +32,25 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Callable, Coroutine
 from typing import Any, Final, NamedTuple
 
 import msgspec
 import trio
 
 import greenroom
-from greenroom.acp import frames, starts
+from greenroom.acp import frames
 from greenroom.acp.client import session_client
-from greenroom.acp.commands import COMPACT, MODE, MODEL, Command, SessionCommands, arguments
 from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.outbox import Outbox, write_frames
-from greenroom.acp.params import (
-    RpcError,
-    decode,
-    prompt_result,
-    prompt_text,
-    servers_from_acp,
-)
+from greenroom.acp.params import RpcError, decode
 from greenroom.acp.presenter import Presenter
 from greenroom.acp.progress import SubagentProgress
-from greenroom.acp.prompts import prompt_content
-from greenroom.acp.sessions import InFlight, SessionRecord
-from greenroom.acp.starts import LIST_PAGE, SERVER_WAIT, Started
+from greenroom.acp.prompting import Prompting
+from greenroom.acp.starts import SessionStarted, SessionStarts
+from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
-from greenroom.actors.prompt import Answer, Prompt
-from greenroom.actors.types import Agent, AgentDisposed, SessionClient
+from greenroom.actors.types import Agent, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -65,7 +58,6 @@ from greenroom.protocol.acp import (
     METHOD_NOT_FOUND,
     PROTOCOL_VERSION,
     REQUEST_CANCELLED,
-    RESOURCE_NOT_FOUND,
     AuthenticateParams,
     CancelRequestParams,
     Empty,
@@ -77,42 +69,20 @@ from greenroom.protocol.acp import (
     LoadSessionParams,
     NewSessionParams,
     PromptParams,
-    PromptResult,
     RequestId,
     SessionParams,
     SetConfigOptionParams,
-    SetConfigOptionResult,
     SetModeParams,
-    SteeringResult,
 )
-from greenroom.protocol.events import (
-    Completed,
-    SessionEvent,
-    StatusName,
-    ToolProgress,
-    ToolResult,
-    TurnEnd,
-    TurnStart,
-)
+from greenroom.protocol.events import SessionEvent, StatusName, ToolProgress, ToolResult
 from greenroom.protocol.mcp import McpStatus
 from greenroom.runtime import Runtime
 from greenroom.session import SESSION_EVENT, Session
-from greenroom.session.persistence import (
-    Interruption,
-)
+from greenroom.session.persistence import Interruption
 from greenroom.supervisor import Scope, Supervisor
-from greenroom.tools.bash.tools import kill_owned
-from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts, McpServerError
+from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts
 
-__all__ = [
-    "LIST_PAGE",
-    "SERVER_WAIT",
-    "TEARDOWN_GRACE",
-    "AcpConnection",
-    "RpcError",
-    "serve_connection",
-    "servers_from_acp",
-]
+__all__ = ["TEARDOWN_GRACE", "AcpConnection", "serve_connection"]
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -133,33 +103,52 @@ class AcpConnection:
         interrupted: Interruption = "close",
     ) -> None:
         self.runtime = runtime
-        #: What a load or resume does with a turn a crash cut (`AgentFactory.resume`).
-        self.interrupted: Interruption = interrupted
-        self.owner = owner
         self.nursery = nursery
-        self.outbox = Outbox(outgoing)
-        self.persistence = runtime.persistence
-        #: Every session of the connection, from the request that starts it to its close.
-        self.sessions: dict[str, SessionRecord] = {}
-        self.subagents = SubagentProgress(self.outbox.update)
-        self.closed = False
+        self.outbox = outbox = Outbox(outgoing)
+        #: The sessions, their records and what is in flight: the state every part holds.
+        self.table = table = SessionTable(outbox, runtime.bash, list(runtime.models))
+        self.subagents = SubagentProgress(outbox.update)
         self.scope = Scope("acp connection")
-        self._in_flight: dict[RequestId, trio.CancelScope] = {}
-        #: What a request may ask: `initialize` only, until it is answered; then `ROUTES`.
-        self._routes: Mapping[str, Inline | Waiting] = UNINITIALIZED
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
-        #: Each session's slash commands (`commands.SessionCommands`), from its start on.
-        self.commands: dict[str, SessionCommands] = {}
-        #: Server prompts being got for a ``/<server>:<prompt>``: their session, their scope.
-        self._fetching: dict[RequestId, tuple[str, trio.CancelScope]] = {}
-        self.live = LiveOutput(self.outbox)
+        self.live = LiveOutput(outbox)
         self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
-        self.presenter = Presenter(
+        self.presenter = presenter = Presenter(
             list(runtime.models),
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
             runtime.bash.sandboxes.protections,
         )
+        prompting = Prompting(table, outbox, nursery, presenter)
+        starts = SessionStarts(
+            table, runtime, owner, presenter, outbox, self.client_for, interrupted
+        )
+        #: Each method served once `initialize` is answered: its params Struct, its handler.
+        self._served: Final[dict[str, InlineRoute | WaitingRoute]] = {
+            "initialize": InlineRoute(InitializeParams, self._initialize),
+            "authenticate": InlineRoute(AuthenticateParams, self._authenticate),
+            "session/prompt": InlineRoute(PromptParams, prompting.prompt),
+            "_session/steering": InlineRoute(PromptParams, prompting.steer),
+            "session/set_mode": InlineRoute(SetModeParams, prompting.set_mode),
+            "session/set_config_option": InlineRoute(
+                SetConfigOptionParams, prompting.set_config_option
+            ),
+            "session/new": WaitingRoute(NewSessionParams, starts.new),
+            "session/load": WaitingRoute(LoadSessionParams, starts.load),
+            "session/resume": WaitingRoute(LoadSessionParams, starts.resume),
+            "session/fork": WaitingRoute(ForkSessionParams, starts.fork),
+            "session/list": WaitingRoute(ListSessionsParams, starts.list_sessions),
+            "session/close": WaitingRoute(SessionParams, starts.close),
+            "session/delete": WaitingRoute(SessionParams, starts.delete),
+        }
+        #: Each notification acted on (any other is ignored).
+        self._notifications: Final[dict[str, NotificationRoute]] = {
+            "session/cancel": NotificationRoute(SessionParams, prompting.cancel),
+            "$/cancel_request": NotificationRoute(CancelRequestParams, prompting.cancel_request),
+        }
+        #: What a request may ask: `initialize` only, until it is answered; then `_served`.
+        self._routes: dict[str, InlineRoute | WaitingRoute] = {
+            "initialize": self._served["initialize"]
+        }
         runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
         runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
         runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
@@ -177,7 +166,7 @@ class AcpConnection:
         outbox = self.outbox
         if isinstance(frame, frames.Bad):
             outbox.fail(frame.id, frame.code, frame.message)
-        elif isinstance(frame, frames.Request):
+        elif isinstance(frame, frames.IncomingRequest):
             try:
                 self._request(frame.id, frame.method, frame.params)
             except RpcError as exc:
@@ -185,18 +174,18 @@ class AcpConnection:
             except Exception as exc:  # one request's failure never ends the connection
                 logger.warning("request %s failed", frame.method, exc_info=True)
                 outbox.fail(frame.id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
-        elif isinstance(frame, frames.Notification):
+        elif isinstance(frame, frames.IncomingNotification):
             try:
-                notification = NOTIFICATIONS.get(frame.method)
+                notification = self._notifications.get(frame.method)
                 if notification is not None:
-                    notification.run(self, decode(notification.params, frame.params))
+                    notification.run(decode(notification.params, frame.params))
                 elif not frame.method.startswith("_"):
                     logger.info("ignored unknown notification %s", frame.method)
             except RpcError as exc:
                 logger.info("dropped notification %s: %s", frame.method, exc.message)
             except Exception:
                 logger.warning("notification %s failed", frame.method, exc_info=True)
-        elif isinstance(frame, frames.Reply):  # a reply to a request greenroom sent
+        elif isinstance(frame, frames.IncomingReply):  # to a request greenroom sent
             error = None if frame.error is msgspec.UNSET else bytes(frame.error).decode()
             result = None if frame.result is msgspec.UNSET else frame.result
             outbox.requests.reply(frame.id, result, error)
@@ -207,32 +196,33 @@ class AcpConnection:
         route = self._routes.get(method)
         if route is not None:
             params = decode(route.params, raw)
-            if isinstance(route, Inline):
-                route.run(self, request_id, params)
+            if isinstance(route, InlineRoute):
+                route.run(request_id, params)
             else:
-                self._spawn(request_id, route.run(self, params))
+                self._spawn(request_id, route.run(params))
             return
-        if self._routes is not ROUTES and (method in ROUTES or method in NOTIFICATIONS):
+        notification = self._notifications.get(method)
+        if self._routes is not self._served and (
+            method in self._served or notification is not None
+        ):
             raise RpcError(
                 INVALID_REQUEST, f"{method} before initialize: the client must initialize first"
             )
-        notification = NOTIFICATIONS.get(method)
         if notification is None:
             raise RpcError(METHOD_NOT_FOUND, f"method not found: {method}")
         # Notifications by the spec; sent as a request, they act alike and get an answer.
-        notification.run(self, decode(notification.params, raw))
+        notification.run(decode(notification.params, raw))
         self.outbox.respond(request_id, Empty())
 
     def _spawn(self, request_id: RequestId, handler: Coroutine[object, object, object]) -> None:
-        scope = trio.CancelScope()
-        self._in_flight[request_id] = scope
+        scope = self.table.requests[request_id] = trio.CancelScope()
 
         async def run() -> None:
             outbox = self.outbox
             try:
                 with scope:
                     result = await handler
-                    if isinstance(result, Started):
+                    if isinstance(result, SessionStarted):
                         # Installed in the step its answer is sent, so its notices,
                         # told here, always follow that answer.
                         outbox.respond(request_id, result.answer)
@@ -249,11 +239,9 @@ class AcpConnection:
                 logger.warning("request %r failed", request_id, exc_info=True)
                 outbox.fail(request_id, INTERNAL_ERROR, f"{type(exc).__name__}: {exc}")
             finally:
-                self._in_flight.pop(request_id, None)
+                self.table.requests.pop(request_id, None)
 
         self.nursery.start_soon(run)
-
-    # -- inline: order matters -------------------------------------------------------------
 
     def _initialize(self, request_id: RequestId, params: InitializeParams) -> None:
         capabilities = params.client_capabilities
@@ -267,7 +255,7 @@ class AcpConnection:
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
         self.outbox.respond(request_id, INITIALIZED)
-        self._routes = ROUTES
+        self._routes = self._served
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:
         # `authMethods` is empty: no method id is one of ours, and none is needed.
@@ -277,184 +265,6 @@ class AcpConnection:
             " (this agent advertises none: it needs no authentication)",
         )
 
-    def _prompt(self, request_id: RequestId, params: PromptParams) -> None:
-        record = self.live_record(params.session_id)
-        if request_id in record.prompts:  # its answer would be the other's, sent once
-            raise RpcError(
-                INVALID_REQUEST, f"request id {request_id!r} is already a prompt's in flight"
-            )
-        agent = record.handle.agent  # type: ignore[union-attr]
-        content = prompt_content(params.prompt, agent.session.header)
-        command = None
-        if isinstance(content, str):
-            command = self._commands(record.session_id).parse(content.strip())
-        if command is not None:
-            self._run(request_id, record, agent, command)
-            return
-        self._in_flight_prompt(record, request_id, agent.send(content))
-
-    def _run(
-        self, request_id: RequestId, record: SessionRecord, agent: Agent, command: Command
-    ) -> None:
-        """Run a slash command: ``/compact`` compacts, ``/mode`` and ``/model`` change the
-        setting (answered at once), a server's prompt is got and sent as the prompt."""
-        if command.name == COMPACT:
-            last_turn = agent.session.last_turn
-            try:
-                agent.compact(command.rest or None)
-            except ValueError as exc:  # instructions past the cap: nothing is asked
-                raise RpcError(INVALID_PARAMS, f"invalid params: /compact: {exc}") from None
-            self.nursery.start_soon(self._compacted, request_id, agent, last_turn)
-        elif command.name in (MODE, MODEL):
-            self._configure(record.session_id, command.name, command.rest)
-            self.outbox.respond(request_id, PromptResult("end_turn"))
-        else:
-            self.nursery.start_soon(self._prompted, request_id, record, agent, command)
-
-    async def _prompted(
-        self, request_id: RequestId, record: SessionRecord, agent: Agent, command: Command
-    ) -> None:
-        """Get a server's prompt and send its messages' text as the prompt; a prompt the
-        server cannot give is an error answer naming why (nothing is sent)."""
-        offered, prompt = self._commands(record.session_id).prompt(command.name)
-        scope = self._fetching[request_id] = (record.session_id, trio.CancelScope())
-        try:
-            with scope[1]:  # a cancel of the session or the request withdraws it
-                texts = await offered.get(prompt.name, arguments(prompt, command.rest))
-        except ValueError as exc:
-            self.outbox.fail(request_id, INVALID_PARAMS, f"invalid params: /{command.name}: {exc}")
-            return
-        except McpServerError as exc:
-            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: {exc}")
-            return
-        finally:
-            del self._fetching[request_id]
-        if scope[1].cancelled_caught:
-            self.outbox.respond(request_id, PromptResult("cancelled"))
-            return
-        text = "\n\n".join(t for t in texts if t.strip())
-        if not text:
-            self.outbox.fail(request_id, INTERNAL_ERROR, f"/{command.name}: the prompt is empty")
-            return
-        if self.sessions.get(record.session_id) is not record:  # closed meanwhile
-            self.outbox.respond(request_id, PromptResult("cancelled"))
-            return
-        try:
-            sent = agent.send(text)
-        except AgentDisposed:
-            self.outbox.respond(request_id, PromptResult("cancelled"))
-            return
-        self._in_flight_prompt(record, request_id, sent)
-
-    def _in_flight_prompt(
-        self, record: SessionRecord, request_id: RequestId, prompt: Prompt[Any]
-    ) -> None:
-        """Answer `request_id` from `prompt` the moment it settles (in the agent's task, so
-        before its next turn can start and show anything), unless its session went first."""
-        entry = record.prompts[request_id] = InFlight(request_id, prompt)
-
-        def answer(answer: Answer[Any]) -> None:
-            if record.prompts.pop(request_id, None) is None:
-                return  # answered ``cancelled`` when its session was closed
-            try:
-                self.outbox.respond(request_id, prompt_result(answer, entry.cancelled))
-            except RpcError as exc:
-                self.outbox.fail(request_id, exc.code, exc.message)
-
-        prompt.on_settled(answer)
-
-    async def _compacted(self, request_id: RequestId, agent: Agent, last_turn: int) -> None:
-        """Answer a ``/compact`` once the agent is idle again: by its compaction turn's end
-        (``end_turn`` when nothing needed one)."""
-        await agent.when_idle()
-        for event in reversed(agent.session.events):
-            if isinstance(event, TurnEnd) and event.turn > last_turn:
-                completed = isinstance(event.reason, Completed)
-                self.outbox.respond(
-                    request_id, PromptResult("end_turn" if completed else "cancelled")
-                )
-                return
-            if isinstance(event, TurnStart) and event.turn <= last_turn:
-                break
-        self.outbox.respond(request_id, PromptResult("end_turn"))
-
-    def _steer(self, request_id: RequestId, params: PromptParams) -> None:
-        agent = self._agent(params.session_id)
-        running = agent.status == "running"
-        agent.steer(prompt_text(params.prompt))
-        self.outbox.respond(request_id, SteeringResult("injected" if running else "startedNewTurn"))
-
-    def _set_mode(self, request_id: RequestId, params: SetModeParams) -> None:
-        self._configure(params.session_id, "mode", params.mode_id)
-        self.outbox.respond(request_id, Empty())
-
-    def _set_config_option(self, request_id: RequestId, params: SetConfigOptionParams) -> None:
-        session = self._configure(params.session_id, params.config_id, params.value)
-        self.outbox.respond(
-            request_id, SetConfigOptionResult(self.presenter.config_options(session))
-        )
-
-    def _configure(self, session_id: str, key: str, value: str) -> Session:
-        agent = self._agent(session_id)
-        try:
-            agent.configure(key, value)
-        except ValueError as exc:
-            raise RpcError(INVALID_PARAMS, f"invalid params: {exc}") from None
-        return agent.session
-
-    def _cancel(self, params: SessionParams) -> None:
-        record = self.sessions.get(params.session_id)
-        if record is None or record.handle is None:
-            return  # a notification: nothing to answer
-        self._cancel_session(record)
-
-    def _cancel_session(self, record: SessionRecord) -> None:
-        assert record.handle is not None
-        record.handle.agent.cancel("session/cancel")  # what was queued settles at once
-        for entry in record.prompts.values():  # each unsettled: a settled one is answered
-            entry.cancelled = True
-        self._stop_fetching(record.session_id)
-
-    def _stop_fetching(self, session_id: str) -> None:
-        """Withdraw the server prompts being got for the session's commands."""
-        for fetching, scope in self._fetching.values():
-            if fetching == session_id:
-                scope.cancel()
-
-    def _cancel_request(self, params: CancelRequestParams) -> None:
-        request_id = params.request_id
-        fetching = self._fetching.get(request_id)
-        if fetching is not None:
-            fetching[1].cancel()
-            return
-        for record in self.sessions.values():
-            entry = record.prompts.get(request_id)
-            if entry is None:
-                continue
-            # A prompt still queued is withdrawn alone; the running one is the
-            # session's cancel (queue-aware: what waits behind it is dropped too).
-            assert record.handle is not None
-            if not record.handle.agent.withdraw(entry.prompt.id):
-                self._cancel_session(record)
-            return
-        scope = self._in_flight.get(request_id)
-        if scope is not None:
-            scope.cancel(reason="$/cancel_request")
-
-    # -- sessions --------------------------------------------------------------------------------
-
-    def live_record(self, session_id: str) -> SessionRecord:
-        """The record of a live session here; -32002 for any other id."""
-        record = self.sessions.get(session_id)
-        if record is None or record.handle is None:
-            raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {session_id!r}")
-        return record
-
-    def _agent(self, session_id: str) -> Agent:
-        handle = self.live_record(session_id).handle
-        assert handle is not None
-        return handle.agent
-
     def client_for(self, session_id: str) -> SessionClient:
         """What the tools of `session_id` get from this client (`client.session_client`)."""
         read, write = self._files
@@ -462,13 +272,10 @@ class AcpConnection:
             self.outbox.requests, session_id, read=read, write=write, ask=self._ask
         )
 
-    def require_open(self) -> None:
-        """Refuse a session start once the teardown began."""
-        if self.closed:
-            raise RpcError(INTERNAL_ERROR, "the connection is closing")
+    # -- what the runtime tells: shown to the editor -------------------------------------------
 
     def _on_event(self, session: Session, event: SessionEvent) -> None:
-        record = self.sessions.get(session.id)
+        record = self.table.records.get(session.id)
         if record is None or record.handle is None:
             if self.subagents:
                 self.subagents.on_event(session.id, event)
@@ -479,7 +286,7 @@ class AcpConnection:
             record.show(self.outbox, update)
 
     def _on_progress(self, agent: Agent, progress: ToolProgress) -> None:
-        record = self.sessions.get(agent.session.id)
+        record = self.table.records.get(agent.session.id)
         if record is not None and record.handle is not None and record.held is None:
             self.live.show(record.session_id, progress)
 
@@ -487,26 +294,20 @@ class AcpConnection:
         with self._pacing:
             await self.live.run()
 
-    def _commands(self, session_id: str) -> SessionCommands:
-        commands = self.commands.get(session_id)
-        if commands is None:
-            commands = self.commands[session_id] = SessionCommands(list(self.runtime.models))
-        return commands
-
     def _offer_commands(self, session_id: str) -> None:
-        self.outbox.update(session_id, self._commands(session_id).update())
+        self.outbox.update(session_id, self.table.commands_of(session_id).update())
 
     def _on_prompts(self, agent: Agent, prompts: McpPrompts) -> None:
         """A server of a session here offers other prompts: the commands change; told now
         if the session was announced, else with its announcement."""
-        record = self.sessions.get(agent.session.id)
+        record = self.table.records.get(agent.session.id)
         if record is None:
             return
-        if self._commands(record.session_id).offer(prompts) and record.notices is None:
+        if self.table.commands_of(record.session_id).offer(prompts) and record.notices is None:
             self._offer_commands(record.session_id)
 
     def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
-        record = self.sessions.get(parent.session.id)
+        record = self.table.records.get(parent.session.id)
         if record is not None and record.handle is not None:
             self.subagents.follow(parent.session.id, call_id, child.session.id)
 
@@ -515,7 +316,7 @@ class AcpConnection:
         # that dropped its turn before it began, a disposal before its prompt.
         if status == "disposed":
             self.subagents.forget(agent.session.id)
-            record = self.sessions.get(agent.session.id)
+            record = self.table.records.get(agent.session.id)
             if record is not None and record.handle is not None and record.handle.agent is agent:
                 self._gone(record)
 
@@ -524,9 +325,9 @@ class AcpConnection:
         teardown (both drop the record first): another node asked for it (a hand-off).
         Its prompts are answered ``cancelled``, the client told; loading it again asks
         for it back."""
-        if self.closed:
+        if self.table.closed:
             return
-        del self.sessions[record.session_id]
+        del self.table.records[record.session_id]
         record.abandon(self.outbox)
         self.outbox.tell(
             record.session_id,
@@ -536,7 +337,7 @@ class AcpConnection:
 
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
-        record = self.sessions.get(agent.session.id)
+        record = self.table.records.get(agent.session.id)
         if record is None:
             return  # another connection's session
         before = status.previous
@@ -546,40 +347,27 @@ class AcpConnection:
             return
         record.notice(self.outbox, status.describe() + "\n")
 
-    async def release(self, record: SessionRecord) -> None:
-        """Answer its prompts ``cancelled``, kill its background bash tasks, dispose its agent."""
-        self.commands.pop(record.session_id, None)
-        self._abandon(record)
-        assert record.handle is not None
-        await record.handle.dispose()
-
-    def _abandon(self, record: SessionRecord) -> None:
-        """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""
-        self._stop_fetching(record.session_id)
-        record.abandon(self.outbox)
-        kill_owned(self.runtime.bash, record.session_id)
+    # -- the end ---------------------------------------------------------------------------
 
     async def teardown(self) -> None:
-        """Close: every session released, all at once. Memoised by ``closed``.
+        """Close: every session released, all at once. Memoised by the table's ``closed``.
 
         Every prompt is answered and every task killed first, at once, so a
         dispose that overruns the teardown's grace cannot leave them behind;
         then the agents are disposed together, each in its own order (a
         session whose MCP server or bash task ignores SIGTERM costs its kill
         grace once, not once per session). A session still starting is left
-        to its request, which disposes it (`_go_live`).
+        to its request, which disposes it (`SessionTable.go_live`).
         """
-        if self.closed:
+        table = self.table
+        if table.closed:
             return
-        self.closed = True
+        records = table.close()
         self._pacing.cancel()
         self.outbox.requests.close()  # a question open to the client is answered no more
-        records = [record for record in self.sessions.values() if record.handle is not None]
-        for record in records:
-            del self.sessions[record.session_id]
         try:
             for record in records:
-                self._abandon(record)
+                table.abandon(record)
             async with trio.open_nursery() as disposing:
                 for record in reversed(records):
                     assert record.handle is not None
@@ -588,50 +376,25 @@ class AcpConnection:
             await self.scope.close()
 
 
-class Inline(NamedTuple):
+class InlineRoute(NamedTuple):
     """A request acted on in the reader, in arrival order; it answers itself."""
 
     params: type[msgspec.Struct]
-    run: Callable[[AcpConnection, RequestId, Any], None]
+    run: Callable[[RequestId, Any], None]
 
 
-class Waiting(NamedTuple):
+class WaitingRoute(NamedTuple):
     """A request run in a task of its own, answered with what it returns."""
 
     params: type[msgspec.Struct]
-    run: Callable[[AcpConnection, Any], Coroutine[object, object, object]]
+    run: Callable[[Any], Coroutine[object, object, object]]
 
 
-class Acting(NamedTuple):
+class NotificationRoute(NamedTuple):
     """A notification, acted on in the reader; as a request it is answered ``{}``."""
 
     params: type[msgspec.Struct]
-    run: Callable[[AcpConnection, Any], None]
-
-
-#: Each method served: its params Struct and its handler.
-ROUTES: Final[dict[str, Inline | Waiting]] = {
-    "initialize": Inline(InitializeParams, AcpConnection._initialize),
-    "authenticate": Inline(AuthenticateParams, AcpConnection._authenticate),
-    "session/prompt": Inline(PromptParams, AcpConnection._prompt),
-    "_session/steering": Inline(PromptParams, AcpConnection._steer),
-    "session/set_mode": Inline(SetModeParams, AcpConnection._set_mode),
-    "session/set_config_option": Inline(SetConfigOptionParams, AcpConnection._set_config_option),
-    "session/new": Waiting(NewSessionParams, starts.new),
-    "session/load": Waiting(LoadSessionParams, starts.load),
-    "session/resume": Waiting(LoadSessionParams, starts.resume),
-    "session/fork": Waiting(ForkSessionParams, starts.fork),
-    "session/list": Waiting(ListSessionsParams, starts.list_sessions),
-    "session/close": Waiting(SessionParams, starts.close),
-    "session/delete": Waiting(SessionParams, starts.delete),
-}
-#: The only method served before `initialize` is answered: any other known one is -32600.
-UNINITIALIZED: Final[dict[str, Inline | Waiting]] = {"initialize": ROUTES["initialize"]}
-#: Each notification acted on (any other is ignored).
-NOTIFICATIONS: Final[dict[str, Acting]] = {
-    "session/cancel": Acting(SessionParams, AcpConnection._cancel),
-    "$/cancel_request": Acting(CancelRequestParams, AcpConnection._cancel_request),
-}
+    run: Callable[[Any], None]
 
 
 # -- the loop --------------------------------------------------------------------------------------

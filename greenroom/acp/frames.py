@@ -1,13 +1,14 @@
 """Frames in: a byte stream cut into lines, and each line decoded into what it is.
 
 `decode_frame` never raises: whatever a peer sends (any bytes, any JSON, any
-nesting, any size up to `MAX_FRAME`) comes back as a `Request`, a
-`Notification`, a `Reply` to a request of ours, an `Unread` reply (one
-nested too deep to decode: it fails the request it answers), or a `Bad`
-frame carrying the JSON-RPC error to answer it with (and the id to answer,
-when the frame had a usable one). A line past `MAX_FRAME` is never decoded
-nor kept: `FrameScan` reads its members as it goes by, and `dropped` tells
-what it was (a reply to fail, or a frame to answer). `read_lines` hands
+nesting, any size up to `MAX_FRAME`) comes back as an `IncomingRequest`, an
+`IncomingNotification`, an `IncomingReply` to a request of ours, an `Unread`
+reply (one nested too deep to decode: it fails the request it answers), or a
+`Bad` frame carrying the JSON-RPC error to answer it with (and the id to
+answer, when the frame had a usable one); what greenroom sends is
+`greenroom.protocol.acp`'s. A line past `MAX_FRAME` is never decoded nor
+kept: `FrameScan` reads its members as it goes by, and `dropped` tells what
+it was (a reply to fail, or a frame to answer). `read_lines` hands
 every newline-terminated line to its callback as a frame, and the last one
 at end of input even without its newline.
 """
@@ -30,18 +31,18 @@ from greenroom.protocol.acp import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR,
 MAX_FRAME: Final = 8 * 1024 * 1024
 
 
-class Request(NamedTuple):
+class IncomingRequest(NamedTuple):
     id: RequestId
     method: str
     params: msgspec.Raw
 
 
-class Notification(NamedTuple):
+class IncomingNotification(NamedTuple):
     method: str
     params: msgspec.Raw
 
 
-class Reply(NamedTuple):
+class IncomingReply(NamedTuple):
     """A peer's answer to a request greenroom sent (``result`` or ``error`` is set)."""
 
     id: RequestId
@@ -65,7 +66,7 @@ class Bad(NamedTuple):
     message: str
 
 
-Frame = Request | Notification | Reply | Unread | Bad
+Frame = IncomingRequest | IncomingNotification | IncomingReply | Unread | Bad
 
 NO_PARAMS: Final = msgspec.Raw(b"{}")
 
@@ -120,7 +121,7 @@ def _classify(envelope: _Envelope) -> Frame:
         if envelope.id is not msgspec.UNSET and (
             envelope.result is not msgspec.UNSET or envelope.error is not msgspec.UNSET
         ):
-            return Reply(request_id, envelope.result, envelope.error)
+            return IncomingReply(request_id, envelope.result, envelope.error)
         return Bad(request_id, INVALID_REQUEST, "a frame needs a method (or is a response)")
     try:
         method = _method.decode(envelope.method)
@@ -132,8 +133,8 @@ def _classify(envelope: _Envelope) -> Frame:
         return Bad(request_id, INVALID_REQUEST, 'jsonrpc must be "2.0"')
     params = NO_PARAMS if envelope.params is msgspec.UNSET else envelope.params
     if envelope.id is msgspec.UNSET:
-        return Notification(method, params)
-    return Request(request_id, method, params)
+        return IncomingNotification(method, params)
+    return IncomingRequest(request_id, method, params)
 
 
 # -- frames too large or too deep to decode -------------------------------------------------

@@ -17,7 +17,8 @@ from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     PARSE_ERROR,
-    ContentBlock,
+    AcpContentBlock,
+    AcpStopReason,
     HttpServerEntry,
     PromptResult,
     PromptUsage,
@@ -25,7 +26,6 @@ from greenroom.protocol.acp import (
     ResourceContents,
     ResourceLinkBlock,
     StdioServerEntry,
-    StopReason,
     TextBlock,
 )
 from greenroom.protocol.mcp import McpHttpServer, McpServer, McpStdioServer, check_servers
@@ -36,7 +36,7 @@ P = TypeVar("P", bound=msgspec.Struct)
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 
 #: ACP's stop reason for each way a prompt ends but ``error`` (answered -32603).
-STOP_REASONS: Final[dict[str, StopReason]] = {
+STOP_REASONS: Final[dict[str, AcpStopReason]] = {
     "completed": "end_turn",
     "max-tokens": "max_tokens",
     "refusal": "refusal",
@@ -120,7 +120,7 @@ def offset(cursor: str | None) -> int:
     return int(cursor)
 
 
-def prompt_text(prompt: list[ContentBlock]) -> str:
+def prompt_text(prompt: list[AcpContentBlock]) -> str:
     """A steering prompt's blocks as one text (a resource link as a Markdown link, an
     embedded text resource as a text naming its uri); blank is refused, and so is an image
     or a blob (-32602 naming the block: it can go as a prompt of its own)."""

@@ -28,7 +28,7 @@ from typing import Final
 from greenroom.acp.params import RpcError
 from greenroom.protocol.acp import (
     INVALID_PARAMS,
-    ContentBlock,
+    AcpContentBlock,
     ImageBlock,
     ResourceBlock,
     ResourceLinkBlock,
@@ -37,13 +37,13 @@ from greenroom.protocol.acp import (
 from greenroom.protocol.content import (
     MAX_IMAGE_BYTES,
     Content,
+    ContentBlock,
     Image,
     Resource,
     Text,
     block_size,
     check_total,
 )
-from greenroom.protocol.content import ContentBlock as Block
 from greenroom.protocol.events import SessionHeader
 from greenroom.tools.confine import PathRefused, Roots, open_regular
 
@@ -51,12 +51,12 @@ from greenroom.tools.confine import PathRefused, Roots, open_regular
 LINK_BYTES: Final = 256 * 1024
 
 
-def prompt_content(prompt: list[ContentBlock], header: SessionHeader) -> Content:
+def prompt_content(prompt: list[AcpContentBlock], header: SessionHeader) -> Content:
     """`prompt` as text (text and links only, none inlined) or as content blocks; -32602
     naming the block (``prompt[N]``) for a blank prompt, bad base64, or a block `checked`
     would refuse (a limit among them). Blank text blocks are left out. The roots a link
     may be inlined from are the session's (`header`), worked out for a link only."""
-    blocks: list[Block] = []
+    blocks: list[ContentBlock] = []
     plain = True
     total = 0
     for index, block in enumerate(prompt):
@@ -64,7 +64,7 @@ def prompt_content(prompt: list[ContentBlock], header: SessionHeader) -> Content
             case TextBlock(text=text):
                 if not text.strip():
                     continue
-                new: Block = Text(text)
+                new: ContentBlock = Text(text)
             case ResourceLinkBlock():
                 inlined = _inlined(block, header)
                 plain = plain and inlined is None

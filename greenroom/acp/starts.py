@@ -1,22 +1,24 @@
 """The requests that start, list and end a connection's sessions: new, load, resume, fork,
 list, close, delete.
 
-Each runs in a task of its own (`connection.Waiting`) and returns its answer. One
-that starts a session returns `Started`: the session is live under its record
-(`sessions.SessionRecord`, made before the start so that a second load of the same
-id is refused meanwhile), and the connection sends the answer, then what the
-session's servers did meanwhile, then the updates of a turn a load carries on.
-A session that comes live once the teardown began is disposed here and the
-request fails. What is refused is an `RpcError`, answered as the protocol says.
+Each runs in a task of its own (`connection.WaitingRoute`) and returns its answer. One
+that starts a session returns `SessionStarted`: the session is live under its
+record (`table.SessionTable.go_live`: the record is made before the start, so that
+a second load of the same id is refused meanwhile), and the connection sends the
+answer, then what the session's servers did meanwhile, then the updates of a turn
+a load carries on. A session that comes live once the teardown began is disposed
+and the request fails. What is refused is an `RpcError`, answered as the protocol
+says.
 """
 
 from __future__ import annotations
 
 import contextlib
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections.abc import Callable
+from typing import Final, NamedTuple
 
+from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import (
     RpcError,
     check_cwd,
@@ -24,9 +26,10 @@ from greenroom.acp.params import (
     offset,
     servers_from_acp,
 )
-from greenroom.acp.presenter import iso_time
-from greenroom.acp.sessions import SessionRecord
+from greenroom.acp.presenter import Presenter, iso_time
+from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.life import AgentHandle
+from greenroom.actors.types import SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -44,23 +47,16 @@ from greenroom.protocol.acp import (
 )
 from greenroom.protocol.events import TurnResumed
 from greenroom.protocol.mcp import McpServer
-from greenroom.session.persistence import PersistenceError, SessionLocked, SessionNotFound
+from greenroom.runtime import Runtime
+from greenroom.session.persistence import (
+    Interruption,
+    PersistenceError,
+    SessionLocked,
+    SessionNotFound,
+)
+from greenroom.supervisor import Supervisor
 
-if TYPE_CHECKING:
-    from greenroom.acp.connection import AcpConnection
-
-__all__ = [
-    "LIST_PAGE",
-    "SERVER_WAIT",
-    "Started",
-    "close",
-    "delete",
-    "fork",
-    "list_sessions",
-    "load",
-    "new",
-    "resume",
-]
+__all__ = ["LIST_PAGE", "SERVER_WAIT", "SessionStarted", "SessionStarts"]
 
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
@@ -69,235 +65,231 @@ LIST_PAGE: Final = 50
 SERVER_WAIT: Final = 2.0
 
 
-class Started(NamedTuple):
+class SessionStarted(NamedTuple):
     """What a request that starts a session returns: its answer, then the session's notices."""
 
     answer: object
     record: SessionRecord
 
 
-async def new(connection: AcpConnection, params: NewSessionParams) -> Started:
-    """``session/new``: a fresh session (a new id), created live here."""
-    check_cwd(params.cwd, must_exist=True)
-    check_roots(params.additional_directories)
-    servers = servers_from_acp(params.mcp_servers)
-    connection.require_open()
-    session_id = str(uuid.uuid4())
-    record = await _go_live(
-        connection,
-        session_id,
-        lambda: connection.runtime.agents.create(
-            agent_id=session_id,
-            session_id=session_id,
-            cwd=params.cwd,
-            additional_directories=params.additional_directories,
-            owner=connection.owner,
-            client=connection.client_for(session_id),
-            mcp_servers=servers,
-            wait_for_servers=SERVER_WAIT,
-        ),
+class SessionStarts:
+    """The requests that start, list and end the sessions of one connection; each holds
+    the connection's `SessionTable` and returns its answer (see the module docstring).
+
+    ``interrupted``: what a load or resume does with a turn a crash cut
+    (`AgentFactory.resume`). ``client_for`` gives what a session's tools get
+    from the client (`AcpConnection.client_for`).
+    """
+
+    __slots__ = (
+        "_client_for",
+        "_interrupted",
+        "_outbox",
+        "_owner",
+        "_persistence",
+        "_presenter",
+        "_runtime",
+        "_table",
     )
-    return _new_session_result(connection, record)
 
+    def __init__(
+        self,
+        table: SessionTable,
+        runtime: Runtime,
+        owner: Supervisor,
+        presenter: Presenter,
+        outbox: Outbox,
+        client_for: Callable[[str], SessionClient],
+        interrupted: Interruption,
+    ) -> None:
+        self._table = table
+        self._runtime = runtime
+        self._persistence = runtime.persistence
+        self._owner = owner
+        self._presenter = presenter
+        self._outbox = outbox
+        self._client_for = client_for
+        self._interrupted: Interruption = interrupted
 
-async def load(connection: AcpConnection, params: LoadSessionParams) -> Started:
-    """``session/load``: a stored session taken live here, its log replayed first."""
-    return await _take_stored(connection, params, replay=True)
-
-
-async def resume(connection: AcpConnection, params: LoadSessionParams) -> Started:
-    """``session/resume``: a stored session taken live here, not replayed."""
-    return await _take_stored(connection, params, replay=False)
-
-
-async def _take_stored(
-    connection: AcpConnection, params: LoadSessionParams, *, replay: bool
-) -> Started:
-    session_id = params.session_id
-    _check_stored_id(connection, session_id)
-    check_cwd(params.cwd, must_exist=False)
-    check_roots(params.additional_directories)
-    servers = servers_from_acp(params.mcp_servers)
-    connection.require_open()
-
-    async def start() -> AgentHandle:
-        # The roots are the ones sent now (none if omitted), never the stored ones.
-        handle = await _resume_stored(
-            connection, session_id, servers, params.additional_directories
-        )
-        stored_cwd = handle.agent.session.header.cwd
-        if stored_cwd != params.cwd:
-            await handle.dispose()
-            raise RpcError(
-                INVALID_PARAMS,
-                f"session {session_id!r} belongs to cwd {stored_cwd!r}, not {params.cwd!r}",
-            )
-        return handle
-
-    record = await _go_live(connection, session_id, start)
-    assert record.handle is not None
-    session = record.handle.agent.session
-    events = session.events
-    stored = len(events)
-    if record.handle.resumed is not None:  # a cut turn goes on: shown after the answer
-        stored = next(
-            (i for i in range(len(events) - 1, -1, -1) if type(events[i]) is TurnResumed),
-            stored,
-        )
-        record.held = [
-            update
-            for event in events[stored:]
-            for update in connection.presenter.present(session, event, replay=False)
-        ]
-    if replay and session.blobs_wanted:  # its prompts' images, to send back
-        with contextlib.suppress(PersistenceError):  # then each is a marker
-            await session.hold_blobs({})
-    if replay:  # the log as it was stored: the cut turn as it stands
-        for event in events[:stored]:
-            for update in connection.presenter.present(session, event, replay=True):
-                connection.outbox.update(session_id, update)
-    answer = LoadSessionResult(
-        connection.presenter.modes(session), connection.presenter.config_options(session)
-    )
-    return Started(answer, record)
-
-
-async def fork(connection: AcpConnection, params: ForkSessionParams) -> Started:
-    """A new session holding the stored one's whole log, taken live here (not replayed:
-    the client has the original's history)."""
-    _check_stored_id(connection, params.session_id)
-    check_cwd(params.cwd, must_exist=True)
-    check_roots(params.additional_directories)
-    servers = servers_from_acp(params.mcp_servers)
-    connection.require_open()
-    session_id = str(uuid.uuid4())
-    try:
-        await connection.runtime.agents.fork(
-            params.session_id,
+    async def new(self, params: NewSessionParams) -> SessionStarted:
+        """``session/new``: a fresh session (a new id), created live here."""
+        check_cwd(params.cwd, must_exist=True)
+        check_roots(params.additional_directories)
+        servers = servers_from_acp(params.mcp_servers)
+        self._table.require_open()
+        session_id = str(uuid.uuid4())
+        record = await self._table.go_live(
             session_id,
-            cwd=params.cwd,
-            additional_directories=params.additional_directories,
+            lambda: self._runtime.agents.create(
+                agent_id=session_id,
+                session_id=session_id,
+                cwd=params.cwd,
+                additional_directories=params.additional_directories,
+                owner=self._owner,
+                client=self._client_for(session_id),
+                mcp_servers=servers,
+                wait_for_servers=SERVER_WAIT,
+            ),
         )
-    except SessionNotFound as exc:
-        raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
-    except PersistenceError as exc:
-        raise RpcError(INTERNAL_ERROR, str(exc)) from None
-    record = await _go_live(
-        connection, session_id, lambda: _resume_stored(connection, session_id, servers)
-    )
-    return _new_session_result(connection, record)
+        return self._new_session_result(record)
 
+    async def load(self, params: LoadSessionParams) -> SessionStarted:
+        """``session/load``: a stored session taken live here, its log replayed first."""
+        return await self._take_stored(params, replay=True)
 
-async def _go_live(
-    connection: AcpConnection, session_id: str, start: Callable[[], Awaitable[AgentHandle]]
-) -> SessionRecord:
-    """Start `session_id` (`start`: a create or a resume) under a record of its own, kept
-    once it is live; what its servers do meanwhile is told after the answer. A session
-    loaded or loading here is refused; one started while teardown began is disposed."""
-    if session_id in connection.sessions:
-        raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
-    record = connection.sessions[session_id] = SessionRecord(session_id)
-    try:
-        handle = await start()
-    except BaseException:
-        del connection.sessions[session_id]
-        raise
-    if connection.closed:  # the teardown left it to this request
-        del connection.sessions[session_id]
-        await handle.dispose()
-        raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
-    record.handle = handle
-    return record
+    async def resume(self, params: LoadSessionParams) -> SessionStarted:
+        """``session/resume``: a stored session taken live here, not replayed."""
+        return await self._take_stored(params, replay=False)
 
+    async def _take_stored(self, params: LoadSessionParams, *, replay: bool) -> SessionStarted:
+        session_id = params.session_id
+        self._check_stored_id(session_id)
+        check_cwd(params.cwd, must_exist=False)
+        check_roots(params.additional_directories)
+        servers = servers_from_acp(params.mcp_servers)
+        self._table.require_open()
 
-def _new_session_result(connection: AcpConnection, record: SessionRecord) -> Started:
-    assert record.handle is not None
-    session = record.handle.agent.session
-    answer = NewSessionResult(
-        record.session_id,
-        connection.presenter.modes(session),
-        connection.presenter.config_options(session),
-    )
-    return Started(answer, record)
+        async def start() -> AgentHandle:
+            # The roots are the ones sent now (none if omitted), never the stored ones.
+            handle = await self._resume_stored(session_id, servers, params.additional_directories)
+            stored_cwd = handle.agent.session.header.cwd
+            if stored_cwd != params.cwd:
+                await handle.dispose()
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"session {session_id!r} belongs to cwd {stored_cwd!r}, not {params.cwd!r}",
+                )
+            return handle
 
+        record = await self._table.go_live(session_id, start)
+        assert record.handle is not None
+        session = record.handle.agent.session
+        presenter = self._presenter
+        events = session.events
+        stored = len(events)
+        if record.handle.resumed is not None:  # a cut turn goes on: shown after the answer
+            stored = next(
+                (i for i in range(len(events) - 1, -1, -1) if type(events[i]) is TurnResumed),
+                stored,
+            )
+            record.held = [
+                update
+                for event in events[stored:]
+                for update in presenter.present(session, event, replay=False)
+            ]
+        if replay and session.blobs_wanted:  # its prompts' images, to send back
+            with contextlib.suppress(PersistenceError):  # then each is a marker
+                await session.hold_blobs({})
+        if replay:  # the log as it was stored: the cut turn as it stands
+            for event in events[:stored]:
+                for update in presenter.present(session, event, replay=True):
+                    self._outbox.update(session_id, update)
+        answer = LoadSessionResult(presenter.modes(session), presenter.config_options(session))
+        return SessionStarted(answer, record)
 
-def _check_stored_id(connection: AcpConnection, session_id: str) -> None:
-    """Refuse, as the protocol answers it, a stored session this bridge could not read."""
-    if connection.persistence is None:
-        raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
-    try:
-        connection.persistence.check_session_id(session_id)
-    except ValueError as exc:
-        raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
-
-
-async def _resume_stored(
-    connection: AcpConnection,
-    session_id: str,
-    servers: list[McpServer],
-    additional_directories: list[str] | None = None,
-) -> AgentHandle:
-    """Take a stored session live here, owned by this connection (with the stored
-    additional roots unless others are given)."""
-    try:
-        return await connection.runtime.agents.resume(
-            agent_id=session_id,
-            session_id=session_id,
-            owner=connection.owner,
-            client=connection.client_for(session_id),
-            mcp_servers=servers,
-            wait_for_servers=SERVER_WAIT,
-            additional_directories=additional_directories,
-            interrupted=connection.interrupted,
+    async def fork(self, params: ForkSessionParams) -> SessionStarted:
+        """A new session holding the stored one's whole log, taken live here (not replayed:
+        the client has the original's history)."""
+        self._check_stored_id(params.session_id)
+        check_cwd(params.cwd, must_exist=True)
+        check_roots(params.additional_directories)
+        servers = servers_from_acp(params.mcp_servers)
+        self._table.require_open()
+        session_id = str(uuid.uuid4())
+        try:
+            await self._runtime.agents.fork(
+                params.session_id,
+                session_id,
+                cwd=params.cwd,
+                additional_directories=params.additional_directories,
+            )
+        except SessionNotFound as exc:
+            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        record = await self._table.go_live(
+            session_id, lambda: self._resume_stored(session_id, servers)
         )
-    except SessionNotFound as exc:
-        raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
-    except PersistenceError as exc:
-        raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return self._new_session_result(record)
 
+    def _new_session_result(self, record: SessionRecord) -> SessionStarted:
+        assert record.handle is not None
+        session = record.handle.agent.session
+        answer = NewSessionResult(
+            record.session_id,
+            self._presenter.modes(session),
+            self._presenter.config_options(session),
+        )
+        return SessionStarted(answer, record)
 
-async def list_sessions(
-    connection: AcpConnection, params: ListSessionsParams
-) -> ListSessionsResult:
-    """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
-    if connection.persistence is None:
-        return ListSessionsResult([])
-    stored = [
-        s
-        for s in await connection.persistence.list()
-        if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
-    ]
-    start = offset(params.cursor)
-    page = stored[start : start + LIST_PAGE]
-    more = start + LIST_PAGE < len(stored)
-    return ListSessionsResult(
-        [
-            SessionInfo(s.header.id, s.header.cwd, s.title, iso_time(s.updated_at))
-            for s in page
-            if s.header.cwd is not None
-        ],
-        str(start + LIST_PAGE) if more else None,
-    )
+    def _check_stored_id(self, session_id: str) -> None:
+        """Refuse, as the protocol answers it, a stored session this bridge could not read."""
+        if self._persistence is None:
+            raise RpcError(INTERNAL_ERROR, "session persistence is not configured")
+        try:
+            self._persistence.check_session_id(session_id)
+        except ValueError as exc:
+            raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
 
+    async def _resume_stored(
+        self,
+        session_id: str,
+        servers: list[McpServer],
+        additional_directories: list[str] | None = None,
+    ) -> AgentHandle:
+        """Take a stored session live here, owned by this connection (with the stored
+        additional roots unless others are given)."""
+        try:
+            return await self._runtime.agents.resume(
+                agent_id=session_id,
+                session_id=session_id,
+                owner=self._owner,
+                client=self._client_for(session_id),
+                mcp_servers=servers,
+                wait_for_servers=SERVER_WAIT,
+                additional_directories=additional_directories,
+                interrupted=self._interrupted,
+            )
+        except SessionNotFound as exc:
+            raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
 
-async def delete(connection: AcpConnection, params: SessionParams) -> Empty:
-    """Idempotent: a session open here is closed first; one live elsewhere is refused."""
-    _check_stored_id(connection, params.session_id)
-    assert connection.persistence is not None
-    record = connection.sessions.get(params.session_id)
-    if record is not None and record.handle is not None:
-        del connection.sessions[params.session_id]
-        await connection.release(record)
-    try:
-        await connection.persistence.delete(params.session_id)
-    except SessionLocked as exc:
-        raise RpcError(INTERNAL_ERROR, str(exc)) from None
-    return Empty()
+    async def list_sessions(self, params: ListSessionsParams) -> ListSessionsResult:
+        """Most recently changed first, `LIST_PAGE` at a time; the cursor is an offset."""
+        if self._persistence is None:
+            return ListSessionsResult([])
+        stored = [
+            s
+            for s in await self._persistence.list()
+            if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
+        ]
+        start = offset(params.cursor)
+        page = stored[start : start + LIST_PAGE]
+        more = start + LIST_PAGE < len(stored)
+        return ListSessionsResult(
+            [
+                SessionInfo(s.header.id, s.header.cwd, s.title, iso_time(s.updated_at))
+                for s in page
+                if s.header.cwd is not None
+            ],
+            str(start + LIST_PAGE) if more else None,
+        )
 
+    async def delete(self, params: SessionParams) -> Empty:
+        """Idempotent: a session open here is closed first; one live elsewhere is refused."""
+        self._check_stored_id(params.session_id)
+        assert self._persistence is not None
+        record = self._table.records.get(params.session_id)
+        if record is not None and record.handle is not None:
+            await self._table.release(record)
+        try:
+            await self._persistence.delete(params.session_id)
+        except SessionLocked as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return Empty()
 
-async def close(connection: AcpConnection, params: SessionParams) -> Empty:
-    """``session/close``: a live session here released (its log stays stored)."""
-    record = connection.live_record(params.session_id)
-    del connection.sessions[params.session_id]
-    await connection.release(record)
-    return Empty()
+    async def close(self, params: SessionParams) -> Empty:
+        """``session/close``: a live session here released (its log stays stored)."""
+        await self._table.release(self._table.live(params.session_id))
+        return Empty()

@@ -1,7 +1,11 @@
 """ACP v1 on the wire: JSON-RPC 2.0 envelopes and the Agent Client Protocol types greenroom speaks.
 
-Field names follow the wire (camelCase, ``_meta``) through one rename
-function; every Struct is built once and encoded by one `Encoder`.
+Every Struct here derives from `_Wire`, which sets once the options they all
+share (immutable, untracked by the garbage collector, field names as on the
+wire: camelCase, ``_meta``, through one rename function); `_Sparse` also
+leaves a field at its default off the wire, `_Typed` tags a Struct by
+``type``, `_Update` a ``session/update`` by ``sessionUpdate``. Every Struct
+is built once and encoded by one `Encoder`.
 """
 
 from __future__ import annotations
@@ -33,28 +37,50 @@ def wire_name(name: str) -> str:
 
 RequestId: TypeAlias = int | str | None
 
+
+class _Wire(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+    """What every Struct here is: frozen, never part of a reference cycle (so untracked by
+    the garbage collector), its fields named as on the wire. A subclass inherits all
+    three; it says ``frozen=True`` again only for type checkers, which do not carry it
+    over (PEP 681)."""
+
+
+class _Sparse(_Wire, frozen=True, omit_defaults=True):
+    """A Struct whose fields at their default are left off the wire."""
+
+
+class _Typed(_Wire, frozen=True, tag_field="type"):
+    """A Struct tagged by its ``type`` member: a content block, a config option."""
+
+
+class _Update(_Sparse, frozen=True, tag_field="sessionUpdate"):
+    """A ``session/update``, tagged by ``sessionUpdate``."""
+
+
 # -- JSON-RPC envelopes --------------------------------------------------------------
 
 
-class ErrorObject(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+class ErrorObject(_Sparse, frozen=True):
     code: int
     message: str
     data: Any = None
 
 
-class Response(msgspec.Struct, frozen=True, gc=False):
+class Response(_Wire, frozen=True):
     id: RequestId
     result: Any
     jsonrpc: str = "2.0"
 
 
-class ErrorResponse(msgspec.Struct, frozen=True, gc=False):
+class ErrorResponse(_Wire, frozen=True):
     id: RequestId
     error: ErrorObject
     jsonrpc: str = "2.0"
 
 
-class Notification(msgspec.Struct, frozen=True, gc=False):
+class Notification(_Wire, frozen=True):
+    """A notification greenroom sends (the ones it reads are `greenroom.acp.frames`')."""
+
     method: str
     params: Any
     jsonrpc: str = "2.0"
@@ -63,34 +89,24 @@ class Notification(msgspec.Struct, frozen=True, gc=False):
 # -- content ---------------------------------------------------------------------------
 
 
-class TextBlock(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="text"):
+class TextBlock(_Typed, frozen=True, tag="text"):
     text: str
 
 
-class ResourceLinkBlock(
-    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource_link", rename=wire_name
-):
+class ResourceLinkBlock(_Typed, frozen=True, tag="resource_link"):
     uri: str
     name: str
     title: str | None = None
     description: str | None = None
 
 
-class ImageBlock(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="type",
-    tag="image",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class ImageBlock(_Typed, frozen=True, tag="image", omit_defaults=True):
     data: str  # base64
     mime_type: str
     uri: str | None = None
 
 
-class ResourceContents(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+class ResourceContents(_Sparse, frozen=True):
     """An embedded resource's contents: its `text`, or its `blob` (base64); one of them."""
 
     uri: str
@@ -99,27 +115,29 @@ class ResourceContents(msgspec.Struct, frozen=True, gc=False, rename=wire_name, 
     blob: str | None = None
 
 
-class ResourceBlock(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="resource"):
+class ResourceBlock(_Typed, frozen=True, tag="resource"):
     resource: ResourceContents
 
 
-ContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
+#: ACP's ``ContentBlock``, as a prompt holds it (greenroom's own is
+#: `greenroom.protocol.content.ContentBlock`).
+AcpContentBlock: TypeAlias = TextBlock | ImageBlock | ResourceBlock | ResourceLinkBlock
 
 # -- requests --------------------------------------------------------------------------
 
 
-class FileSystemCapability(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class FileSystemCapability(_Wire, frozen=True):
     read_text_file: bool = False
     write_text_file: bool = False
 
 
-class ElicitationCapability(msgspec.Struct, frozen=True, gc=False):
+class ElicitationCapability(_Wire, frozen=True):
     """ACP's ``elicitation`` client capability; greenroom asks only in ``form`` mode."""
 
     form: dict[str, Any] | None = None
 
 
-class ClientSessionCapabilities(msgspec.Struct, frozen=True, gc=False):
+class ClientSessionCapabilities(_Wire, frozen=True):
     """ACP's ``clientCapabilities.session`` (unstable members). ``compaction``: an object
     (``{}``) when the client renders ``compaction_update`` (RFD "session-compaction");
     omitted or null, it does not."""
@@ -127,7 +145,7 @@ class ClientSessionCapabilities(msgspec.Struct, frozen=True, gc=False):
     compaction: dict[str, Any] | None = None
 
 
-class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class ClientCapabilities(_Wire, frozen=True):
     """What the client offers the agent (the members greenroom uses; others are ignored).
     ``meta`` is ``_meta``: a client sets ``terminal_output: true`` there to have command
     output rendered as a terminal (the convention of Zed and claude-agent-acp)."""
@@ -138,20 +156,20 @@ class ClientCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name
     meta: dict[str, Any] | None = None
 
 
-class InitializeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class InitializeParams(_Wire, frozen=True):
     protocol_version: int
     client_capabilities: ClientCapabilities = ClientCapabilities()
     client_info: dict[str, Any] | None = None
 
 
-class NameValue(msgspec.Struct, frozen=True, gc=False):
+class NameValue(_Wire, frozen=True):
     """An environment variable of a stdio server, or a header of an HTTP one."""
 
     name: str
     value: str
 
 
-class StdioServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class StdioServerEntry(_Wire, frozen=True):
     """An entry of ``mcpServers`` without a ``type`` (or ``"stdio"``): a process to run."""
 
     name: str
@@ -161,7 +179,7 @@ class StdioServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     type: Literal["stdio"] = "stdio"
 
 
-class HttpServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class HttpServerEntry(_Wire, frozen=True):
     """An entry of ``mcpServers`` with ``"type": "http"``: a streamable-HTTP server."""
 
     type: Literal["http"]
@@ -170,13 +188,13 @@ class HttpServerEntry(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     headers: list[NameValue] = []
 
 
-class NewSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class NewSessionParams(_Wire, frozen=True):
     cwd: str
     mcp_servers: list[dict[str, Any]] = []
     additional_directories: list[str] = []
 
 
-class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class LoadSessionParams(_Wire, frozen=True):
     """``session/load`` and ``session/resume``: the additional roots are sent again each
     time (omitted: none), never restored from the stored session."""
 
@@ -186,47 +204,47 @@ class LoadSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name)
     additional_directories: list[str] = []
 
 
-class ForkSessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class ForkSessionParams(_Wire, frozen=True):
     session_id: str
     cwd: str
     additional_directories: list[str] = []
     mcp_servers: list[dict[str, Any]] = []
 
 
-class SetModeParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SetModeParams(_Wire, frozen=True):
     session_id: str
     mode_id: str
 
 
-class AuthenticateParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class AuthenticateParams(_Wire, frozen=True):
     method_id: str
 
 
-class SetConfigOptionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SetConfigOptionParams(_Wire, frozen=True):
     session_id: str
     config_id: str
     value: str
 
 
-class ListSessionsParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class ListSessionsParams(_Wire, frozen=True):
     cwd: str | None = None
     cursor: str | None = None
 
 
-class SessionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SessionParams(_Wire, frozen=True):
     """The params of ``session/cancel``, ``session/close`` and ``session/delete``."""
 
     session_id: str
 
 
-class PromptParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PromptParams(_Wire, frozen=True):
     """The params of ``session/prompt`` and of the ``_session/steering`` extension."""
 
     session_id: str
-    prompt: list[ContentBlock]
+    prompt: list[AcpContentBlock]
 
 
-class CancelRequestParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class CancelRequestParams(_Wire, frozen=True):
     """``$/cancel_request``: the id of the request to cancel."""
 
     request_id: int | str
@@ -235,17 +253,17 @@ class CancelRequestParams(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
 # -- results ---------------------------------------------------------------------------
 
 
-class Empty(msgspec.Struct, frozen=True, gc=False):
+class Empty(_Wire, frozen=True):
     """``{}``: what ``session/load``, ``session/close`` answer."""
 
 
-class PromptCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PromptCapabilities(_Wire, frozen=True):
     image: bool = True
     audio: bool = False
     embedded_context: bool = True
 
 
-class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SessionCapabilities(_Wire, frozen=True):
     list: Empty = Empty()
     resume: Empty = Empty()
     close: Empty = Empty()
@@ -254,14 +272,14 @@ class SessionCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_nam
     additional_directories: Empty = Empty()
 
 
-class McpCapabilities(msgspec.Struct, frozen=True, gc=False):
+class McpCapabilities(_Wire, frozen=True):
     """The ``mcpServers`` transports greenroom connects (stdio always)."""
 
     http: bool = True
     sse: bool = False
 
 
-class AgentCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class AgentCapabilities(_Wire, frozen=True):
     load_session: bool = True
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
     mcp_capabilities: McpCapabilities = McpCapabilities()
@@ -271,13 +289,13 @@ class AgentCapabilities(msgspec.Struct, frozen=True, gc=False, rename=wire_name)
     )
 
 
-class Implementation(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+class Implementation(_Sparse, frozen=True):
     name: str
     version: str
     title: str | None = None
 
 
-class InitializeResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class InitializeResult(_Wire, frozen=True):
     protocol_version: int
     agent_info: Implementation
     agent_capabilities: AgentCapabilities = AgentCapabilities()
@@ -285,25 +303,23 @@ class InitializeResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
     meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"supported": True}})
 
 
-class SessionMode(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SessionMode(_Wire, frozen=True):
     id: str
     name: str
     description: str
 
 
-class SessionModeState(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SessionModeState(_Wire, frozen=True):
     current_mode_id: str
     available_modes: list[SessionMode]
 
 
-class ConfigChoice(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class ConfigChoice(_Wire, frozen=True):
     value: str
     name: str
 
 
-class ConfigOption(
-    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="select", rename=wire_name
-):
+class ConfigOption(_Typed, frozen=True, tag="select"):
     """A setting the client may change with ``session/set_config_option``."""
 
     id: str
@@ -313,43 +329,42 @@ class ConfigOption(
     options: list[ConfigChoice]
 
 
-class NewSessionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class NewSessionResult(_Wire, frozen=True):
     session_id: str
     modes: SessionModeState
     config_options: list[ConfigOption]
 
 
-class LoadSessionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class LoadSessionResult(_Wire, frozen=True):
     """What ``session/load`` and ``session/resume`` answer."""
 
     modes: SessionModeState
     config_options: list[ConfigOption]
 
 
-class SetConfigOptionResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SetConfigOptionResult(_Wire, frozen=True):
     config_options: list[ConfigOption]
 
 
-class SessionInfo(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+class SessionInfo(_Sparse, frozen=True):
     session_id: str
     cwd: str
     title: str | None = None
     updated_at: str | None = None
 
 
-class ListSessionsResult(
-    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
-):
+class ListSessionsResult(_Sparse, frozen=True):
     sessions: list[SessionInfo]
     next_cursor: str | None = None
 
 
-StopReason: TypeAlias = Literal[
+#: ACP's ``StopReason`` (greenroom's own, an `Answer`'s, is `greenroom.actors.prompt.StopReason`).
+AcpStopReason: TypeAlias = Literal[
     "end_turn", "max_tokens", "max_turn_requests", "refusal", "cancelled"
 ]
 
 
-class PromptUsage(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
+class PromptUsage(_Sparse, frozen=True):
     """A turn's tokens (ACP's unstable ``PromptResponse.usage``); the input counts the cached
     reads and writes, the output the thought tokens."""
 
@@ -361,65 +376,54 @@ class PromptUsage(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_
     cached_write_tokens: int | None = None
 
 
-class PromptResult(msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True):
-    stop_reason: StopReason
+class PromptResult(_Sparse, frozen=True):
+    stop_reason: AcpStopReason
     usage: PromptUsage | None = None
 
 
 SteeringOutcome: TypeAlias = Literal["injected", "startedNewTurn", "failed"]
 
 
-class SteeringResult(msgspec.Struct, frozen=True, gc=False):
+class SteeringResult(_Wire, frozen=True):
     outcome: SteeringOutcome
 
 
 # -- session/update ------------------------------------------------------------------------
 
 
-class _ContentChunk(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class _ContentChunk(_Update, frozen=True):
     content: TextBlock
     message_id: str | None = None
 
 
-class UserMessageChunk(_ContentChunk, frozen=True, gc=False, tag="user_message_chunk"):
+class UserMessageChunk(_ContentChunk, frozen=True, tag="user_message_chunk"):
     """A prompt's block, replayed (an image or embedded resource as it came)."""
 
     content: TextBlock | ImageBlock | ResourceBlock  # type: ignore[assignment]
 
 
-class AgentMessageChunk(_ContentChunk, frozen=True, gc=False, tag="agent_message_chunk"):
+class AgentMessageChunk(_ContentChunk, frozen=True, tag="agent_message_chunk"):
     pass
 
 
-class AgentThoughtChunk(_ContentChunk, frozen=True, gc=False, tag="agent_thought_chunk"):
+class AgentThoughtChunk(_ContentChunk, frozen=True, tag="agent_thought_chunk"):
     pass
 
 
 ToolStatus: TypeAlias = Literal["pending", "in_progress", "completed", "failed"]
 
 
-class ToolCallContent(msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="content"):
+class ToolCallContent(_Typed, frozen=True, tag="content"):
     content: TextBlock
 
 
-class DiffContent(
-    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="diff", rename=wire_name
-):
+class DiffContent(_Typed, frozen=True, tag="diff"):
     path: str
     new_text: str
     old_text: str | None = None
 
 
-class TerminalContent(
-    msgspec.Struct, frozen=True, gc=False, tag_field="type", tag="terminal", rename=wire_name
-):
+class TerminalContent(_Typed, frozen=True, tag="terminal"):
     """A terminal the client renders; greenroom names a ``bash`` call's after the call and
     fills it through ``_meta.terminal_output`` (see `greenroom.acp.live`)."""
 
@@ -429,20 +433,12 @@ class TerminalContent(
 ToolContent: TypeAlias = ToolCallContent | DiffContent | TerminalContent
 
 
-class ToolLocation(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+class ToolLocation(_Sparse, frozen=True):
     path: str
     line: int | None = None
 
 
-class ToolCallStart(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="tool_call",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class ToolCallStart(_Update, frozen=True, tag="tool_call"):
     tool_call_id: str
     title: str
     kind: ToolKind
@@ -453,57 +449,27 @@ class ToolCallStart(
     meta: dict[str, Any] | None = None
 
 
-class ToolCallProgress(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="tool_call_update",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class ToolCallProgress(_Update, frozen=True, tag="tool_call_update"):
     tool_call_id: str
     status: ToolStatus
     content: list[ToolContent] | None = None
     meta: dict[str, Any] | None = None
 
 
-class CurrentModeUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="current_mode_update",
-    rename=wire_name,
-):
+class CurrentModeUpdate(_Update, frozen=True, tag="current_mode_update"):
     current_mode_id: str
 
 
-class ConfigOptionUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="config_option_update",
-    rename=wire_name,
-):
+class ConfigOptionUpdate(_Update, frozen=True, tag="config_option_update"):
     config_options: list[ConfigOption]
 
 
-class SessionInfoUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="session_info_update",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class SessionInfoUpdate(_Update, frozen=True, tag="session_info_update"):
     title: str | None = None
     updated_at: str | None = None
 
 
-class Cost(msgspec.Struct, frozen=True, gc=False):
+class Cost(_Wire, frozen=True):
     """A session's cost so far (ACP's ``Cost``): `amount` a JSON number, as the schema
     has it (the log keeps the exact decimal), in `currency` (ISO 4217)."""
 
@@ -511,15 +477,7 @@ class Cost(msgspec.Struct, frozen=True, gc=False):
     currency: str
 
 
-class UsageUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="usage_update",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class UsageUpdate(_Update, frozen=True, tag="usage_update"):
     """The tokens in the model's context (`used`) of its window (`size`), and the
     session's `cost` so far when it is known."""
 
@@ -534,15 +492,7 @@ class UsageUpdate(
 CompactionStatus: TypeAlias = Literal["in_progress", "completed", "failed", "cancelled"]
 
 
-class CompactionUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="compaction_update",
-    rename=wire_name,
-    omit_defaults=True,
-):
+class CompactionUpdate(_Update, frozen=True, tag="compaction_update"):
     """ACP's unstable ``compaction_update``: creates, then patches, the compaction entity
     `compaction_id` of the session's timeline. An omitted `summary` or `meta` leaves the
     entity's as it was; a `summary` replaces what its chunks added; `error` says why a
@@ -556,14 +506,7 @@ class CompactionUpdate(
     meta: dict[str, Any] | None = None
 
 
-class CompactionSummaryChunk(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="compaction_summary_chunk",
-    rename=wire_name,
-):
+class CompactionSummaryChunk(_Update, frozen=True, tag="compaction_summary_chunk"):
     """ACP's unstable ``compaction_summary_chunk``: `content` appended to the summary of the
     compaction `compaction_id`, between its ``in_progress`` and its terminal update."""
 
@@ -571,32 +514,25 @@ class CompactionSummaryChunk(
     content: TextBlock
 
 
-class PlanUpdate(msgspec.Struct, frozen=True, gc=False, tag_field="sessionUpdate", tag="plan"):
+class PlanUpdate(_Update, frozen=True, tag="plan"):
     """The agent's whole plan (ACP's ``PlanEntry`` is greenroom's own `PlanEntry`)."""
 
     entries: list[PlanEntry]
 
 
-class CommandInput(msgspec.Struct, frozen=True, gc=False):
+class CommandInput(_Wire, frozen=True):
     """What a command takes after its name, as the client hints it."""
 
     hint: str
 
 
-class AvailableCommand(msgspec.Struct, frozen=True, gc=False, omit_defaults=True):
+class AvailableCommand(_Sparse, frozen=True):
     name: str
     description: str
     input: CommandInput | None = None
 
 
-class AvailableCommandsUpdate(
-    msgspec.Struct,
-    frozen=True,
-    gc=False,
-    tag_field="sessionUpdate",
-    tag="available_commands_update",
-    rename=wire_name,
-):
+class AvailableCommandsUpdate(_Update, frozen=True, tag="available_commands_update"):
     """The slash commands a session offers now (the whole set)."""
 
     available_commands: list[AvailableCommand]
@@ -619,7 +555,7 @@ SessionUpdate: TypeAlias = (
 )
 
 
-class SessionNotificationParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class SessionNotificationParams(_Wire, frozen=True):
     session_id: str
     update: SessionUpdate
 
@@ -627,20 +563,20 @@ class SessionNotificationParams(msgspec.Struct, frozen=True, gc=False, rename=wi
 # -- requests greenroom sends the client ------------------------------------------------------
 
 
-class OutgoingRequest(msgspec.Struct, frozen=True, gc=False):
+class OutgoingRequest(_Wire, frozen=True):
     id: str
     method: str
     params: Any
     jsonrpc: str = "2.0"
 
 
-class PermissionOption(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PermissionOption(_Wire, frozen=True):
     option_id: str
     name: str
     kind: PermissionDecision
 
 
-class PermissionToolCall(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PermissionToolCall(_Wire, frozen=True):
     tool_call_id: str
     title: str
     kind: ToolKind
@@ -648,24 +584,22 @@ class PermissionToolCall(msgspec.Struct, frozen=True, gc=False, rename=wire_name
     raw_input: Any = None
 
 
-class RequestPermissionParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class RequestPermissionParams(_Wire, frozen=True):
     session_id: str
     tool_call: PermissionToolCall
     options: list[PermissionOption]
 
 
-class PermissionOutcome(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class PermissionOutcome(_Wire, frozen=True):
     outcome: Literal["selected", "cancelled"]
     option_id: str | None = None
 
 
-class RequestPermissionResult(msgspec.Struct, frozen=True, gc=False):
+class RequestPermissionResult(_Wire, frozen=True):
     outcome: PermissionOutcome
 
 
-class ElicitationParams(
-    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
-):
+class ElicitationParams(_Sparse, frozen=True):
     """``elicitation/create`` in form mode, in a session (a tool call's, when it has one)."""
 
     session_id: str
@@ -675,27 +609,25 @@ class ElicitationParams(
     tool_call_id: str | None = None
 
 
-class ElicitationResult(msgspec.Struct, frozen=True, gc=False):
+class ElicitationResult(_Wire, frozen=True):
     """The client's answer: ``accept`` with the form's content, ``decline`` or ``cancel``."""
 
     action: str
     content: dict[str, Any] | None = None
 
 
-class ReadTextFileParams(
-    msgspec.Struct, frozen=True, gc=False, rename=wire_name, omit_defaults=True
-):
+class ReadTextFileParams(_Sparse, frozen=True):
     session_id: str
     path: str
     line: int | None = None
     limit: int | None = None
 
 
-class ReadTextFileResult(msgspec.Struct, frozen=True, gc=False):
+class ReadTextFileResult(_Wire, frozen=True):
     content: str
 
 
-class WriteTextFileParams(msgspec.Struct, frozen=True, gc=False, rename=wire_name):
+class WriteTextFileParams(_Wire, frozen=True):
     session_id: str
     path: str
     content: str
