@@ -16,7 +16,7 @@ from typing import Any, cast
 import pytest
 import trio
 
-from greenroom import Agent, open_runtime
+from greenroom import Agent, AgentOptions, open_runtime
 from greenroom.actors.types import ToolInvocation, ToolOutcome
 from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.events import (
@@ -53,6 +53,7 @@ class _Session:
         self.permissions: dict[str, bool] = {}
         self.parent = None  # a top-level session: its own settings govern
         self.events: list[object] = []
+        self.decisions: dict[str, object] = {}  # none open: the runtime's AllowAll asks no one
 
     def append(self, event: object) -> None:
         self.events.append(event)
@@ -63,6 +64,7 @@ class FakeAgent:
 
     def __init__(self, session_id: str) -> None:
         self.session = _Session(session_id)
+        self.options = AgentOptions()  # no policy of its own: the runtime's
 
 
 @asynccontextmanager
