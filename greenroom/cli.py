@@ -10,6 +10,7 @@ from pathlib import Path
 
 import trio
 
+from greenroom.actors.decisions import decide_stored, stored_decisions
 from greenroom.models import ModelAdapter
 from greenroom.models.base import ModelError
 from greenroom.models.named import MissingKey, model_named
@@ -32,7 +33,10 @@ from greenroom.session.persistence.urls import (
     store_from_url,
     usable_state_dir,
 )
-from greenroom.session.transcript import session_tree, transcript
+from greenroom.session.transcript import describe_decision, session_tree, transcript
+
+#: Who answered, in the log, a decision answered by ``greenroom sessions decide``.
+CLI = "greenroom sessions decide"
 
 
 def default_state_dir() -> Path:
@@ -173,6 +177,23 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("session_id")
     _add_state_dir(show, nested=True)
     _add_store(show, "jsonl:STATE-DIR/sessions", nested=True)
+    waiting = verbs.add_parser(
+        "decisions", help="the open decisions of every stored session, one per line"
+    )
+    _add_state_dir(waiting, nested=True)
+    _add_store(waiting, "jsonl:STATE-DIR/sessions", nested=True)
+    decide = verbs.add_parser(
+        "decide",
+        help="answer an open decision of a stored session: its next holder carries the"
+        " parked turn on",
+    )
+    decide.add_argument("session_id")
+    decide.add_argument("decision_id")
+    decide.add_argument(
+        "answer", help="a permission's option (allow_once, ...) or a question's answer"
+    )
+    _add_state_dir(decide, nested=True)
+    _add_store(decide, "jsonl:STATE-DIR/sessions", nested=True)
     args = parser.parse_args(argv)
     try:
         if args.command == "demo":
@@ -211,8 +232,9 @@ def main(argv: list[str] | None = None) -> int:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
             return run_stdio(models, store, args.interrupted, prices)
-        if args.store:
-            return _sessions(args.verb, args, store_from_url(args.store, read_only=True), None)
+        if args.store:  # only `decide` writes, and only beside the logs
+            store = store_from_url(args.store, read_only=args.verb != "decide")
+            return _sessions(args.verb, args, store, None)
         if args.state_dir is None:  # the default: none yet is no sessions yet, not an error
             state = default_state_dir()
             if not state.exists():
@@ -257,6 +279,18 @@ def _sessions(
                         f" {command()} sessions list --state-dir {demo.parent}",
                         file=sys.stderr,
                     )
+        elif verb == "decisions":
+            for found in trio.run(stored_decisions, store, set()):
+                print(
+                    f"{found.session_id} {found.request.decision_id}: "
+                    f"{describe_decision(found.request)}"
+                )
+        elif verb == "decide":
+            trio.run(decide_stored, store, args.session_id, args.decision_id, args.answer, CLI)
+            print(
+                f"decision {args.decision_id} of {args.session_id}: {args.answer!r}, kept"
+                " beside the log; the session's next holder carries its turn on"
+            )
         else:
             header, events = trio.run(store.load, args.session_id)
             digests = [d for e in events if type(e) is UserMessage for d in referenced(e.parts)]

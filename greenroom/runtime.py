@@ -21,11 +21,9 @@ import trio
 from greenroom.actors.compaction import DEFAULT_POLICY, CompactionPolicy
 from greenroom.actors.decisions import (
     EMBEDDER,
-    DecisionRefused,
     OpenDecision,
-    check_answer,
-    open_decisions,
-    open_in,
+    decide_stored,
+    stored_decisions,
 )
 from greenroom.actors.factory import AgentFactory
 from greenroom.actors.launch import TakeOver
@@ -46,7 +44,6 @@ from greenroom.session.history import HistoryEntry, history_of
 from greenroom.session.persistence import (
     Interruption,
     Persistence,
-    SessionNotFound,
     StoredSession,
 )
 from greenroom.session.persistence.urls import store_from_url
@@ -189,11 +186,7 @@ class Runtime:
             agent.decide(decision_id, answer, by)
             return
         store = self._store(f"answer decision {decision_id!r} of session {session_id!r}")
-        _, events = await store.load(session_id)
-        check_answer(open_in(events, decision_id), answer)
-        kept, kept_by = await store.put_answer(session_id, decision_id, answer, by)
-        if (kept, kept_by) != (answer, by):
-            raise DecisionRefused(f"decision {decision_id!r} was answered already, by {kept_by}")
+        await decide_stored(store, session_id, decision_id, answer, by)
 
     async def decisions(self) -> list[OpenDecision]:
         """The open decisions of every session live here or stored, oldest session first
@@ -208,20 +201,7 @@ class Runtime:
             found += [OpenDecision(session.id, r) for r in session.decisions.values()]
         if self.persistence is None:
             return found
-        store = self.persistence
-        for stored in await store.list():
-            session_id = stored.header.id
-            if session_id in live:
-                continue
-            try:
-                _, events = await store.load(session_id)
-            except SessionNotFound:  # deleted since it was listed
-                continue
-            waiting = open_decisions(events)
-            if waiting:
-                kept = await store.read_answers(session_id)
-                found += [OpenDecision(session_id, r) for r in waiting if r.decision_id not in kept]
-        return found
+        return found + await stored_decisions(self.persistence, live)
 
     def _store(self, doing: str) -> Persistence:
         if self.persistence is None:

@@ -264,7 +264,9 @@ def test_a_cancel_while_asking_answers_cancelled_once_and_the_next_prompt_works(
     assert editor.text() == "Still here."
 
 
-def test_a_disconnect_while_asking_tears_down_and_runs_nothing(tmp_path: Path) -> None:
+def test_a_disconnect_while_asking_parks_the_turn_and_a_new_process_asks_again(
+    tmp_path: Path,
+) -> None:
     asking = asyncio.Event()
 
     async def never(editor: Editor, call: schema.ToolCallUpdate) -> Any:
@@ -282,7 +284,35 @@ def test_a_disconnect_while_asking_tears_down_and_runs_nothing(tmp_path: Path) -
         assert run(_session(editor, home, work, a, b, body)) == 0
         assert not (work / "a.txt").exists()
         (log,) = (home / "sessions").glob("*.jsonl")
-        assert b'"type":"turn/end"' in log.read_bytes().splitlines()[-1]
+        lines = log.read_bytes().splitlines()
+        # Parked in the log for the session's next holder: the question, and no end.
+        assert b'"type":"decision/requested"' in lines[-1]
+        last_start = max(i for i, line in enumerate(lines) if b'"type":"turn/start"' in line)
+        assert not any(b'"type":"turn/end"' in line for line in lines[last_start:])
+
+        # A new `greenroom acp` loads it: asked again after the load's replay, then on.
+        a.replies.append(says("Written."))
+        later = Editor()
+
+        async def load(conn: Any, session: str) -> None:
+            while "Written." not in later.text():
+                await asyncio.sleep(0.05)
+
+        replayed_when_asked: list[bool] = []
+
+        async def check_then_allow(editor: Editor, call: schema.ToolCallUpdate) -> Any:
+            replayed_when_asked.append(
+                any(isinstance(u, schema.UserMessageChunk) for u in editor.updates)
+            )
+            return await allow("allow_once")(editor, call)
+
+        later.decide = check_then_allow
+        assert run(_session(later, home, work, a, b, load, load=editor.session)) == 0
+        assert (work / "a.txt").read_text() == "new"
+    assert [c.tool_call_id for c in later.asked] == ["c1"]
+    assert replayed_when_asked == [True]
+    assert len(a.requests) == 2  # the model step that asked is not repeated
+    assert later.statuses("c1")[-2:] == ["in_progress", "completed"]
 
 
 # -- modes -------------------------------------------------------------------------------------

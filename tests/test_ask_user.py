@@ -6,6 +6,8 @@ the test's own (`Questions`); over ACP in test_acp_editor_e2e-style tests below.
 from __future__ import annotations
 
 import asyncio
+import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -205,7 +207,9 @@ class Editor:
         ]
 
 
-async def _acp(tmp_path: Path, editor: Editor, body: Any, *, elicitation: bool) -> int:
+async def _acp(
+    tmp_path: Path, editor: Editor, body: Any, *, elicitation: bool, load: str | None = None
+) -> int:
     home, work = tmp_path / "home", tmp_path / "work"
     work.mkdir(exist_ok=True)
     command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
@@ -219,7 +223,11 @@ async def _acp(tmp_path: Path, editor: Editor, body: Any, *, elicitation: bool) 
         editor, *command, env={"GREENROOM_HOME": str(home)}, cwd=work, use_unstable_protocol=True
     ) as (conn, process):
         await conn.initialize(protocol_version=1, client_capabilities=capabilities)
-        session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        if load is None:
+            session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        else:
+            session = load
+            await conn.load_session(cwd=str(work), session_id=session, mcp_servers=[])
         await body(conn, session)
     return await asyncio.wait_for(process.wait(), 10)
 
@@ -297,3 +305,79 @@ async def test_an_unaskable_session_is_offered_each_tool_list_without_the_tool()
         offered = await unaskable.offer(request, Alone())  # type: ignore[arg-type]
         assert offered.tools == [t for t in tools if t.name != "ask_user"]
         assert (offered is request) is (tools is plain)
+
+
+def test_a_question_parked_by_a_disconnect_is_told_to_a_client_that_cannot_ask_and_answered_from_the_command_line(  # noqa: E501
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    first = Editor(hold=True)  # asked, never answers: the client leaves mid-question
+    started: list[str] = []
+
+    async def leave(conn: Any, session: str) -> None:
+        started.append(session)
+        prompt = asyncio.ensure_future(
+            conn.prompt(session_id=session, prompt=prompt_text(ASK_PROMPT))
+        )
+        while not first.asked:
+            await asyncio.sleep(0.05)
+        prompt.cancel()
+
+    run = asyncio.run
+    assert run(asyncio.wait_for(_acp(tmp_path, first, leave, elicitation=True), LIMIT)) == 0
+    (session,) = started
+
+    mute = Editor()  # no elicitation: it is told the question, not asked it
+
+    async def look(conn: Any, session: str) -> None:
+        while not any(_told(mute)):
+            await asyncio.sleep(0.05)
+
+    assert (
+        run(asyncio.wait_for(_acp(tmp_path, mute, look, elicitation=False, load=session), LIMIT))
+        == 0
+    )
+    (told,) = [t for t in _told(mute) if "The parked turn asks" in t]
+    assert "Which color? (red, blue)" in told
+    decision = told.split(f"greenroom sessions decide {session} ")[1].split()[0]
+    assert mute.asked == []
+
+    listed = _cli(home, "sessions", "decisions")
+    assert f"{session} {decision}: question asked: Which color?" in listed.stdout
+    refused = _cli(home, "sessions", "decide", session, decision, "green")
+    assert refused.returncode == 1
+    assert "'green' is none of the choices (red, blue)" in refused.stderr
+    assert _cli(home, "sessions", "decide", session, decision, "blue").returncode == 0
+    again = _cli(home, "sessions", "decide", session, decision, "red")
+    assert "answered already, by greenroom sessions decide" in again.stderr
+    assert _cli(home, "sessions", "decisions").stdout == ""
+
+    last = Editor()  # the next holder logs the kept answer and carries the turn on
+
+    async def finish(conn: Any, session: str) -> None:
+        while "The user answered: blue" not in last.results():
+            await asyncio.sleep(0.05)
+
+    assert (
+        run(asyncio.wait_for(_acp(tmp_path, last, finish, elicitation=False, load=session), LIMIT))
+        == 0
+    )
+    assert last.asked == []
+    shown = _cli(home, "sessions", "show", session).stdout
+    assert f"decided by greenroom sessions decide: blue  [{decision}]" in shown
+    assert "parked:" not in shown
+
+
+def _told(editor: Editor) -> list[str]:
+    return [u.content.text for u in editor.updates if isinstance(u, schema.AgentMessageChunk)]
+
+
+def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "greenroom", *args],
+        env={**os.environ, "GREENROOM_HOME": str(home)},
+        capture_output=True,
+        text=True,
+        timeout=LIMIT,
+        check=False,
+    )

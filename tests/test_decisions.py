@@ -116,6 +116,38 @@ async def test_a_question_parks_until_answered() -> None:
     assert answer.tool_calls[0].result == "The user answered: blue"
 
 
+async def test_a_question_parked_by_a_dispose_is_asked_again_at_resume(tmp_path: Path) -> None:
+    """The ask_user call had started (asking is all it does): it is asked again, not cut."""
+    from greenroom.session.persistence import JsonlPersistence
+
+    store = JsonlPersistence(tmp_path)
+    ask = CallTool("ask_user", {"question": "Which colour?", "choices": ["red", "blue"]})
+    model = ScriptedModel([[ask]])
+    async with open_runtime(model=model, persistence=store) as rt:
+        await rt.plug("tool-ask", ask_plugin)
+        handle = await rt.agents.create(agent_id="a", session_id="s", options=DEFER)
+        prompt = handle.agent.send("paint it")
+        await trio.sleep(1)
+        (first,) = prompt.pending
+        await handle.dispose()
+    model = ScriptedModel([[Say("painted")]])
+    async with open_runtime(model=model, persistence=store) as rt:
+        await rt.plug("tool-ask", ask_plugin)
+        handle = await rt.agents.resume(agent_id="a", session_id="s", options=DEFER)
+        assert handle.resumed is not None
+        await trio.sleep(1)
+        assert handle.agent.status == "waiting"
+        (again,) = handle.agent.session.decisions.values()
+        handle.agent.decide(again.decision_id, "blue")
+        answer = await handle.resumed
+        events = list(handle.agent.session.events)
+    assert again.call_id == first.call_id
+    assert answer.text == "painted"
+    assert len(model.requests) == 1  # the step that asked is not asked for again
+    (result,) = of(events, ToolResult)
+    assert result.content == "The user answered: blue"  # type: ignore[union-attr]
+
+
 class _OthersSteps(trio.abc.Instrument):
     """Counts the steps of every task but one (the test's own)."""
 
@@ -148,6 +180,7 @@ async def test_a_parked_turn_takes_no_scheduler_pass() -> None:
 
 
 async def test_a_cancel_while_parked_aborts_the_turn_and_voids_the_decision() -> None:
+    """The asked call never started: its result says not run, not aborted."""
     RAN.clear()
     model = ScriptedModel([[CallTool("deploy", {"target": "prod"})]])
     async with open_runtime(model=model, tools=[deploy]) as rt:
@@ -164,7 +197,9 @@ async def test_a_cancel_while_parked_aborts_the_turn_and_voids_the_decision() ->
     assert (answer.stop_reason, answer.reason) == ("aborted", "changed my mind")
     assert of(events, DecisionMade) == []
     assert agent.session.decisions == {}
-    assert "aborted" in of(events, ToolResult)[0].content  # type: ignore[union-attr]
+    (result,) = of(events, ToolResult)
+    assert result.content.startswith("not run: the turn was cancelled (changed my mind)")  # type: ignore[union-attr]
+    assert result.error.code == "not-run"  # type: ignore[union-attr]
 
 
 async def test_a_dispose_while_parked_leaves_the_turn_open_in_the_log(tmp_path: Path) -> None:

@@ -28,7 +28,7 @@ import msgspec
 import trio
 
 from greenroom.acp.presenter import shown_call
-from greenroom.actors.types import PermissionRequest, Question, SessionClient
+from greenroom.actors.types import AskerGone, PermissionRequest, Question, SessionClient
 from greenroom.protocol.acp import (
     CancelRequestParams,
     ElicitationParams,
@@ -72,6 +72,11 @@ class ClientError(Exception):
     """The client answered a request with an error, or the connection ended first."""
 
 
+class ClientGone(ClientError, AskerGone):
+    """The connection closed before the client answered (or before it was asked): a
+    decision asked of it waits on (`AskerGone`)."""
+
+
 class _Waiting:
     __slots__ = ("done", "error", "result")
 
@@ -79,6 +84,9 @@ class _Waiting:
         self.done = trio.Event()
         self.result: msgspec.Raw | None = None
         self.error: str | None = None
+
+
+_CLOSED: Final = "the connection closed before the client answered"
 
 
 class ClientRequests:
@@ -102,7 +110,7 @@ class ClientRequests:
         seconds; raises `ClientError` naming the method and why. Cancelled, the request
         is withdrawn and the cancel goes on."""
         if self._closed:
-            raise ClientError(f"{method}: the connection is closing")
+            raise ClientGone(f"{method}: the connection is closing")
         request_id = f"gr-{next(self._ids)}"
         waiting = self._waiting[request_id] = _Waiting()
         self._send(OutgoingRequest(request_id, method, params))
@@ -116,7 +124,8 @@ class ClientRequests:
         if not waiting.done.is_set():
             raise ClientError(f"{method}: the client did not answer within {deadline:g} s")
         if waiting.error is not None:
-            raise ClientError(f"{method}: {waiting.error}")
+            gone = ClientGone if waiting.error is _CLOSED else ClientError
+            raise gone(f"{method}: {waiting.error}")
         assert waiting.result is not None
         decoder = _decoders.get(result)
         if decoder is None:
@@ -145,7 +154,7 @@ class ClientRequests:
         self._closed = True
         for waiting in self._waiting.values():
             if not waiting.done.is_set():
-                waiting.error = "the connection closed before the client answered"
+                waiting.error = _CLOSED
                 waiting.done.set()
 
 
@@ -163,13 +172,15 @@ class AcpPermissions:
     ``failed`` when refused), so it never hangs as pending.
     """
 
-    __slots__ = ("_requests", "_session_id")
+    __slots__ = ("_ready", "_requests", "_session_id")
 
-    def __init__(self, requests: ClientRequests, session_id: str) -> None:
+    def __init__(self, requests: ClientRequests, session_id: str, ready: trio.Event) -> None:
         self._requests = requests
         self._session_id = session_id
+        self._ready = ready
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        await self._ready.wait()  # a carried-on turn asks after the load's answer
         child = request.session_id != self._session_id
         call_id = f"{request.session_id}/{request.call_id}" if child else request.call_id
         options = ONCE if child or request.once else OPTIONS
@@ -203,13 +214,15 @@ class AcpQuestions:
     ``decline`` and ``cancel`` (the person dismissed it) are no answer. A cancel of the turn
     withdraws the request (`ClientRequests.call`)."""
 
-    __slots__ = ("_requests", "_session_id")
+    __slots__ = ("_ready", "_requests", "_session_id")
 
-    def __init__(self, requests: ClientRequests, session_id: str) -> None:
+    def __init__(self, requests: ClientRequests, session_id: str, ready: trio.Event) -> None:
         self._requests = requests
         self._session_id = session_id
+        self._ready = ready
 
     async def ask(self, question: Question) -> str | None:
+        await self._ready.wait()  # a carried-on turn asks after the load's answer
         field: dict[str, object] = {"type": "string", "title": "Answer"}
         if question.choices and not question.free_text:
             field["enum"] = question.choices
@@ -254,16 +267,28 @@ class AcpFiles:
 
 
 def session_client(
-    requests: ClientRequests, session_id: str, *, read: bool, write: bool, ask: bool = False
+    requests: ClientRequests,
+    session_id: str,
+    *,
+    read: bool,
+    write: bool,
+    ask: bool = False,
+    name: str = "client",
+    ready: trio.Event,
 ) -> SessionClient:
-    """What a session's tools get from this client: permission always, files if offered,
-    questions (``ask_user``) if it offers elicitation in form mode.
+    """What a session's tools get from this client (`name`, its ``clientInfo.name``):
+    permission always, files if offered, questions (``ask_user``) if it offers
+    elicitation in form mode. Nothing is asked of it before `ready` (the answer that
+    started the session is sent).
 
     Files go through the editor only when it offers both reading and writing
     (an edit reads before it writes; half of it on disk would split them).
     """
     files = AcpFiles(requests, session_id) if read and write else None
-    questions = AcpQuestions(requests, session_id) if ask else None
+    questions = AcpQuestions(requests, session_id, ready) if ask else None
     return SessionClient(
-        permissions=AcpPermissions(requests, session_id), files=files, questions=questions
+        permissions=AcpPermissions(requests, session_id, ready),
+        files=files,
+        questions=questions,
+        name=name,
     )

@@ -111,6 +111,7 @@ class AcpConnection:
         self.scope = Scope("acp connection")
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
+        self._client_name = "client"  # its clientInfo.name: who answered, in the log
         self.live = LiveOutput(outbox)
         self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
         self.presenter = presenter = Presenter(
@@ -254,6 +255,9 @@ class AcpConnection:
             self.live.terminal = TerminalOutput()
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
+        name = (params.client_info or {}).get("name")
+        if isinstance(name, str) and name.strip():
+            self._client_name = name.strip()[:100]
         self.outbox.respond(request_id, INITIALIZED)
         self._routes = self._served
 
@@ -269,7 +273,13 @@ class AcpConnection:
         """What the tools of `session_id` get from this client (`client.session_client`)."""
         read, write = self._files
         return session_client(
-            self.outbox.requests, session_id, read=read, write=write, ask=self._ask
+            self.outbox.requests,
+            session_id,
+            read=read,
+            write=write,
+            ask=self._ask,
+            name=self._client_name,
+            ready=self.table.records[session_id].ready,
         )
 
     # -- what the runtime tells: shown to the editor -------------------------------------------

@@ -28,6 +28,7 @@ from greenroom.acp.params import (
 )
 from greenroom.acp.presenter import Presenter, iso_time
 from greenroom.acp.table import SessionRecord, SessionTable
+from greenroom.actors.decisions import open_decisions
 from greenroom.actors.life import AgentHandle
 from greenroom.actors.types import SessionClient
 from greenroom.protocol.acp import (
@@ -45,7 +46,7 @@ from greenroom.protocol.acp import (
     SessionInfo,
     SessionParams,
 )
-from greenroom.protocol.events import TurnResumed
+from greenroom.protocol.events import DecisionRequested, TurnResumed
 from greenroom.protocol.mcp import McpServer
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import (
@@ -54,6 +55,7 @@ from greenroom.session.persistence import (
     SessionLocked,
     SessionNotFound,
 )
+from greenroom.session.transcript import describe_decision
 from greenroom.supervisor import Supervisor
 
 __all__ = ["LIST_PAGE", "SERVER_WAIT", "SessionStarted", "SessionStarts"]
@@ -63,6 +65,17 @@ LIST_PAGE: Final = 50
 #: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
 #: answer; a server not ready by then goes on starting (the editor is told).
 SERVER_WAIT: Final = 2.0
+
+
+def unasked(session_id: str, request: DecisionRequested) -> str:
+    """What a client that cannot be asked questions is told of one its session's turn is
+    parked on: the question, and how to answer it from elsewhere."""
+    return (
+        f"The parked turn asks: {describe_decision(request)}. This editor offers no"
+        " elicitation, so it is not asked here: the turn waits in the session's log until"
+        f" it is answered (greenroom sessions decide {session_id} {request.decision_id}"
+        " ANSWER); load the session again after."
+    )
 
 
 class SessionStarted(NamedTuple):
@@ -164,6 +177,10 @@ class SessionStarts:
         record = await self._table.go_live(session_id, start)
         assert record.handle is not None
         session = record.handle.agent.session
+        if self._client_for(session_id).questions is None:
+            for request in open_decisions(session.events):
+                if request.kind == "question":
+                    record.notice(self._outbox, unasked(session_id, request))
         presenter = self._presenter
         events = session.events
         stored = len(events)

@@ -57,6 +57,12 @@ from greenroom.tools.bash.tools import kill_owned
 
 __all__ = ["InFlight", "SessionRecord", "SessionTable"]
 
+#: What a prompt whose turn stays parked on a decision is answered when its session goes.
+PARKED = (
+    "the turn waits on a decision and stays parked in the session's log:"
+    " load the session again to be asked, and the turn goes on"
+)
+
 
 class InFlight:
     """A ``session/prompt`` not answered yet. ``cancelled``: a ``session/cancel`` came while
@@ -74,10 +80,12 @@ class SessionRecord:
     """One session of the connection, from the request that starts it to its close (see the
     module docstring)."""
 
-    __slots__ = ("handle", "held", "notices", "prompts", "session_id")
+    __slots__ = ("handle", "held", "notices", "prompts", "ready", "session_id")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
+        #: Set once the answer that started it is sent: the client is asked nothing before.
+        self.ready = trio.Event()
         self.handle: AgentHandle | None = None  # set once it is live
         #: What its servers did before the session was announced; None once told.
         self.notices: list[str] | None = []
@@ -105,7 +113,9 @@ class SessionRecord:
             outbox.update(self.session_id, update)
 
     def answered(self, outbox: Outbox) -> None:
-        """The answer that starts the session went out: send what was held behind it."""
+        """The answer that starts the session went out: send what was held behind it, and
+        let its questions be asked."""
+        self.ready.set()
         if self.held is None:
             return
         held, self.held = self.held, None
@@ -113,12 +123,18 @@ class SessionRecord:
             outbox.update(self.session_id, update)
 
     def abandon(self, outbox: Outbox) -> None:
-        """Answer every prompt in flight ``cancelled`` at once (the session is going), then
-        send what was held."""
+        """Settle every prompt in flight at once (the session is going), then send what was
+        held. Each is answered ``cancelled``; but when the turn waits on a decision it is
+        not cancelled: it stays parked in the log for the session's next holder, and each
+        prompt is answered an error that says so."""
         prompts = list(self.prompts.values())
         self.prompts.clear()
+        parked = self.handle is not None and self.handle.agent.status == "waiting"
         for entry in prompts:
-            outbox.respond(entry.request_id, PromptResult("cancelled"))
+            if parked:
+                outbox.fail(entry.request_id, INTERNAL_ERROR, PARKED)
+            else:
+                outbox.respond(entry.request_id, PromptResult("cancelled"))
         self.answered(outbox)
 
 
@@ -209,7 +225,8 @@ class SessionTable:
         await record.handle.dispose()
 
     def abandon(self, record: SessionRecord) -> None:
-        """Answer its prompts ``cancelled`` and start killing its bash tasks, at once."""
+        """Settle its prompts (`SessionRecord.abandon`) and start killing its bash tasks, at
+        once."""
         self.stop_fetching(record.session_id)
         record.abandon(self._outbox)
         kill_owned(self._bash, record.session_id)

@@ -3,7 +3,8 @@
 Every call the model made gets a ``tool/result``, whatever happens, so the
 history stays valid for the next request: a call its write-ahead could not
 log is ``not run`` (and so is every later one), and a cancel gives each call
-without a result yet, and every later one, an ``aborted`` result. But a turn
+without a result yet an ``aborted`` result if it started, else (still asked,
+say) a ``not run`` one, as every later call gets. But a turn
 parked on a decision (`Decisions.parked`: disposed while it waited) is left
 as its log stands, for the session's next holder to go on with.
 """
@@ -32,7 +33,14 @@ from greenroom.actors.types import (
     ToolView,
 )
 from greenroom.hooks import Hooks
-from greenroom.protocol.events import LimitReached, ToolCall, ToolProgress, ToolResult, ToolStart
+from greenroom.protocol.events import (
+    LimitReached,
+    StepStart,
+    ToolCall,
+    ToolProgress,
+    ToolResult,
+    ToolStart,
+)
 from greenroom.protocol.mcp import McpServer
 from greenroom.protocol.model import ToolCallChunk
 from greenroom.session import Session
@@ -117,10 +125,20 @@ class ToolCalls:
                 cancel = cancelled_in(exc)
                 if cancel is None or self._decisions.parked:  # parked: the log stays as is
                     raise
-                aborted = ToolOutcome.failed(
-                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"
+                reason = cancel.reason or DEFAULT_CANCEL_REASON
+                aborted = ToolOutcome.failed(f"aborted: {reason}", "aborted", "Cancelled")
+                unrun = ToolOutcome.failed(
+                    f"not run: the turn was cancelled ({reason}) before it started",
+                    "not-run",
+                    "NotRun",
                 )
-                self._settle_rest(turn, step, calls, views, done, end, results, aborted)
+                started = self.started(turn, step)
+                for call in batch:  # one that never started (asked, say) is not run
+                    if call.call_id not in results:
+                        ran = call.call_id in started
+                        self.log_result(turn, step, call, aborted if ran else unrun)
+                        results.add(call.call_id)
+                self._settle_rest(turn, step, calls, views, end, end, results, unrun)
                 raise
             if reached is not None:  # the batch ran as far as the limit let it
                 self._settle_rest(turn, step, calls, views, end, end, set(), _unrun(reached))
@@ -222,6 +240,16 @@ class ToolCalls:
                 diffs=outcome.diffs,
             )
         )
+
+    def started(self, turn: int, step: int) -> set[str]:
+        """The calls of the step that started (``tool/start``), read off the log's tail."""
+        started: set[str] = set()
+        for event in reversed(self._session.events):
+            if type(event) is ToolStart and event.step == step and event.turn == turn:
+                started.add(event.call_id)
+            elif type(event) is StepStart:
+                break
+        return started
 
     def _log_start(self, turn: int, step: int, call_id: str) -> None:
         self._session.append(ToolStart(turn=turn, step=step, call_id=call_id))

@@ -107,8 +107,9 @@ class CarriedOn:
         been logged (so may have run) and its tool is safe to repeat
         (``read``, or idempotent), given an ``interrupted`` result when it is
         not, and run when the log never reached it (it had not run). A call
-        that waited on an open decision (a parked turn's) never started: it is
-        run, its decision asked again. A steering message logged after the
+        that waited on an open decision (a parked turn's) is run, its decision
+        asked again: a permission's call had not started, and an ``ask_user``
+        call only asks. A steering message logged after the
         last reply asks for another step.
         """
         session, driver = self._session, self._driver
@@ -131,8 +132,13 @@ class CarriedOn:
             for call, view in zip(calls, views, strict=True)
             if view.kind == "read" or view.idempotent
         }
-        # A call waiting on an open decision never started: asked again, never cut.
-        waits = {request.call_id for request in session.decisions.values()} - cut.started
+        # A call waiting on an open decision is asked again, never cut: a permission's had
+        # not started; an ask_user call does nothing but ask.
+        waits = {
+            request.call_id
+            for request in session.decisions.values()
+            if request.kind == "question" or request.call_id not in cut.started
+        }
         safe |= waits
         started = [call.call_id for call in calls if call.call_id in cut.logged]
         session.append(
@@ -160,18 +166,25 @@ class CarriedOn:
                 await calls_log.run_one(turn, cut.step, call, results, tools)
         except BaseException as exc:  # every call gets a result: the history stays valid
             cancel = cancelled_in(exc)
-            unrun = (
-                ToolOutcome.failed(f"not run: {exc}", "not-run", "NotRun")
-                if cancel is None
-                else ToolOutcome.failed(
-                    f"aborted: {cancel.reason or DEFAULT_CANCEL_REASON}", "aborted", "Cancelled"
+            if cancel is not None and self._driver.parked:
+                raise  # disposed while asked again: parked in the log as it stands
+            unrun = ToolOutcome.failed(f"not run: {exc}", "not-run", "NotRun")
+            aborted = unrun
+            if cancel is not None:
+                reason = cancel.reason or DEFAULT_CANCEL_REASON
+                unrun = ToolOutcome.failed(
+                    f"not run: the turn was cancelled ({reason}) before it started",
+                    "not-run",
+                    "NotRun",
                 )
-            )
+                aborted = ToolOutcome.failed(f"aborted: {reason}", "aborted", "Cancelled")
+            ran_calls = calls_log.started(turn, cut.step)
             for call, view in zip(calls, views, strict=True):
                 if call.call_id not in logged:
                     calls_log.log_call(turn, cut.step, call, view)
                 if call.call_id not in results:
-                    calls_log.log_result(turn, cut.step, call, unrun)
+                    ran = call.call_id in ran_calls
+                    calls_log.log_result(turn, cut.step, call, aborted if ran else unrun)
             raise
         driver.close_step(turn)
         return cut.step

@@ -26,6 +26,7 @@ import trio
 from greenroom.actors.marker import CancelMarker, cancelled_in
 from greenroom.actors.status import AgentStatus
 from greenroom.actors.step import write_ahead
+from greenroom.actors.types import AskerGone
 from greenroom.parking import Parking
 from greenroom.protocol.events import (
     DecisionKind,
@@ -35,6 +36,7 @@ from greenroom.protocol.events import (
     TurnEnd,
 )
 from greenroom.session import Session
+from greenroom.session.persistence import Persistence, SessionNotFound
 
 #: Who answered when the embedder did (`Agent.decide` without a name of its own).
 EMBEDDER: Final = "embedder"
@@ -235,11 +237,15 @@ async def _answer(
     one to ask, `decide`'s."""
     if asker is not None:
         with trio.CancelScope() as waiting.scope:
-            answer = await asker()
-            if waiting.answer is None:
-                waiting.answer, waiting.by = answer, asker_name
-                if waiting.parked is not None:
-                    waiting.parked.wake()
+            try:
+                answer = await asker()
+            except AskerGone:  # no one there to answer now: it waits for `decide`
+                pass
+            else:
+                if waiting.answer is None:
+                    waiting.answer, waiting.by = answer, asker_name
+                    if waiting.parked is not None:
+                        waiting.parked.wake()
     await _answered(waiting)
 
 
@@ -257,6 +263,40 @@ class OpenDecision(msgspec.Struct, frozen=True, gc=False):
 
     session_id: str
     request: DecisionRequested
+
+
+async def decide_stored(
+    store: Persistence, session_id: str, decision_id: str, answer: str, by: str
+) -> None:
+    """Answer decision `decision_id` of a stored session: its log is read (never written)
+    to check the decision is open and offers `answer`, and the answer is kept beside the
+    log (`Persistence.put_answer`, first answer wins). Raises `DecisionRefused` as
+    `Runtime.decide` says, `SessionNotFound` for a session `store` does not hold."""
+    _, events = await store.load(session_id)
+    check_answer(open_in(events, decision_id), answer)
+    kept, kept_by = await store.put_answer(session_id, decision_id, answer, by)
+    if (kept, kept_by) != (answer, by):
+        raise DecisionRefused(f"decision {decision_id!r} was answered already, by {kept_by}")
+
+
+async def stored_decisions(store: Persistence, skip: set[str]) -> list[OpenDecision]:
+    """The open decisions of every session `store` holds but those in `skip`, oldest
+    first within each, less those answered beside the log and not yet taken. Reads each
+    log: its cost grows with the store's size."""
+    found: list[OpenDecision] = []
+    for stored in await store.list():
+        session_id = stored.header.id
+        if session_id in skip:
+            continue
+        try:
+            _, events = await store.load(session_id)
+        except SessionNotFound:  # deleted since it was listed
+            continue
+        waiting = open_decisions(events)
+        if waiting:
+            kept = await store.read_answers(session_id)
+            found += [OpenDecision(session_id, r) for r in waiting if r.decision_id not in kept]
+    return found
 
 
 def open_in(events: Sequence[SessionEvent], decision_id: str) -> DecisionRequested:

@@ -220,11 +220,17 @@ class TurnDriver:
             raise raised from None
         finally:
             marker.running = self._prompts = None
-            if self._decisions.parked:  # disposed while it waited: left open, parked
+            if self.parked:  # disposed while it waited: left open, parked
                 waits = tuple(self._session.decisions.values())
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
                 await self._close(turn, reason, prompts, start, output)
+
+    @property
+    def parked(self) -> bool:
+        """Whether a disposal cut the running turn while it waited on a decision: it is left
+        open in the log, parked (`Decisions.parked`)."""
+        return self._decisions.parked
 
     def requires_action(self) -> None:
         """Settle the running turn's prompts ``requires-action`` with the decisions it waits

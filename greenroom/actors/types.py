@@ -361,6 +361,12 @@ class Question(msgspec.Struct, frozen=True, gc=False):
     free_text: bool = True
 
 
+class AskerGone(Exception):
+    """Whoever a decision asked can answer no more (its front end left: an ACP client
+    disconnected): the decision waits on, parked, for `decide` or the session's next
+    holder, who asks again."""
+
+
 class Defer:
     """A policy that asks no one: a decision (a permission, a question) waits, parked, for
     the embedder's answer (`Agent.decide`, `Runtime.decide`)."""

@@ -258,15 +258,20 @@ class HandOff(Protocol):
 def parked(turn_events: Sequence[SessionEvent]) -> bool:
     """Whether a turn the log has open (its events from its ``turn/start`` on) is parked:
     it waits on a decision (a ``decision/requested`` without its ``decision/made``), and
-    every call of it without a result is one such decision's, not started: nothing was in
-    flight but the wait, so the turn goes on where it stopped, asked again."""
+    every call of it without a result is one such decision's: a permission's call not
+    started, or the ``ask_user`` call whose question it is (asking is all that call
+    does). Nothing was in flight but the wait, so the turn goes on where it stopped,
+    asked again."""
     open_calls: dict[str, str] = {}  # decision id -> its call
+    questions: set[str] = set()  # the calls that are questions, safe to ask again
     answered: set[str] = set()
     started: set[str] = set()
     logged: set[str] = set()
     for event in turn_events:
         if isinstance(event, DecisionRequested):
             open_calls[event.decision_id] = event.call_id
+            if event.kind == "question":
+                questions.add(event.call_id)
         elif isinstance(event, DecisionMade):
             open_calls.pop(event.decision_id, None)
         elif isinstance(event, ToolCall):
@@ -277,7 +282,7 @@ def parked(turn_events: Sequence[SessionEvent]) -> bool:
             answered.add(event.call_id)
     waiting = set(open_calls.values())
     unanswered = logged - answered
-    return bool(waiting) and bool(unanswered) and unanswered <= waiting - started
+    return bool(waiting) and bool(unanswered) and unanswered <= waiting - (started - questions)
 
 
 def repair(
