@@ -260,7 +260,9 @@ def test_a_cancel_while_asking_answers_cancelled_once_and_the_next_prompt_works(
 
         assert run(_session(editor, home, work, a, b, body)) == 0
         assert not (work / "a.txt").exists()
-    assert editor.statuses("c1") == ["pending", "failed"]  # aborted, never in_progress
+        told = next(m for m in a.requests[1].body["messages"] if m["role"] == "tool")
+    assert editor.statuses("c1") == ["pending", "failed"]  # never in_progress
+    assert told["content"].startswith("not run: the turn was cancelled")
     assert editor.text() == "Still here."
 
 
