@@ -14,13 +14,15 @@ import uuid
 from pathlib import Path
 from typing import Annotated, Literal
 
+import hypothesis
+import hypothesis.strategies as st
 import msgspec
 import pytest
 
 from greenroom import AgentSpec, Limits, open_runtime, tool
 from greenroom.models import CallTool, Think
 from greenroom.protocol.model import ModelRequest, ToolTurn
-from greenroom.testing import FunctionModel, TestModel
+from greenroom.testing import FunctionModel, TestModel, value_for
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -235,3 +237,48 @@ def test_the_plugin_is_never_loaded_by_itself(tmp_path: Path) -> None:
     (tmp_path / "test_agent.py").write_text(textwrap.dedent(USER_SUITE))
     done = run_pytest(tmp_path)
     assert "fixture 'greenroom_runtime' not found" in done.stdout, done.stdout + done.stderr
+
+
+# -- value_for against msgspec itself, on types hypothesis makes ----------------------------------
+
+_LEAVES = st.sampled_from(
+    [
+        int,
+        float,
+        bool,
+        str,
+        datetime.date,  # (a datetime's schema is a plain string: msgspec says no format)
+        uuid.UUID,
+        Literal["a", "b", 0],
+        Annotated[int, msgspec.Meta(ge=-5, le=5)],
+        Annotated[int, msgspec.Meta(gt=100, multiple_of=7)],
+        Annotated[float, msgspec.Meta(gt=0, lt=1)],
+        Annotated[str, msgspec.Meta(min_length=10, max_length=12)],
+        Annotated[str, msgspec.Meta(max_length=0)],
+    ]
+)
+
+
+def _types(leaf: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    def wrap(inner: object) -> st.SearchStrategy[object]:
+        return st.sampled_from(
+            [
+                list[inner],  # type: ignore[valid-type]
+                Annotated[list[inner], msgspec.Meta(min_length=2, max_length=4)],  # type: ignore[valid-type]
+                dict[str, inner],  # type: ignore[valid-type]
+                inner | None,  # type: ignore[operator]
+                msgspec.defstruct("Nested", [("x", inner), ("y", inner, None)]),
+            ]
+        )
+
+    return st.recursive(leaf, lambda children: children.flatmap(wrap), max_leaves=4)
+
+
+@hypothesis.given(kind=_types(_LEAVES), seed=st.integers(0, 2**32))
+def test_a_value_made_for_a_types_schema_is_one_msgspec_accepts(kind: object, seed: int) -> None:
+    args = msgspec.defstruct("Args", [("value", kind)])
+    (schema,), defs = msgspec.json.schema_components([args], ref_template="#/$defs/{name}")
+    top = {**defs.pop("Args", schema), "$defs": defs}
+    value = value_for(top, seed)
+    msgspec.json.decode(json.dumps(value), type=args)  # raises if it is not valid
+    assert value_for(top, seed) == value  # and the same seed makes the same value

@@ -9,7 +9,9 @@ strings (``minLength``/``maxLength``, the formats msgspec decodes: ``date``, ``d
 ``time``, ``duration``, ``uuid``; and ``email``, ``uri``, ``ipv4``), integers and numbers
 (``minimum``/``maximum``, exclusive ones, ``multipleOf``), booleans and null. A ``pattern``
 is met by a ``default`` or an ``examples`` value that matches it, else `SchemaError`: no
-regular expression is generated. The same schema and seed give the same value.
+regular expression is generated. A value is valid for what the schema says, no more: a
+type whose schema says less than its decoder checks (msgspec gives a ``datetime`` a plain
+``string``) may be sent one it refuses. The same schema and seed give the same value.
 """
 
 from __future__ import annotations
