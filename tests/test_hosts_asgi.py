@@ -19,7 +19,7 @@ import trio
 
 from greenroom.protocol.events import Aborted, Completed, TurnEnd
 from greenroom.session.persistence import JsonlPersistence
-from tests.sse_server import Hold, Reply, sse, sse_server
+from tests.sse_server import Hold, Served, sse, sse_server
 from tests.wire import oai, openai_text
 
 pytestmark = pytest.mark.real_clock
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.real_clock
 ROOT = Path(__file__).resolve().parent.parent
 
 
-class Served:
+class Uvicorn:
     """A uvicorn process's address, read off its log, and the rest of its log."""
 
     def __init__(self) -> None:
@@ -48,10 +48,10 @@ async def test_a_streaming_endpoint_cancels_the_prompt_when_its_client_goes_away
     tmp_path: Path,
 ) -> None:
     replies = [
-        Reply(pieces=[*sse(oai({"role": "assistant", "content": "Hello"})), Hold()]),
-        Reply(pieces=openai_text("again")),
+        Served(pieces=[*sse(oai({"role": "assistant", "content": "Hello"})), Hold()]),
+        Served(pieces=openai_text("again")),
     ]
-    served = Served()
+    served = Uvicorn()
     with trio.fail_after(90):
         async with sse_server(replies) as model, trio.open_nursery() as nursery:
             command = [sys.executable, "-m", "uvicorn", "tests.asgi_host:app"]
