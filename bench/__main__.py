@@ -40,6 +40,7 @@ SCENARIOS = (
     "compaction",
     "models",
     "content",
+    "hosts",
 )
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 _VERSIONS = (

@@ -14,6 +14,14 @@ from greenroom.actors.types import (
     SpawnLimits,
     SpawnRefused,
 )
+from greenroom.blocking import (
+    BlockingAgent,
+    BlockingHandle,
+    BlockingPrompt,
+    BlockingRuntime,
+    blocking_runtime,
+    run_sync,
+)
 from greenroom.models.prices import Price, Prices
 from greenroom.protocol.content import Image, Resource, Text
 from greenroom.runtime import Runtime, open_runtime
@@ -30,6 +38,10 @@ __all__ = [
     "AgentRegistry",
     "AgentSpec",
     "Answer",
+    "BlockingAgent",
+    "BlockingHandle",
+    "BlockingPrompt",
+    "BlockingRuntime",
     "Guard",
     "Image",
     "Limits",
@@ -44,6 +56,8 @@ __all__ = [
     "StopReason",
     "Text",
     "ToolCallRecord",
+    "blocking_runtime",
     "open_runtime",
+    "run_sync",
     "tool",
 ]

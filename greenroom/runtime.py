@@ -14,7 +14,7 @@ import sys
 from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import aclosing, asynccontextmanager
 from functools import partial
-from typing import Any, Protocol, cast, runtime_checkable
+from typing import Any, Protocol, TypedDict, cast, runtime_checkable
 
 import trio
 
@@ -278,6 +278,25 @@ class _PluginTask:
             await trio.sleep_forever()
         finally:
             await scope.close()
+
+
+class RuntimeOptions(TypedDict, total=False):
+    """`open_runtime`'s options, as the other hosts take them (`greenroom.blocking_runtime`,
+    `greenroom.aio.open_runtime`): mypy checks each against `open_runtime`'s signature."""
+
+    model: ModelAdapter | None
+    models: Mapping[str, ModelAdapter] | None
+    persistence: Persistence | None
+    store: str | None
+    permissions: Permissions | None
+    spawn_limits: SpawnLimits | None
+    tools: Iterable[Tool[Any] | Callable[..., Any]]
+    workdir: str | None
+    max_tool_result: int
+    compaction: CompactionPolicy
+    prices: Prices | None
+    sandbox: SandboxSettings | None
+    name: str
 
 
 @asynccontextmanager

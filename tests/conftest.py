@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import faulthandler
 import itertools
-import math
 import os
 import sys
 from collections.abc import Awaitable, Callable, Iterator, Sequence
@@ -29,8 +28,7 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom.sandbox import launching
-from greenroom.session.persistence.writer import writers_busy
+from greenroom.testing.clock import HoldClockWhileThreadsWork
 from tests.pg_server import PgServer
 
 #: Virtual seconds any virtual-time test may take; far beyond what any test sleeps.
@@ -86,31 +84,6 @@ def _trio_finalizer(task: trio.lowlevel.Task) -> bool:
     belongs to Trio, holds nothing of ours, and ends by itself.
     """
     return task.name.startswith("close asyncgen ")
-
-
-class HoldClockWhileThreadsWork(trio.abc.Instrument):
-    """Pauses the autojump clock while a ``trio.to_thread`` call or a persistence's writer
-    works, or the sandbox launcher starts a process.
-
-    A file write in a worker thread is real progress the test waits for;
-    jumping virtual time past it would race virtual deadlines (the
-    `VIRTUAL_DEADLINE` among them) against the disk. Threads start and finish
-    inside task steps, so checking after each step is enough.
-    """
-
-    def __init__(self, clock: trio.testing.MockClock) -> None:
-        self.clock = clock
-
-    def after_task_step(self, task: trio.lowlevel.Task) -> None:
-        token = trio.lowlevel.current_trio_token()
-        busy = (
-            trio.to_thread.current_default_thread_limiter().borrowed_tokens > 0
-            or writers_busy(token)
-            or launching(token)
-        )
-        threshold = math.inf if busy else 0.0
-        if self.clock.autojump_threshold != threshold:
-            self.clock.autojump_threshold = threshold
 
 
 def virtual_run(

@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 #: Imported only where an optional extra is installed, each behind a guard that says so.
-OPTIONAL = {"opentelemetry"}
+OPTIONAL = {"opentelemetry", "pytest"}  # the otel extra's; the testing extra's (its plugin)
 
 
 def _imported_roots(package: Path) -> dict[str, str]:

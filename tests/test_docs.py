@@ -1,10 +1,13 @@
 """Every example of the docs runs as written: each Python block of docs/embedding.md (and the
-README's first) in a fresh interpreter, its provider's API served on loopback."""
+README's first) in a fresh interpreter, its provider's API served on loopback, what it prints
+compared with the ``text`` block after it when there is one; docs/testing.md's blocks as the
+test modules of a user's suite, run by pytest with greenroom's plugin."""
 
 from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -18,8 +21,17 @@ ROOT = Path(__file__).resolve().parent.parent
 HAIKU = "tasks wait in the nursery / a cancel scope shields / the turn ends cleanly"
 
 
+#: A fenced block and, if one follows at once, the ``text`` block of what it prints.
+BLOCK = re.compile(r"```python\n(.*?)```\n(?:\n```text\n(.*?)```)?", re.S)
+
+
 def blocks(path: Path) -> list[str]:
-    return re.findall(r"```python\n(.*?)```", path.read_text(), re.S)
+    return [code for code, _ in BLOCK.findall(path.read_text())]
+
+
+def printed(path: Path) -> list[str]:
+    """What each block of `path` prints, as the docs say ("" where they do not)."""
+    return [text for _, text in BLOCK.findall(path.read_text())]
 
 
 def answer(seen: Seen) -> Served:
@@ -28,6 +40,7 @@ def answer(seen: Seen) -> Served:
 
 
 GUIDE = blocks(ROOT / "docs" / "embedding.md")
+PRINTED = printed(ROOT / "docs" / "embedding.md")
 
 
 @pytest.mark.real_clock  # real interpreters and a real socket
@@ -48,7 +61,27 @@ async def test_each_example_of_the_guide_runs(tmp_path: Path, index: int) -> Non
             )
     assert done.returncode == 0, done.stderr.decode()
     assert done.stdout.strip(), "the example printed nothing"
+    if PRINTED[index]:
+        assert done.stdout.decode() == PRINTED[index]
 
 
 def test_the_guide_has_its_examples() -> None:
     assert len(GUIDE) >= 7
+
+
+def test_the_testing_guide_is_a_suite_that_passes(tmp_path: Path) -> None:
+    guide = blocks(ROOT / "docs" / "testing.md")
+    assert guide, "docs/testing.md has no Python example"
+    for number, code in enumerate(guide):
+        name = "conftest.py" if code.startswith("pytest_plugins") else f"test_guide_{number}.py"
+        (tmp_path / name).write_text(code)
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert " passed" in done.stdout

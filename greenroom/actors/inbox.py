@@ -64,6 +64,15 @@ class Inbox:
                 return prompt
         return None
 
+    def remove(self, prompt: Prompt[Any]) -> bool:
+        """Take `prompt` out of whichever FIFO holds it; False if neither does (any more)."""
+        for fifo in (self._queued, self._steering):
+            for index, held in enumerate(fifo):
+                if held is prompt:
+                    del fifo[index]
+                    return True
+        return False
+
     def drain(self) -> list[Prompt[Any]]:
         """The next turn's prompts: the leading run of those asking for the same output."""
         queued = self._queued

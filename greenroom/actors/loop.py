@@ -38,6 +38,7 @@ from greenroom.actors.prompt import (
     Answer,
     Prompt,
     StopReason,
+    adopt,
     checked_text,
     dropped,
     new_message_id,
@@ -145,6 +146,8 @@ class LoopAgent:
             decisions=decisions,
         )
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
+        if resumed is not None:
+            adopt(resumed, self)
 
     def __repr__(self) -> str:
         return f"<LoopAgent {self._id!r} {self.status}>"
@@ -206,7 +209,9 @@ class LoopAgent:
             return self.send(content, source=source)
         self._require_live()
         text = checked_text(self._id, content)  # text only: steering takes no blocks
-        prompt: Prompt[None] = Prompt(self._session, text, source or USER, new_message_id(), None)
+        prompt: Prompt[None] = Prompt(
+            self._session, text, source or USER, new_message_id(), None, owner=self
+        )
         self._inbox.push_steering(prompt)
         if AGENT_QUEUED in self._hooks.listened:
             self._hooks.emit(AGENT_QUEUED, self, prompt.id, True)
@@ -237,6 +242,18 @@ class LoopAgent:
         if self._status.name == "idle" and not self._inbox.queued:
             self._status.release()
         return True
+
+    def cancel_prompt(self, prompt: Prompt[Any], reason: str | None) -> None:
+        """`Prompt.cancel` of an unsettled prompt of this agent's: still in a FIFO, it is
+        taken out and settles ``withdrawn``; else the running turn took it (a prompt leaves
+        its FIFO only for the turn that takes it, with no checkpoint between), and that
+        turn is cancelled, the queue left as it is."""
+        if self._inbox.remove(prompt):
+            settle((prompt,), dropped("withdrawn", reason))
+            if self._status.name == "idle" and not self._inbox.queued:
+                self._status.release()
+        else:
+            self._marker.arm(reason or DEFAULT_CANCEL_REASON)
 
     def inject(self, content: str, *, source: MessageSource | None = None) -> str:
         """Add context without running the model; returns its message id.
@@ -468,7 +485,7 @@ class LoopAgent:
             output = self._options.output
         if output is not None:
             output_spec(output)
-        prompt = new_prompt(self._id, self._session, content, source, output, limits)
+        prompt = new_prompt(self._id, self._session, content, source, output, limits, self)
         self._inbox.push(prompt)
         if AGENT_QUEUED in self._hooks.listened:
             self._hooks.emit(AGENT_QUEUED, self, prompt.id, False)

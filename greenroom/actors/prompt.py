@@ -16,7 +16,7 @@ import itertools
 import logging
 import secrets
 from collections.abc import Callable, Generator, Sequence
-from typing import TYPE_CHECKING, Any, Generic, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Literal, Protocol, TypeAlias, TypeVar
 
 import msgspec
 import trio
@@ -128,6 +128,12 @@ class Answer(msgspec.Struct, Generic[T], frozen=True, kw_only=True):
     decisions: tuple[DecisionRequested, ...] = ()
 
 
+class PromptOwner(Protocol):
+    """The agent a prompt was sent to: what `Prompt.cancel` asks."""
+
+    def cancel_prompt(self, prompt: Prompt[Any], reason: str | None) -> None: ...
+
+
 class TurnOutcome:
     """The end of one turn, shared by the prompts it took; their `Answer` is made from the
     log at the first read (``start`` and ``end`` are the seqs of its ``turn/start`` and
@@ -166,13 +172,14 @@ class Prompt(Generic[T]):
     ``id`` is its message id, as logged. ``await prompt`` returns its `Answer`
     once it is settled (at once if it is); a cancelled awaiter stops waiting
     and nothing else: the prompt stays the agent's (stop it with `cancel` or
-    `withdraw`). Awaiting again returns the same answer. `events` follows
-    its turn as the log grows.
+    `withdraw`, or its own `cancel`). Awaiting again returns the same answer.
+    `events` follows its turn as the log grows.
     """
 
     __slots__ = (
         "_on_settled",
         "_outcome",
+        "_owner",
         "_readers",
         "_session",
         "_turn",
@@ -194,6 +201,7 @@ class Prompt(Generic[T]):
         output: type[T] | None,
         blocks: tuple[ContentBlock, ...] = (),
         limits: Limits | None = None,
+        owner: PromptOwner | None = None,
     ) -> None:
         self.id = message_id
         #: Its text (a prompt sent as blocks: its text blocks'), and its blocks as sent.
@@ -210,6 +218,7 @@ class Prompt(Generic[T]):
         self._waiters: Parking | None = None  # made by the first awaiter
         self._readers: Parking | None = None  # readers waiting for a turn to take it
         self._on_settled: Callable[[Answer[T]], None] | None = None
+        self._owner = owner  # the agent it was sent to (None: one `cancel` cannot reach)
 
     def __repr__(self) -> str:
         state = "settled" if self._outcome is not None else "pending"
@@ -249,6 +258,15 @@ class Prompt(Generic[T]):
             self._on_settled = callback
         else:
             _call(callback, self._answer())
+
+    def cancel(self, reason: str | None = None) -> None:
+        """Stop this prompt, and only it. Still queued (no turn took it), it is taken back
+        and settles ``withdrawn`` with `reason`; taken by the running turn, that turn is
+        cancelled as `Agent.cancel` cancels it (it ends ``aborted`` with `reason`, default
+        ``"cancelled"``, and so do the prompts it took), and what is queued behind it stays
+        queued. A no-op once it is settled. Synchronous: it never checkpoints."""
+        if self._outcome is None and self._owner is not None:
+            self._owner.cancel_prompt(self, reason)
 
     def _answer(self) -> Answer[T]:
         """Its answer, once settled (read from the log at the first call, then kept)."""
@@ -412,22 +430,25 @@ def new_prompt(
     source: MessageSource | None,
     output: type[T] | None,
     limits: Limits | None = None,
+    owner: PromptOwner | None = None,
 ) -> Prompt[T]:
-    """A prompt for agent `agent_id`'s session: `content` is text, or content blocks
-    (`greenroom.protocol.content`), checked here. A bad block, one past the limits, or
-    text that is not text or is blank raises `TypeError` or `ValueError` naming the agent
-    (and a block's index); `limits` that are not `Limits`, a `TypeError`."""
+    """A prompt `owner` (agent `agent_id`) queues for its session: `content` is text, or
+    content blocks (`greenroom.protocol.content`), checked here. A bad block, one past the
+    limits, or text that is not text or is blank raises `TypeError` or `ValueError` naming
+    the agent (and a block's index); `limits` that are not `Limits`, a `TypeError`."""
     if limits is not None and type(limits) is not Limits:
         raise TypeError(f"agent {agent_id!r}: limits must be Limits, got {type(limits).__name__}")
     if isinstance(content, str):
         text = checked_text(agent_id, content)
-        return Prompt(session, text, source or USER, new_message_id(), output, (), limits)
+        return Prompt(session, text, source or USER, new_message_id(), output, (), limits, owner)
     try:
         blocks = checked(content)
     except (TypeError, ValueError) as exc:
         raise type(exc)(f"agent {agent_id!r}: {exc}") from None
     message_id = new_message_id()
-    return Prompt(session, text_of(blocks), source or USER, message_id, output, blocks, limits)
+    return Prompt(
+        session, text_of(blocks), source or USER, message_id, output, blocks, limits, owner
+    )
 
 
 def checked_text(agent_id: str, content: object) -> str:
@@ -440,6 +461,12 @@ def checked_text(agent_id: str, content: object) -> str:
     if not content.strip():
         raise ValueError(f"agent {agent_id!r}: content must be non-empty text")
     return content
+
+
+def adopt(prompt: Prompt[Any], owner: PromptOwner) -> None:
+    """`owner` holds `prompt`, made without it (a cut turn's, carried on): its `cancel`
+    asks `owner`."""
+    prompt._owner = owner
 
 
 def take(prompts: Sequence[Prompt[Any]], turn: int) -> None:

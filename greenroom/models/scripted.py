@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Final, TypeAlias
 
 import msgspec
@@ -129,42 +129,12 @@ class ScriptedModel:
             return self._play(self._scripts.popleft())
         return self._echo(request)
 
-    async def _play(self, script: Sequence[Action]) -> AsyncIterator[StreamChunk]:
-        called = False
-        for action in script:
-            match action:
-                case Say(text=text):
-                    yield TextDelta(text)
-                case Think(text=text):
-                    yield ReasoningDelta(text)
-                case CallTool(name=name, arguments=arguments, call_id=call_id):
-                    self._calls += 1
-                    called = True
-                    yield ToolCallChunk(
-                        call_id=call_id or f"call-{self._calls}",
-                        name=name,
-                        arguments=arguments
-                        if isinstance(arguments, str)
-                        else json.dumps(arguments),
-                    )
-                case Tokens():
-                    yield Usage(
-                        action.input,
-                        action.output,
-                        action.cache_read,
-                        action.cache_write,
-                        action.reasoning,
-                    )
-                case Wait(seconds=seconds):
-                    await trio.sleep(seconds)
-                case Fail(message=message):
-                    raise ModelError(message)
-                case Hang():
-                    await trio.sleep_forever()
-                case End(reason=reason, message=message):
-                    yield Finish(reason, message)
-                    return
-        yield Finish("tool-calls" if called else "stop")
+    def _play(self, script: Sequence[Action]) -> AsyncIterator[StreamChunk]:
+        return play(script, self._call_id)
+
+    def _call_id(self) -> str:
+        self._calls += 1
+        return f"call-{self._calls}"
 
     def _echo(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
         messages = request.messages
@@ -187,6 +157,44 @@ class ScriptedModel:
         chunks: list[StreamChunk] = [TextDelta(word + " ") for word in words[:-1]]
         chunks += (TextDelta(words[-1]), finish)
         return _Echo(chunks, self._delay)
+
+
+async def play(script: Sequence[Action], call_id: Callable[[], str]) -> AsyncIterator[StreamChunk]:
+    """`script` as a model's reply: each action in order (a `CallTool` without an id gets
+    ``call_id()``), then a `Finish` (``tool-calls`` if it called one, else ``stop``) unless
+    an `End` finished it."""
+    called = False
+    for action in script:
+        match action:
+            case Say(text=text):
+                yield TextDelta(text)
+            case Think(text=text):
+                yield ReasoningDelta(text)
+            case CallTool(name=name, arguments=arguments, call_id=given):
+                called = True
+                yield ToolCallChunk(
+                    call_id=given or call_id(),
+                    name=name,
+                    arguments=arguments if isinstance(arguments, str) else json.dumps(arguments),
+                )
+            case Tokens():
+                yield Usage(
+                    action.input,
+                    action.output,
+                    action.cache_read,
+                    action.cache_write,
+                    action.reasoning,
+                )
+            case Wait(seconds=seconds):
+                await trio.sleep(seconds)
+            case Fail(message=message):
+                raise ModelError(message)
+            case Hang():
+                await trio.sleep_forever()
+            case End(reason=reason, message=message):
+                yield Finish(reason, message)
+                return
+    yield Finish("tool-calls" if called else "stop")
 
 
 #: The prompts `_asked_call` reads; any other is echoed without a look at the tools.
