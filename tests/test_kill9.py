@@ -27,7 +27,7 @@ from greenroom.session.persistence import JsonlPersistence, Persistence, SqliteP
 from tests.agents_helpers import assert_enclosed
 
 CHILD = Path(__file__).with_name("kill9_child.py")
-KILLS = 50  # per backend: 100 across the suite
+KILLS = 25  # per backend: 50 across the suite
 
 
 class Lines:
