@@ -25,6 +25,16 @@ from greenroom.blocking import (
 from greenroom.models.prices import Price, Prices
 from greenroom.protocol.content import Image, Resource, Text
 from greenroom.runtime import Runtime, open_runtime
+from greenroom.session.history import (
+    AssistantEntry,
+    CompactionEntry,
+    ContextEntry,
+    HistoryEntry,
+    ToolCallEntry,
+    UserEntry,
+)
+from greenroom.supervisor import Supervisor
+from greenroom.tools.subagents import task_tool
 from greenroom.tools.typed import tool
 
 __version__ = "0.1.0"
@@ -38,11 +48,15 @@ __all__ = [
     "AgentRegistry",
     "AgentSpec",
     "Answer",
+    "AssistantEntry",
     "BlockingAgent",
     "BlockingHandle",
     "BlockingPrompt",
     "BlockingRuntime",
+    "CompactionEntry",
+    "ContextEntry",
     "Guard",
+    "HistoryEntry",
     "Image",
     "Limits",
     "Price",
@@ -54,10 +68,14 @@ __all__ = [
     "SpawnLimits",
     "SpawnRefused",
     "StopReason",
+    "Supervisor",
     "Text",
+    "ToolCallEntry",
     "ToolCallRecord",
+    "UserEntry",
     "blocking_runtime",
     "open_runtime",
     "run_sync",
+    "task_tool",
     "tool",
 ]

@@ -1,7 +1,7 @@
-"""Every example of the docs runs as written: each Python block of docs/embedding.md (and the
-README's first) in a fresh interpreter, its provider's API served on loopback, what it prints
-compared with the ``text`` block after it when there is one; docs/testing.md's blocks as the
-test modules of a user's suite, run by pytest with greenroom's plugin."""
+"""Every example of the docs runs as written: each Python block of docs/embedding.md in a
+fresh interpreter, its provider's API served on loopback, what it prints compared with the
+``text`` block after it when there is one; docs/testing.md's blocks as the test modules of a
+user's suite, run by pytest with greenroom's plugin. (The README's: tests/test_readme.py.)"""
 
 from __future__ import annotations
 
@@ -85,3 +85,18 @@ def test_the_testing_guide_is_a_suite_that_passes(tmp_path: Path) -> None:
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert " passed" in done.stdout
+
+
+#: What the README and the guides may import from greenroom: its facade and the documented
+#: subpackages (the hosts, the models, the test kit), never a floor beneath them.
+FACADE = {"greenroom", "greenroom.aio", "greenroom.models", "greenroom.testing"}
+
+
+def test_the_readme_and_the_guides_import_only_the_facade() -> None:
+    found: set[str] = set()
+    for path in (ROOT / "README.md", ROOT / "docs" / "embedding.md", ROOT / "docs" / "testing.md"):
+        for code in blocks(path):
+            found |= set(re.findall(r"^\s*from (greenroom[\w.]*) import", code, re.M))
+            found |= set(re.findall(r"^\s*import (greenroom[\w.]*)", code, re.M))
+    assert found, "no example imports greenroom"
+    assert found <= FACADE, sorted(found - FACADE)
