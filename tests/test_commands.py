@@ -36,7 +36,11 @@ async def _acp(tmp_path: Path, editor: Editor, body: Any) -> int:
     work.mkdir(exist_ok=True)
     command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
     async with acp.spawn_agent_process(
-        editor, *command, env={"GREENROOM_HOME": str(home)}, cwd=work
+        editor,
+        *command,
+        env={"GREENROOM_HOME": str(home)},
+        cwd=work,
+        transport_kwargs={"shutdown_timeout": 5.0},  # our bound on exit, not the SDK's 2 s
     ) as (conn, process):
         await conn.initialize(protocol_version=1, client_capabilities=schema.ClientCapabilities())
         await body(conn, str(work))
