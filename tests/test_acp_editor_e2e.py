@@ -311,8 +311,20 @@ def test_a_disconnect_while_asking_parks_the_turn_and_a_new_process_asks_again(
         later.decide = check_then_allow
         assert run(_session(later, home, work, a, b, load, load=editor.session)) == 0
         assert (work / "a.txt").read_text() == "new"
+        # A third load replays what was asked and who answered.
+        third = Editor()
+
+        async def look(conn: Any, session: str) -> None:
+            pass
+
+        assert run(_session(third, home, work, a, b, look, load=editor.session)) == 0
     assert [c.tool_call_id for c in later.asked] == ["c1"]
     assert replayed_when_asked == [True]
+    assert "Asked: permission asked for write_file" in later.text()
+    assert "Decided by " not in later.text()  # answered live, not replayed
+    assert "Asked: permission asked for write_file" in third.text()
+    assert "Decided by client: allow_once" in third.text()
+    assert third.asked == []
     assert len(a.requests) == 2  # the model step that asked is not repeated
     assert later.statuses("c1")[-2:] == ["in_progress", "completed"]
 

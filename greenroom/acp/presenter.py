@@ -79,6 +79,8 @@ from greenroom.protocol.events import (
     Compacted,
     CompactionStart,
     ConfigSet,
+    DecisionMade,
+    DecisionRequested,
     ModelRetry,
     PlanEntry,
     PlanSet,
@@ -95,6 +97,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
 from greenroom.session import Session
+from greenroom.session.transcript import describe_decision
 from greenroom.spill import cut
 
 #: The most characters of text one update carries, and of any one text in it (see the module).
@@ -217,6 +220,24 @@ class Presenter:
         message_id = f"{session.id}/{event.turn}/{event.step}/retry-{event.attempt}"
         yield AgentMessageChunk(TextBlock(notice), message_id)
 
+    def _asked(
+        self, session: Session, event: DecisionRequested, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        # Live, the client is asked the decision itself; replayed, it reads what was asked.
+        if replay:
+            said = f"Asked: {describe_decision(event)}\n"
+            message_id = f"{session.id}/{event.turn}/{event.decision_id}"
+            yield AgentMessageChunk(TextBlock(_bounded(said)), message_id)
+
+    def _decided(
+        self, session: Session, event: DecisionMade, replay: bool
+    ) -> Iterator[SessionUpdate]:
+        if replay:
+            answer = event.answer or "(declined)"
+            said = f"Decided by {event.by}: {answer}\n"
+            message_id = f"{session.id}/{event.turn}/{event.decision_id}/made"
+            yield AgentMessageChunk(TextBlock(_bounded(said)), message_id)
+
     def _compacting(
         self, session: Session, event: CompactionStart, replay: bool
     ) -> Iterator[SessionUpdate]:
@@ -330,6 +351,8 @@ _SHOWN: Final[
     AssistantMessage: Presenter._usage,
     TurnUsage: Presenter._cost,
     ModelRetry: Presenter._retry,
+    DecisionRequested: Presenter._asked,
+    DecisionMade: Presenter._decided,
     CompactionStart: Presenter._compacting,
     Compacted: Presenter._compacted,
     ToolCall: Presenter._call,
