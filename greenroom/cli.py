@@ -250,9 +250,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def _none_yet(args: argparse.Namespace, state_dir: Path) -> int:
     """``sessions`` before anything made the default state directory: there are no sessions
-    yet (`list` says so and succeeds; `show` finds none)."""
+    yet (`list` and `decisions` say so and succeed; `show` and `decide` find none)."""
     why = f"no sessions yet ({state_dir} does not exist)"
-    if args.verb == "list":
+    if args.verb in ("list", "decisions"):
         print(why, file=sys.stderr)
         return 0
     print(f"greenroom sessions: no stored session {args.session_id!r}: {why}", file=sys.stderr)

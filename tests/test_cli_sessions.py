@@ -351,7 +351,11 @@ def test_no_state_directory_yet_is_no_sessions_yet(
         err
         == f"greenroom sessions: no stored session 's1': no sessions yet ({state} does not exist)\n"
     )
-    assert not state.exists()  # reading made nothing
+    assert main(["sessions", "decisions"]) == 0
+    assert capsys.readouterr().err == f"no sessions yet ({state} does not exist)\n"
+    assert main(["sessions", "decide", "s1", "dec-1", "allow_once"]) == 1
+    assert "no stored session 's1'" in capsys.readouterr().err
+    assert not state.exists()  # reading made nothing, nor did a decide of nothing
     # Given, a directory that does not exist is still the user's mistake.
     assert main(["sessions", "list", "--state-dir", str(state)]) == 2
     assert f"--state-dir {state}: no such directory" in capsys.readouterr().err
