@@ -368,6 +368,34 @@ def test_a_question_parked_by_a_disconnect_is_told_to_a_client_that_cannot_ask_a
     assert "parked:" not in shown
 
 
+def test_a_question_parked_by_a_disconnect_is_asked_again_of_the_next_client(
+    tmp_path: Path,
+) -> None:
+    first = Editor(hold=True)
+    started: list[str] = []
+
+    async def leave(conn: Any, session: str) -> None:
+        started.append(session)
+        prompt = asyncio.ensure_future(
+            conn.prompt(session_id=session, prompt=prompt_text(ASK_PROMPT))
+        )
+        while not first.asked:
+            await asyncio.sleep(0.05)
+        prompt.cancel()
+
+    assert asyncio.run(asyncio.wait_for(_acp(tmp_path, first, leave, elicitation=True), LIMIT)) == 0
+    second = Editor("red")
+
+    async def answer(conn: Any, session: str) -> None:
+        while "The user answered: red" not in second.results():
+            await asyncio.sleep(0.05)
+
+    (session,) = started
+    ran = _acp(tmp_path, second, answer, elicitation=True, load=session)
+    assert asyncio.run(asyncio.wait_for(ran, LIMIT)) == 0
+    assert [message for message, _ in second.asked] == ["Which color?"]
+
+
 def _told(editor: Editor) -> list[str]:
     return [u.content.text for u in editor.updates if isinstance(u, schema.AgentMessageChunk)]
 
