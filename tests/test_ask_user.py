@@ -311,21 +311,8 @@ def test_a_question_parked_by_a_disconnect_is_told_to_a_client_that_cannot_ask_a
     tmp_path: Path,
 ) -> None:
     home = tmp_path / "home"
-    first = Editor(hold=True)  # asked, never answers: the client leaves mid-question
-    started: list[str] = []
-
-    async def leave(conn: Any, session: str) -> None:
-        started.append(session)
-        prompt = asyncio.ensure_future(
-            conn.prompt(session_id=session, prompt=prompt_text(ASK_PROMPT))
-        )
-        while not first.asked:
-            await asyncio.sleep(0.05)
-        prompt.cancel()
-
+    session = _parked_by_a_disconnect(tmp_path)
     run = asyncio.run
-    assert run(asyncio.wait_for(_acp(tmp_path, first, leave, elicitation=True), LIMIT)) == 0
-    (session,) = started
 
     mute = Editor()  # no elicitation: it is told the question, not asked it
 
@@ -371,6 +358,20 @@ def test_a_question_parked_by_a_disconnect_is_told_to_a_client_that_cannot_ask_a
 def test_a_question_parked_by_a_disconnect_is_asked_again_of_the_next_client(
     tmp_path: Path,
 ) -> None:
+    session = _parked_by_a_disconnect(tmp_path)
+    second = Editor("red")
+
+    async def answer(conn: Any, session: str) -> None:
+        while "The user answered: red" not in second.results():
+            await asyncio.sleep(0.05)
+
+    ran = _acp(tmp_path, second, answer, elicitation=True, load=session)
+    assert asyncio.run(asyncio.wait_for(ran, LIMIT)) == 0
+    assert [message for message, _ in second.asked] == ["Which color?"]
+
+
+def _parked_by_a_disconnect(tmp_path: Path) -> str:
+    """A session whose turn is parked on ``ask_user``: its client, asked, left mid-question."""
     first = Editor(hold=True)
     started: list[str] = []
 
@@ -384,16 +385,8 @@ def test_a_question_parked_by_a_disconnect_is_asked_again_of_the_next_client(
         prompt.cancel()
 
     assert asyncio.run(asyncio.wait_for(_acp(tmp_path, first, leave, elicitation=True), LIMIT)) == 0
-    second = Editor("red")
-
-    async def answer(conn: Any, session: str) -> None:
-        while "The user answered: red" not in second.results():
-            await asyncio.sleep(0.05)
-
     (session,) = started
-    ran = _acp(tmp_path, second, answer, elicitation=True, load=session)
-    assert asyncio.run(asyncio.wait_for(ran, LIMIT)) == 0
-    assert [message for message, _ in second.asked] == ["Which color?"]
+    return session
 
 
 def _told(editor: Editor) -> list[str]:
