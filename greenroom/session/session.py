@@ -402,7 +402,7 @@ class Session:
         Dispatched on the exact type (events are final classes): a class pattern
         or an `isinstance` of a Struct class costs a slow subclass check each. The
         messages the common kinds put in the history are built inline, for speed: they
-        must be what `message_of` gives (tests/test_session_history.py holds them to it)."""
+        must be what `message_of` gives (tests/session/test_message_of.py holds them to it)."""
         if type(event) is TurnStart:
             self._open_turn = self._last_turn = event.turn
             self._turn_messages = len(self._messages)
