@@ -19,6 +19,10 @@ all; the work is stopped by ``agent.cancel()`` or ``prompt.cancel()``. As in Tri
 cancelled `AioRuntime.start` (or `open_runtime`) leaves nothing started, and leaving
 `open_runtime`'s block is not cut short by a cancel: the close runs to its end, then the
 cancel is raised.
+
+The names: `AioRuntime`, `AioHandle`, `AioAgent`, `AioPrompt` (``run``, ``when_idle``,
+``dispose``, a prompt's await, ``events`` and ``text`` are asyncio awaitables); each
+runtime is held by a Trio task of the shared run.
 """
 
 from __future__ import annotations

@@ -14,6 +14,11 @@ cancelled and waited out, so nothing it started is left.
 No blocking call may be made from inside a Trio run (the runtime's own thread, say from a
 tool, or an asyncio loop hosting `greenroom.aio`): the run would wait on itself. Each refuses
 with a `RuntimeError` saying what to await instead.
+
+The names: `BlockingRuntime`, `BlockingHandle`, `BlockingAgent`, `BlockingPrompt`; an
+async call is a job of the runtime's job nursery with its own cancel scope; a prompt's
+answer is a `concurrent.futures.Future` its `on_settled` completes. Open runtimes are
+closed at the interpreter's exit (``atexit``: the threads are daemons).
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The ``greenroom`` command (floor 8): its options, the state directory and the stores."""
+"""The ``greenroom`` command (floor 8): its options, the state directory and the stores.
+
+``--model KIND:MODEL`` (`greenroom.models.named`), ``--prices FILE`` (a price file's rows
+over the shipped table), ``--store`` URLs (`store_from_url`, read-only for the reading
+commands; ``decide`` writes only beside the logs). A model whose API key is missing is
+served as `Unkeyed`: each step fails naming the variable.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""An error comes out as itself: what Trio's nurseries wrap in groups of one, unwrapped."""
+"""An error comes out as itself: what Trio's nurseries wrap in groups of one, unwrapped.
+
+`alone` gives the one exception a group of one holds; `open_runtime` and `Supervisor` let
+their body's error out through it as itself.
+"""
 
 from __future__ import annotations
 

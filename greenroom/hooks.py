@@ -14,6 +14,11 @@ guarded emit, bound to one hook. The named hooks themselves live with their voca
 knows no agent or session. Hooks are for observers and for the waterfalls
 that shape a turn; nothing that must not be lost (the session log's write
 path) goes through them.
+
+The names: `EmitHook` and `WaterfallHook` (a hook of each kind), `Hooks` (one runtime's
+listener table; ``listened`` is its live read-only view of the hooks that have
+listeners, the one check a hot path makes), `Emitter` and `Listeners` (removable,
+contained callbacks of one kind of notice).
 """
 
 from __future__ import annotations

@@ -4,6 +4,9 @@ The reader of a stream feeds it what it receives and takes whole lines out;
 the buffer never waits, reads or writes, so one buffer serves the ACP
 reader (stdin, a socket) and the MCP stdio transport (a server's stdout)
 alike, and is tested without either.
+
+A line past the buffer's limit raises `LineTooLong`, or, given a `Dropped`, goes to it
+piece by piece as it comes, never kept.
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ a process of a spawn is found by reading ``/proc/PID/environ``. Three sweeps
 use it, one for each way an owner ends:
 
 * **The spawn ends** (its shell or server has exited and been reaped, and its
-  group SIGKILLed by its caller): `Spawn.end` kills every process still
+  group SIGKILLed by its caller): `MarkedProcess.end` kills every process still
   carrying the spawn's mark, so a detached child does not outlive the command
   that started it. It looks only at processes started since the spawn: the
   kernel hands pids out in cyclic order, so those are the pids above the
@@ -58,6 +58,14 @@ wherever they were re-parented; their new parent (init) reaps them.
 
 Linux only: elsewhere (no ``/proc``) spawns carry the mark but no sweep finds
 anything, no keeper starts, and a process's group is all that is killed.
+
+The names: `ProcessOwner` (this process's token, its spawns, its keeper; `owner` gives
+it), `MarkedProcess` (one spawn's mark; its `end` tells from the pids handed out since
+whether a `Sweep` must look for what still carries it), `exited` (waits on the pidfds of
+what was killed), `sweep_owner`, `start_time` and `alive`; this process's cgroups:
+`cgroup_places`, `cgroup_tree` (``greenroom-<token>`` in each hierarchy),
+`remove_cgroup_tree` (``cgroup.kill``, wait, remove). Run as a script it is the keeper
+(stdlib only: the marks, then the cgroups).
 """
 
 from __future__ import annotations
@@ -451,7 +459,7 @@ class ProcessOwner:
         self._lifeline: int | None = None  # the write end of the keeper's pipe, never written to
 
     def spawn(self, env: dict[str, str]) -> MarkedProcess:
-        """A new spawn's mark and environment (`Spawn.started` once it runs)."""
+        """A new spawn's mark and environment (`MarkedProcess.started` once it runs)."""
         return MarkedProcess(self, f"{self.token}.{next(self._count)}", env)
 
     def spawned(self, pid: int) -> bool:

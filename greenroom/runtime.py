@@ -3,6 +3,10 @@
 This is where configuration enters. Below it only the model adapters read the
 environment, for a key or endpoint not given in code (docs/semantics.md,
 "Endpoint and key"); nothing reads global state.
+
+`Runtime` is what the block holds: ``agents`` (the factory), `plug` and `reload` of
+plugins, `start` (an `AgentSpec` on a session), `history` and `list_sessions`, `decide`
+and `decisions` (the decisions of live and stored sessions).
 """
 
 from __future__ import annotations

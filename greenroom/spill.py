@@ -13,6 +13,9 @@
 
 Limits count characters (what a model's context and an editor's view count),
 not bytes.
+
+`DEFAULT_MAX_TOOL_RESULT` is the runtime's default cut of a tool's result; a `SpillDir`
+holds at most `MAX_SPILLED` bytes in all.
 """
 
 from __future__ import annotations

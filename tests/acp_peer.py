@@ -103,7 +103,7 @@ class Peer:
 
     def updates(self, session_id: str) -> list[dict[str, Any]]:
         """The session's updates, but for its slash commands (``available_commands_update``,
-        sent after every new and load: tests/test_commands.py follows them)."""
+        sent after every new and load: tests/acp/test_commands.py follows them)."""
         return [
             f["params"]["update"]
             for f in self.frames

@@ -5,7 +5,7 @@ request, kept until the service stops) and streams the turn's text back. The han
 for the client's disconnect itself (a plain endpoint is not cancelled by one) and then
 cancels the prompt: its turn stops, the model's stream is closed. The model is an
 OpenAI-compatible server at ``$MODEL_URL``; sessions are stored as JSONL under ``$STORE``.
-Run by `tests/test_hosts_asgi.py` as ``python -m uvicorn tests.asgi_host:app``.
+Run by `tests/hosts/test_asgi.py` as ``python -m uvicorn tests.asgi_host:app``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """Greenroom's sandbox as ``nobody``: ``python sandbox_child.py WORK OUTSIDE DAEMON [CGROUP]``.
 
-Started as root by `tests/test_sandbox.py`, with this interpreter runnable by
+Started as root by `tests/sandbox/test_sandbox.py`, with this interpreter runnable by
 ``nobody``. With CGROUP (a cgroup v2 directory delegated to ``nobody``), it
 moves itself there first; then it drops to ``nobody`` (uid and gid 65534, no
 groups) and, as ``nobody``, runs three commands in a sandbox of WORK

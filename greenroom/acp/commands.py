@@ -5,6 +5,9 @@ The set: ``/compact [instructions]``, ``/mode MODE``, ``/model MODEL``, and
 each prompt of each of the session's MCP servers as ``/<server>:<prompt>``,
 its arguments as the input hint. A prompt whose first word is one of them
 runs it (`parse`); any other ``/word`` is text for the model, as before.
+
+`SessionCommands` holds a session's set (its servers' prompts as ``mcp/prompts`` tells
+them).
 """
 
 from __future__ import annotations

@@ -26,6 +26,11 @@
   reaped, its MCP servers stopped), so the whole takes one agent's teardown,
   within `TEARDOWN_GRACE`. A sub-agent still ends before its parent: that
   order is the parent's own teardown.
+
+The routes: each method maps to its params Struct and handler as an `InlineRoute` (acted
+on in the reader), a `WaitingRoute` (a task of its own) or a `NotificationRoute`.
+`AcpConnection` also answers ``initialize`` and shows the editor the runtime's hooks;
+`serve_connection` runs the reader and the one writer.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 
 Nothing here holds state or touches a session; `check_cwd` reads the file
 system only to ask whether a directory exists.
+
+The checks: `decode` (a params Struct), `check_cwd`, `prompt_text`, `servers_from_acp`
+(``mcpServers`` entries as specs, -32602 naming the entry), `prompt_result` (an `Answer`
+as ACP's answer).
 """
 
 from __future__ import annotations

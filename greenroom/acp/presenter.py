@@ -17,6 +17,17 @@ how much was cut and that the log holds the rest), and diffs past the budget
 are left out, said so. Escaped as JSON a character takes
 at most 6 bytes, so an update stays far inside the 8 MiB frame a reader
 takes (`greenroom.acp.frames.MAX_FRAME`), live and on replay.
+
+`Presenter` has a handler per kind of event that shows (``_SHOWN``; any other kind costs
+one look-up). A ``turn/usage`` record with the session's known cost is a
+``usage_update`` with its ``cost``. A compaction is, for a client declaring
+``session.compaction``, the unstable ``compaction_update`` /
+``compaction_summary_chunk`` entity (`compaction_updates`) from its start
+(``in_progress``; on replay ``failed`` for a start a crash left without its end), else
+one plain agent message from its start to its end. The presenter also says a session's
+modes and config options, and `shown_call` a permission question's title and raw input,
+bounded the same way: a call's raw input is its JSON text checked and passed through
+(``msgspec.Raw``), never decoded and encoded again.
 """
 
 from __future__ import annotations

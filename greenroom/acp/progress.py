@@ -5,6 +5,8 @@ The child's messages and tool calls so far become the call's content (a
 A child is followed from its ``subagent/started`` to its one turn's end, or
 to its disposal (a cancel that dropped its turn before it began, a disposal
 before its prompt).
+
+`SubagentProgress` follows a connection's ``task`` children, by their session id.
 """
 
 from __future__ import annotations

@@ -5,6 +5,8 @@
 `carried_on`'s body, run by the `TurnDriver`: it logs ``turn/resumed``,
 mends the step the crash cut (docs/semantics.md, "Durable turns"), and goes
 on with the turn's steps.
+
+`CarriedOn` is that first turn's body.
 """
 
 from __future__ import annotations

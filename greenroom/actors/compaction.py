@@ -19,6 +19,11 @@ prompt and the tool schemas are counted by the same rule, and the threshold is t
 carried events, the summary, the summarizing transcript) is a share of the window
 in bytes at the same rate, so what a compaction leaves is estimated at most
 ``keep + summary`` of the window (with the system prompt and the tools besides).
+
+`CompactionPolicy` says when and how much (threshold, keep, summary, deadline); a
+`Compactor` (one per agent) keeps the estimate and the windows refusals taught
+(``config/set`` ``context_window:<id>``, `learned_window`); `bounded_summary` bounds what
+the summarizer wrote.
 """
 
 from __future__ import annotations

@@ -10,6 +10,12 @@ answer is logged (``decision/made``, naming who gave it) and the turn goes
 on. A turn whose agent is disposed, or whose process dies, while a decision
 is open stays parked in the log: repair leaves it open, and the session's
 next holder asks again, the same decision (`ask` finds it by its call).
+
+A decision waits at most ``decision_wait`` (`AgentOptions`). A log's open decisions are
+`open_decisions` (`open_in`: one by id; `OpenDecision`: one of a stored session); a stored
+session's decision is answered by `decide_stored`, and a store's open ones listed by
+`stored_decisions`, as `Runtime.decide` and `Runtime.decisions` (and ``greenroom sessions
+decide|decisions``) do.
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@ anything exists and a racing create cannot publish the same ids), get the
 session's log from the persistence (a new one, or the stored one repaired),
 then `_start`: prepare the session with its sink and start its `AgentLife`
 under the owner, which reports ready with the `AgentHandle`.
+
+A spawn is checked against `SpawnLimits` (depth, live children: `SpawnRefused`); a fork
+(`greenroom.actors.fork`) makes a new stored session for `resume` to take live.
 """
 
 from __future__ import annotations

@@ -28,6 +28,8 @@ same: its loop disposes them before it appends its own closing ``turn/end``
 (`end_children`), and its nesting does again before anything else is let go,
 so no child outlives its parent, whichever way the parent ends. A parent's
 cancel reaches its children (`cancel_children`).
+
+An `Owner` is what a life runs under: a `Supervisor` or a nursery.
 """
 
 from __future__ import annotations

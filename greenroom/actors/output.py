@@ -7,6 +7,9 @@ for JSON-schema output natively. A step's call of that tool, or the text of
 a step that called no tool, is one attempt: it validates as the type, or the
 model gets the validation error and one more step; a second invalid attempt
 fails the turn, naming what was wrong.
+
+`OutputSpec` is what one type is offered as and validated with, `OutputTurn` judges each
+step's attempt, `OutputTools` offers `OUTPUT_TOOL` beside the agent's tools.
 """
 
 from __future__ import annotations

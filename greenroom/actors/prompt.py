@@ -8,6 +8,9 @@ dispose). The agent settles every prompt exactly once, whether or not
 anyone awaits it, and keeps nothing of it afterwards: a settled prompt
 nobody holds is garbage. The `Answer` is made when someone first reads it,
 from the session's log; the prompts of one turn share it.
+
+Beside `Prompt`: `Answer` (what became of it: its turn, text, tool calls, usage, output,
+stop reason) and `PromptEvents` (a reader of one prompt's turn, `Prompt.events`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """`Requests`: what an agent's model is asked, built from the session's log alone, and
-what its replies cost."""
+what its replies cost (`Requests.priced`, by the runtime's price table).
+"""
 
 from __future__ import annotations
 

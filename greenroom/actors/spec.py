@@ -8,6 +8,8 @@ adapters, so they are frozen dataclasses checked at construction (as the
 supervisor's `ChildSpec` is); what only the runtime can check (a tool name it
 offers, a model string's key) is checked at start, each a `ValueError` or
 `TypeError` naming the field.
+
+`Resolver` is what the runtime makes one with (`greenroom.resolve.SpecResolver`).
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""`AgentStatus`: an agent's status (idle, running, disposed) and who waits for it to settle."""
+"""`AgentStatus`: an agent's status (idle, running, waiting, disposed) and who waits for it.
+
+Each wait for it to settle is an `IdleWait`, parked on a `Parking`.
+"""
 
 from __future__ import annotations
 

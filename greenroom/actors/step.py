@@ -1,5 +1,10 @@
 """What a step may fail with (a step's failure, a guard's trip), and the write-ahead that
-comes before its side effects."""
+comes before its side effects.
+
+`StepFailed` is a step that could not finish (the model raised, yielded garbage, or finished
+with an error; or its write-ahead failed); `TurnStopped` (`LimitStop`, `GuardTrip`) ends a
+turn from inside a step, its calls closed first.
+"""
 
 from __future__ import annotations
 

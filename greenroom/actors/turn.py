@@ -7,6 +7,10 @@ it took (steering too) settles with it. The agent's loop (`LoopAgent`)
 decides when a turn runs; the driver runs it, in the turns' scope of the
 `CancelMarker`, whose marker it reads before each step (window 3) and after
 the continuation decision (window 4).
+
+It also logs the one-shot events of an injected message or a setting (`one_shot`: into the
+turn the log has open, else as a turn of its own), and runs the turn of one step that only
+compacts (`Agent.compact` while idle).
 """
 
 from __future__ import annotations

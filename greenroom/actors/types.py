@@ -1,6 +1,14 @@
 """The agent interface every plugin programs against, and the tool seam the loop calls.
 
 Nothing here depends on the loop: the loop is one implementation of `Agent`.
+
+The names: the `Agent` protocol and `AgentOptions`; the modes (`MODES`, the sandbox access
+of each, `MODE_ACCESS`, and `mode_descriptions` with what the kernel gives); `Guard`; the
+tool seam (`ToolInvocation`, `ToolOutcome` and `ToolOutcome.failed`, the one builder of an
+error result, `ToolView`, `ToolExecutor`); a spawn (`SpawnArgs`, what a spawn takes,
+declared once; `SpawnLimits`, `SpawnRefused`); the seam for a session's servers
+(`SessionServers`, `ServerHub`) and the front end's (`SessionClient`: `Permissions`,
+`Questions`, `EditorFiles`; `PermissionRequest`).
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 
 Nothing beyond greenroom's own dependencies (the ``anthropic`` extra is kept, empty, for
 ``pip install 'greenroom[anthropic]'``).
+
+It sets prompt-cache breakpoints, asks for extended thinking by ``thought_level`` and
+sends its `Thought` blocks back, and keeps ``max_tokens`` and the thinking budget under a
+request's ``max_output_tokens``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,13 @@
-"""The model seam: one call per step, streamed."""
+"""The model seam: one call per step, streamed.
+
+`ModelAdapter` is the contract every adapter keeps (its docstring; checked by
+`greenroom.models.conformance`). Beside it: `ModelError`, and `ContextOverflow`, a
+provider's refusal of a request over the model's window (its ``window``: the limit the
+refusal names, read by `context_limit`); the known families' context windows
+(`CONTEXT_WINDOWS`, `context_window_of`); `open_models`, which holds each adapter's
+connection pool for the runtime's life. Each adapter sends back only the thoughts
+(`Thought`) of its own wire format (``Thought.source``).
+"""
 
 from __future__ import annotations
 

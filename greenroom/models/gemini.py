@@ -1,5 +1,8 @@
 """`GeminiModel`: the Gemini API's ``streamGenerateContent`` wire format (server-sent events),
-natively on Trio over httpx2 (see `greenroom.models.http`)."""
+natively on Trio over httpx2 (see `greenroom.models.http`).
+
+Thinking budgets by ``thought_level``; thought signatures are sent back on their parts.
+"""
 
 from __future__ import annotations
 

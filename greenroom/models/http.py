@@ -5,6 +5,11 @@ The adapters use httpx2, which runs natively under Trio (through anyio's Trio
 backend): no asyncio bridge and no thread left reading. It is the project's one
 HTTP stack (the MCP client's too). An official vendor SDK would pull in
 asyncio-only pieces, so greenroom speaks each wire format itself.
+
+`ConnectionPool` is one pooled httpx2 client per adapter, with its limits and timeouts;
+retries run within a wait budget, each a `Retry` chunk the turn logs as ``model/retry``;
+`ModelConfigError` is an endpoint that refused the credentials (no retry); `output_limit`
+is the smaller of a request's and an adapter's output limit.
 """
 
 from __future__ import annotations

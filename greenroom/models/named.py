@@ -2,6 +2,9 @@
 
 ``KIND:MODEL`` names an API model of one of the wire formats greenroom speaks,
 its key and base URL read from the environment; ``scripted`` the echo.
+
+`model_named` makes the adapter; the kinds are `API_KINDS` (openai, openai-responses,
+anthropic, gemini, deepseek); a key missing from the environment is `MissingKey`.
 """
 
 from __future__ import annotations

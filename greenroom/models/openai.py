@@ -3,6 +3,10 @@ DeepSeek and most gateways), natively on Trio over httpx2 (see `greenroom.models
 
 Nothing beyond greenroom's own dependencies (the ``openai`` extra is kept, empty, for
 ``pip install 'greenroom[openai]'``).
+
+Cache hits are read as OpenAI or DeepSeek reports them; a request's ``max_output_tokens``
+goes as ``max_tokens``, or ``max_completion_tokens`` for the reasoning families;
+OpenAI's wording of an over-long request is a `ContextOverflow` under any status code.
 """
 
 from __future__ import annotations

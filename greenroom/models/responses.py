@@ -4,6 +4,8 @@ speak "Open Responses"), natively on Trio over httpx2 (see `greenroom.models.htt
 Stateless: every call sends the whole history (``store: false``), the reasoning items of
 earlier replies among it, each with its encrypted content, so a reasoning model keeps its
 reasoning between calls without the provider keeping anything.
+
+Each session's requests carry one ``prompt_cache_key``.
 """
 
 from __future__ import annotations

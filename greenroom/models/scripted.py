@@ -9,6 +9,11 @@ list of plan entries, or the tool's whole arguments) for the ``todo`` tool,
 ``ask: QUESTION | CHOICE | ...`` for ``ask_user`` (no choices: free text),
 and ``tool: NAME {JSON}`` for any offered tool. Delays are `trio.sleep`s, so under
 a `MockClock` they cost no real time.
+
+A script's actions: `Say`, `Think`, `CallTool`, `Tokens` (a usage with cache and reasoning
+counts), `Wait`, `Fail`, `Hang`, `End`. The echo stops at a request's
+``max_output_tokens`` words. `play` turns a script into a reply (also
+`greenroom.testing.FunctionModel`'s).
 """
 
 from __future__ import annotations

@@ -1,5 +1,9 @@
 """Token usage and its cost summed per turn and per session, read off the log
-(``turn/usage``)."""
+(``turn/usage``).
+
+`turn_usage` makes a turn's ``turn/usage`` record: its tokens and cost, and the session's
+running total.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 Blank text is ``{}`` (a model calling a tool without parameters may write
 nothing); anything else must be JSON. The registry reads it into the tool's
 Struct, the presenter and the Anthropic adapter into a plain value.
+
+`decode_arguments` reads the text with a decoder of the caller's (a tool's Struct), and
+`arguments_value` as a plain value.
 """
 
 from __future__ import annotations

@@ -6,6 +6,10 @@ The log never holds a large blob: `stored` turns the blocks into their `Part`s
 bytes kept beside the log, docs/semantics.md "Images and embedded context")
 and the blobs to keep. A text resource stays in the log: it is text the model
 reads, like a prompt's.
+
+The blocks: `Text`, `Image`, `Resource` (`ContentBlock`), checked against `MAX_IMAGE_BYTES`
+and `MAX_PROMPT_BYTES`; their log form: `Text`, a text `Resource`, or `ImageRef` /
+`ResourceRef` naming the bytes by SHA-256 (`Part`).
 """
 
 from __future__ import annotations

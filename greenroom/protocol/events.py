@@ -3,6 +3,14 @@
 Every event is a frozen msgspec Struct tagged by ``type`` (``"turn/start"``,
 ``"tool/result"``, ...). ``seq`` and ``time`` are stamped by the session when
 the event is appended; until then they are -1 and 0.
+
+Beside the events: `TurnEndReason` (why a turn ended: ``completed``, ``aborted``,
+``error``, ``refusal``, ``limit``, ...), the message sources (`MessageSource`: the user,
+a plugin, another agent) and turn triggers, `ToolProgress` (a running call's output so far,
+never logged), `Protections` (what the kernel gives a sandbox) and `SessionHeader` (a log's
+first record). ``turn/answered`` (`TurnAnswered`) says what a turn's prompts were answered
+when the store could not take its closing events in time; it stands right after that
+``turn/end``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,10 @@ A session is given its servers when it is created or resumed (ACP's
 ``mcpServers``); they are not stored in its log, because the editor passes
 them again on every load. `check_servers` refuses, before anything starts, a
 list a server could not be started from, naming the entry and the field.
+
+The specs are `McpStdioServer` and `McpHttpServer` (`McpServer`); `McpStatus` is a
+server's state as the session tells it (starting, ready, failed, gave-up), and
+`McpServerError` a server's failure.
 """
 
 from __future__ import annotations

@@ -1,4 +1,12 @@
-"""The model seam's data: what a model adapter is asked, and what it streams back."""
+"""The model seam's data: what a model adapter is asked, and what it streams back.
+
+The stream a model step reads (`StreamChunk`: `TextDelta`, `ReasoningDelta`, `Thought`,
+`ToolCallChunk`, `Usage`, `Retry`, `Finish`), the request it is asked (`ModelRequest`: the
+system prompt, the messages `UserTurn` / `AssistantTurn` / `ToolTurn`, the offered tools'
+`ToolSchema`, the output schema, ``max_output_tokens``, ``thought_level``) and `Usage`:
+tokens and their `Decimal` cost, unknown as None; `NO_USAGE` is where a running total
+starts.
+"""
 
 from __future__ import annotations
 

@@ -26,6 +26,10 @@ not allowed to hold the process itself; they are not used.
 
 Everything here is a few system calls on a pseudo file system that does no
 I/O: they run on the Trio thread.
+
+`Places` says where this process may make cgroups (v2, and the v1 ``pids`` and ``memory``
+hierarchies); `Containment` is a runtime's tree, `SessionGroup` a session's with its
+limits, `SpawnGroup` a spawn's (`kill`, `remove`).
 """
 
 from __future__ import annotations

@@ -49,6 +49,9 @@ SIGKILLed and the launcher exits.
 
 Stdlib only (the interpreter runs with ``-I -S``): greenroom imports this
 module for the probes of what the kernel offers.
+
+Landlock is reached through `ctypes` (system calls 444 to 446); `landlock_abi` and
+`read_only_filter` are the probes greenroom imports.
 """
 
 from __future__ import annotations

@@ -29,6 +29,14 @@ the first spawn that needs it; a spawn without a sandbox, or with nothing to
 confine or contain it, is started as before (``trio.lowlevel.open_process``).
 Either way it is a marked `greenroom.procs.MarkedProcess`, and its `Child.end` kills
 what it left: its process group, its cgroup, whatever carries its mark.
+
+The names: `Sandboxes.spawn` and `Sandboxes.shell` start a process (a command through bash)
+in a `Sandbox`; each session's ``TMPDIR`` and cgroups are made on first use and go with its
+last process once the session ended (`Sandboxes.end_session`); `describe` and `confines` say
+what the protections give. A started process is a `Child` (`wait`, `signal_group`, `end`).
+The launcher's client speaks its wire Structs (`Launch`, `Confinement`, `ChildStarted`,
+`Failed`, `Exited`: JSON arrays); `launching` says whether it is starting a process of a
+Trio run's, which a test's virtual clock holds still for.
 """
 
 from __future__ import annotations

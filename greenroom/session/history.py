@@ -7,6 +7,8 @@ conversation the log holds, not the model's view of it (a compaction is an
 entry; what it summarized stays). Every entry is a msgspec Struct tagged by
 ``kind``, so a history encodes as JSON (``msgspec.json.encode``) and decodes
 back as `HistoryEntry`.
+
+`history_of` reads a log's events as a list of `HistoryEntry`.
 """
 
 from __future__ import annotations

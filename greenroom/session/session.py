@@ -1,4 +1,17 @@
-"""`Session`: one conversation's append-only log."""
+"""`Session`: one conversation's append-only log.
+
+`Session` holds its log in memory, writes it through its `SessionSink` (``append``;
+`write_ahead` and `flush` wait), reads `open_turn` and `last_turn` off it, and keeps the
+model's history incrementally (`Session.messages`, a `History` snapshot, never a copy):
+what each event puts there is `message_of`, and each ``context/compacted`` starts it anew
+with its summary, the events it carries (the open plan, the turn's prompts:
+`carried_message`), then the kept events' messages (a cut prompt's text blocks cut too).
+It keeps the bytes of its prompts' images and blob resources by SHA-256 (`blobs`;
+`hold_blobs` stores them through the sink before the ``user/message`` naming them, and a
+resumed session reads them back at its next turn), the latest reply's reported tokens and
+the bytes added since (compaction's estimate), and a running call's progress
+(`show_progress`, in `greenroom.session.live.LiveCalls`, never logged).
+"""
 
 from __future__ import annotations
 
@@ -402,7 +415,7 @@ class Session:
         Dispatched on the exact type (events are final classes): a class pattern
         or an `isinstance` of a Struct class costs a slow subclass check each. The
         messages the common kinds put in the history are built inline, for speed: they
-        must be what `message_of` gives (tests/test_session_history.py holds them to it)."""
+        must be what `message_of` gives (tests/session/test_message_of.py holds them to it)."""
         if type(event) is TurnStart:
             self._open_turn = self._last_turn = event.turn
             self._turn_messages = len(self._messages)

@@ -1,4 +1,8 @@
-"""`SessionStore`: the live sessions, unique by id."""
+"""`SessionStore`: the live sessions, unique by id.
+
+The publication steps are `reserved`, `prepare`, `enter` ... `leave`; `new_header` makes a
+new session's header; the observer hooks are ``session/created`` and ``session/event``.
+"""
 
 from __future__ import annotations
 

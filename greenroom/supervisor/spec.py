@@ -4,6 +4,11 @@ records, the tree).
 Specs hold functions, so they are plain frozen dataclasses checked at
 construction; records and trees are msgspec Structs, so they can go on a wire
 or into a log as they are.
+
+`ChildSpec` (a child: its name, start, restart type, shutdown grace, and ``stop`` for a
+child asked to stop rather than cancelled), `ExitRecord` (one exit of one child),
+`SupervisorTree` (a supervisor's children as a value), `SupervisorEscalation` (past the
+restart intensity).
 """
 
 from __future__ import annotations

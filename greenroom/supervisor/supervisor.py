@@ -13,6 +13,9 @@ Unsolicited exits (a child returning or raising on its own) travel to one
 supervising task over a channel; that task alone applies the restart
 strategy, so strategies, intensity and backoff never interleave with each
 other or with `start_child`/`stop_child`/`restart_child` (they share one lock).
+
+`supervisor_child` is a `ChildSpec` that runs a nested supervisor; `cleanup_scope` is the
+shielded scope a child's cleanup runs in, cut when its grace runs out.
 """
 
 from __future__ import annotations

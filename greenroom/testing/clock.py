@@ -1,5 +1,10 @@
 """Virtual time for tests: a Trio run on the autojump clock that holds still while real work
-is under way, and fails at once when it deadlocks."""
+is under way, and fails at once when it deadlocks.
+
+`virtual_run` (a Trio run on the autojump clock, failing past `VIRTUAL_DEADLINE`) and
+`HoldClockWhileThreadsWork` (the instrument that holds it): greenroom's own suite runs on
+both.
+"""
 
 from __future__ import annotations
 

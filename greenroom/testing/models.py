@@ -1,4 +1,10 @@
-"""Models for testing agents without a network: `TestModel` and `FunctionModel`."""
+"""Models for testing agents without a network: `TestModel` and `FunctionModel`.
+
+`TestModel`: each turn's first step calls every offered tool (or those of ``call_tools``)
+once, with arguments made for its schema, then ``final_answer`` with a value for the
+output's schema, or text (the turn's tool results as JSON by name); a word a token of
+usage. `FunctionModel(fn)`: its function's reply, text or `greenroom.models` actions.
+"""
 
 from __future__ import annotations
 

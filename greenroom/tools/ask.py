@@ -10,6 +10,8 @@ all: the plugin takes it out of every request of such a session. A cancel
 of the turn withdraws the question (the turn ends ``aborted``, the call's
 result says so). The answer is the call's result, in the log like every
 result.
+
+`ask_plugin` offers the tool.
 """
 
 from __future__ import annotations

@@ -24,6 +24,9 @@ is never written through.
 
 Everything here is blocking file system work, meant to run in a worker
 thread: it holds only its own descriptors, closed before it returns.
+
+The names: `Roots` (a session's directories), `resolve` (a path walked to where it lies),
+`open_regular` (opened for reading), `replace` (the rename write); `PathRefused`.
 """
 
 from __future__ import annotations

@@ -18,6 +18,9 @@ out and how to read on. File work on the local disk runs in a worker thread
 that a cancel abandons: the call answers at once, whatever the file system
 does; the thread holds only its own descriptors (and a token of Trio's
 thread limiter) until the system call it is stuck in returns.
+
+The names: `FileTools` (the three tools, under `ReadCaps`), `read_window` (the bounded
+read), `confined` (a call's path resolved in its roots), `files_plugin`.
 """
 
 from __future__ import annotations

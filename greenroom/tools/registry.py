@@ -15,6 +15,14 @@ of its diffs) longer than ``max_tool_result`` characters is cut with a
 marker saying how much was cut and naming a spill file that holds the whole
 text. The loop logs the result as it comes back, so neither the log nor the
 model's history ever holds more.
+
+The names: `Tool` (a tool: its arguments Struct, its run, its kind, its view, the sandboxes
+it is ``confined`` to) and `ToolEntry` (one tool as the registry runs it: from a `Tool`, or
+an MCP server's); the ``tools/execute`` waterfall; the permission gate
+(`ToolRegistry._permit`: an unsandboxed call always asked once; `session_mode`; `AllowAll`,
+the default policy when no front end asks anyone); a session's extra tools (its agent's own,
+its MCP servers') looked up first; the spill directory of cut results, removed by
+`ToolRegistry.aclose` at the runtime's end.
 """
 
 from __future__ import annotations

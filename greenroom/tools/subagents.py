@@ -10,6 +10,9 @@ children); the call waits, within `CLOSING_GRACE`, for the child's turn to
 end ``aborted``, so the child's ``turn/end`` is on disk before the caller's.
 A child that fails, or is cancelled on its own, is an error result; the
 caller's turn goes on.
+
+`task_tool` makes the tool (optionally with specs a child may be made from), `task_plugin`
+offers it; each spawn is told as ``subagent/started``.
 """
 
 from __future__ import annotations

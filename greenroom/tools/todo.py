@@ -6,6 +6,8 @@ one ``plan/set`` in the caller's own session, so a sub-agent's plan stays in
 its session and a resumed session replays its plans. The plugin also tells
 the model, in the system prompt of every request that offers the tool, that
 it exists and when to use it.
+
+`todo_plugin` offers the tool and its note.
 """
 
 from __future__ import annotations

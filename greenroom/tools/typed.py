@@ -20,6 +20,8 @@ function that blocks (a file walk, a network call without Trio) is decorated
 ``abandon_on_cancel=True``, so a cancel ends the call at once, and the thread,
 which Python cannot stop, runs on until the function returns, its result
 dropped.
+
+`as_tool` is what registration accepts: a `Tool`, or a function ``@tool`` made one.
 """
 
 from __future__ import annotations

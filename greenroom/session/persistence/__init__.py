@@ -2,6 +2,8 @@
 
 The PostgreSQL backend is `greenroom.session.persistence.postgres.PostgresPersistence`,
 imported from there: psycopg takes longer to import than the rest of greenroom does.
+
+psycopg is imported by three modules only: `postgres`, `leases` and `handoff`.
 """
 
 from greenroom.session.persistence.base import (

@@ -1,4 +1,15 @@
-"""The persistence seam, its typed errors, and crash repair (shared by every backend)."""
+"""The persistence seam, its typed errors, and crash repair (shared by every backend).
+
+The seams: `Persistence` (where logs live between processes: create, open, load, list, delete),
+`SessionLog` (a live session's write path: a `SessionSink` with a hold, let go by
+`close`) and `HandOff` (a persistence whose holders hear other nodes: `notices`); the sync
+policies (`SyncPolicy`: ``turn``, ``always``, ``os``); the typed errors
+(`PersistenceError` and its kinds: `SessionLocked`, `LeaseLost`, `OperationTimeout`,
+`SessionNotFound`, ...); `repair` (a torn tail dropped, an open final turn closed
+``interrupted``, unless `Interruption` ``"continue"`` leaves it open, or it is `parked`
+on a decision); the answers kept for a stored session's decisions (`put_answer`,
+`read_answers`).
+"""
 
 from __future__ import annotations
 

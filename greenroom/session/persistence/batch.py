@@ -8,6 +8,10 @@ appended meanwhile waits for the next.
 
 A backend may also commit an append on the Trio thread (`Inline`, SQLite's): one that
 needs no wait and is not to be durable yet; the next durable commit covers it.
+
+The writer's jobs: `Append` (a drain of one log), `Call` (any other statement, through
+`run_call`) and `Sync` (every commit before it made durable: SQLite's ``fdatasync`` of its
+WAL, one per batch).
 """
 
 from __future__ import annotations

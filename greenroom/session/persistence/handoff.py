@@ -17,6 +17,9 @@ name and pid as a lease row names its holder (`channel_of`), and on `RELEASED`.
 A notification is not a promise: one lost (a listener that reconnects, a node that
 dies) costs the asker a retry, never a wrong holder. The lease row and its
 advisory lock decide who holds a session; the notices only say when to look again.
+
+`Releases` is one node's end of it (its listening thread, the requests it got, the askers'
+watches); `ReleaseWatch` is what an asker of one session hears: a release or a refusal.
 """
 
 from __future__ import annotations

@@ -48,6 +48,16 @@ The schema creates itself on open, versioned in ``greenroom_schema``; an open wi
 schema is there, its connections run with ``default_transaction_read_only=on``, a store
 without the blobs table (made before it) reads as holding no blobs, and whatever would
 write raises `PersistenceError` saying the store was opened read-only.
+
+**Tables.** ``greenroom_sessions`` (the id, header, epoch, next seq, title and update
+time, and the holder: node, pid, lease expiry, host, start time, token; the last three
+added by an open that finds them missing), ``greenroom_batches`` (as SQLite's: one row per
+drain), ``greenroom_blobs``, ``greenroom_answers``, and the ``greenroom_epochs`` sequence
+every epoch is drawn from. The schema is made under an advisory lock, so two nodes
+opening at once never race it. Each persistence has two connections: the writer's
+(appends, reads) and the leases' (`greenroom.session.persistence.leases`). The
+parameters greenroom reads itself (``statement_timeout``, ``lock_timeout``) are taken off
+the DSN by `own_parameters` before libpq sees it.
 """
 
 from __future__ import annotations

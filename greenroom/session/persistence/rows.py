@@ -9,6 +9,9 @@ Every append moves the session's next seq past its events only at the
 append's epoch and only from their first seq (the fence); one that matched
 no row is a retry (`stored_already` keeps only what the store lacks) or a
 `LeaseLost`.
+
+`run_batch` runs a writer batch on one connection; `decode_header` reads a stored header,
+naming the session when it cannot.
 """
 
 from __future__ import annotations

@@ -1,5 +1,12 @@
 """Stores by URL: ``jsonl:DIR``, ``sqlite:PATH``, ``postgresql://...``, as ``--store`` and
-``open_runtime(store=...)`` take them, and the directories greenroom keeps state in."""
+``open_runtime(store=...)`` take them, and the directories greenroom keeps state in.
+
+`store_from_url` opens one: ``jsonl:DIR[?fsync_timeout=S]``,
+``sqlite:PATH[?commit_timeout=S]``, ``postgresql://...[?statement_timeout=...&
+lock_timeout=...]``; no URL is ``$GREENROOM_STORE``, else ``<state-dir>/sessions/``
+(JSONL). ``read_only=True`` (the reading commands) creates nothing: a SQLite store is
+opened read-only, a PostgreSQL one has its tables checked first.
+"""
 
 from __future__ import annotations
 

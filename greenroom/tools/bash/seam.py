@@ -5,6 +5,10 @@ task and hands it back through `BashExecutor.owner_of`; it never interprets
 it. The access policy (compare the caller's token) lives in the tools that
 consume the seam. Keeping the token on the executor is what keeps ownership
 across a reload of those tools.
+
+A request (`BashExecRequest`) is resolved into a spec that names its ``sandbox``;
+`BashExecutor.run(spec, progress)` runs it in the caller's task, `start` as a background
+task; `end_session` lets go of what a session's sandbox made once its tasks are released.
 """
 
 from __future__ import annotations

@@ -9,6 +9,10 @@ stored on the executor's task, a reload of this plugin changes nothing about
 who may reach which task. `owned_tasks`, `kill_owned` and `release_owner`
 say what one token holds, for whoever ends a session (its agent's life, the
 ACP bridge).
+
+`bash_plugin` offers the tools. The ``bash`` tool runs a command in its session's mode's
+sandbox (``unsandboxed`` on request, asked for), tells the session its protections once
+per life (``sandbox/protections``), and adds a note after a refusal the sandbox made.
 """
 
 from __future__ import annotations

@@ -38,6 +38,9 @@ the whole kept in a spill file the result names).
 
 This module imports the SDK; `greenroom.tools.mcp.servers` imports it only
 when a session has servers, so a runtime without them never pays for it.
+
+A stdio server is started by the runtime's `Sandboxes`, in its spec's ``sandbox``, else
+the sandbox of its session's mode when it starts (`greenroom.tools.mcp.servers`).
 """
 
 from __future__ import annotations

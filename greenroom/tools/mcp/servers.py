@@ -17,6 +17,10 @@ an HTTP server the SDK's streamable HTTP client closes its session. The servers'
 are offered under ``mcp__<server>__<tool>`` while their server is ready, and
 every call goes through the runtime's `ToolRegistry` (its ``tools/execute``
 waterfall, its permission gate and its bound on results) like any other tool.
+
+`ServerSlot` is one server of a session (its supervisor, its offer, its calls); its tools
+are named by `tool_name`; what becomes of it is told as ``mcp/status``, its prompts as
+``mcp/prompts``.
 """
 
 from __future__ import annotations
