@@ -102,10 +102,10 @@ class _Job(Generic[T]):
         """Its value, or what it raised. A cancelled waiter stops waiting; the job goes on."""
         return await asyncio.shield(self.future)
 
-    async def wait_or_cancel(self, undo: Callable[[T], Awaitable[None]] | None = None) -> T:
+    async def wait_or_cancel(self, undo: Callable[[T], _Job[None]] | None = None) -> T:
         """`wait`; a waiter cancelled meanwhile cancels the job and waits it out (and, given
-        `undo`, undoes what it finished anyway) before the cancel is raised: nothing the job
-        did is left behind."""
+        `undo`, waits out the job `undo` submits to undo what it finished anyway) before the
+        cancel is raised: nothing the job did is left behind."""
         try:
             return await asyncio.shield(self.future)
         except asyncio.CancelledError:
@@ -113,7 +113,7 @@ class _Job(Generic[T]):
             await _outlast(self.future)
             future = self.future
             if undo is not None and not future.exception():
-                await _outlast(asyncio.ensure_future(undo(future.result())))
+                await _outlast(undo(future.result()).future)
             raise
 
 
@@ -207,7 +207,8 @@ class AioRuntime:
             take_over=take_over,
             wait=wait,
         )
-        handle = await self._calls.submit(start).wait_or_cancel(undo=_dispose)
+        undo = self._calls.submit  # the handle's dispose, a Trio job as every other
+        handle = await self._calls.submit(start).wait_or_cancel(lambda h: undo(h.dispose))
         return AioHandle(self._calls, handle)
 
     async def history(self, session_id: str) -> list[HistoryEntry]:
@@ -232,10 +233,6 @@ class AioRuntime:
         self._ended.result()
         if cancelled:
             raise asyncio.CancelledError
-
-
-async def _dispose(handle: AgentHandle) -> None:
-    await handle.dispose()
 
 
 class AioHandle:
