@@ -172,16 +172,21 @@ class _Job(Generic[T]):
                 raise TimeoutError(f"no outcome within {timeout} s") from None
         return _unwrap(self._outcome)  # type: ignore[no-any-return]
 
-    def wait_or_cancel(self, timeout: float | None = None) -> T:
+    def wait_or_cancel(
+        self, timeout: float | None = None, undo: Callable[[T], None] | None = None
+    ) -> T:
         """`wait`; a caller interrupted meanwhile (or timed out) cancels the job and waits it
-        out before it raises, so nothing the job was doing is left behind."""
+        out (and, given `undo`, undoes what it finished anyway) before it raises, so nothing
+        the job was doing is left behind."""
         try:
             return self.wait(timeout)
         except BaseException:
             if self._outcome is None:
                 with suppress(RuntimeError):  # closed: the close cancelled the job
                     self._portal.enter(self._scope.cancel)
-                self._outcome = self.reply.get()
+                self._outcome = ok, value = self.reply.get()
+                if ok and undo is not None:
+                    undo(value)
             raise
 
 
@@ -254,8 +259,9 @@ class BlockingRuntime:
             take_over=take_over,
             wait=wait,
         )
-        handle = self._portal.submit(start).wait_or_cancel()
-        return BlockingHandle(self._portal, handle)
+        portal = self._portal
+        handle = portal.submit(start).wait_or_cancel(undo=lambda h: portal.submit(h.dispose).wait())
+        return BlockingHandle(portal, handle)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """`Runtime.history`: a session's conversation as typed values."""
