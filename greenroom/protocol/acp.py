@@ -25,6 +25,7 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 REQUEST_CANCELLED: Final = -32800
 RESOURCE_NOT_FOUND: Final = -32002
+AUTH_REQUIRED: Final = -32000
 
 
 def wire_name(name: str) -> str:
@@ -279,6 +280,12 @@ class McpCapabilities(_Wire, frozen=True):
     sse: bool = False
 
 
+class AgentAuthCapabilities(_Wire, frozen=True):
+    """``agentCapabilities.auth``: ``logout: {}``, the agent serves ``logout``."""
+
+    logout: Empty = Empty()
+
+
 class AgentCapabilities(_Wire, frozen=True):
     load_session: bool = True
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
@@ -287,6 +294,7 @@ class AgentCapabilities(_Wire, frozen=True):
     meta: dict[str, Any] = msgspec.field(
         default_factory=lambda: {"claudeCode": {"promptQueueing": True}}
     )
+    auth: AgentAuthCapabilities | None = None
 
 
 class Implementation(_Sparse, frozen=True):
@@ -295,11 +303,24 @@ class Implementation(_Sparse, frozen=True):
     title: str | None = None
 
 
+class TerminalAuthMethod(_Wire, frozen=True):
+    """ACP's ``AuthMethodTerminal``: the client runs the agent's program again in a terminal,
+    with `args` in place of its own (as the ACP registry launches it) and `env` added, for
+    the user to log in there; exit status 0 is a login. The client then reconnects."""
+
+    id: str
+    name: str
+    description: str
+    args: list[str]
+    env: dict[str, str] = {}
+    type: Literal["terminal"] = "terminal"
+
+
 class InitializeResult(_Wire, frozen=True):
     protocol_version: int
     agent_info: Implementation
     agent_capabilities: AgentCapabilities = AgentCapabilities()
-    auth_methods: list[Any] = []
+    auth_methods: list[TerminalAuthMethod] = []
     meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"supported": True}})
 
 
