@@ -277,6 +277,7 @@ class AcpConnection:
             self.live.terminal = TerminalOutput()
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
+        self.presenter.notices = (capabilities.meta or {}).get("notice") is True
         name = (params.client_info or {}).get("name")
         if isinstance(name, str) and name.strip():
             self._client_name = name.strip()[:100]
@@ -398,7 +399,7 @@ class AcpConnection:
         slow = bool(status.message) and "starting" in (status.state, before)
         if quiet and not slow:  # a slow start and its end are told
             return
-        record.notice(self.outbox, status.describe() + "\n")
+        record.notice(self.outbox, self.presenter.server_notice(status))
 
     # -- the end ---------------------------------------------------------------------------
 

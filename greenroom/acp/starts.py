@@ -35,6 +35,7 @@ from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
+    AgentMessageChunk,
     Empty,
     ForkSessionParams,
     ListSessionsParams,
@@ -45,6 +46,7 @@ from greenroom.protocol.acp import (
     NewSessionResult,
     SessionInfo,
     SessionParams,
+    TextBlock,
 )
 from greenroom.protocol.events import DecisionRequested, TurnResumed
 from greenroom.protocol.mcp import McpServer
@@ -180,7 +182,8 @@ class SessionStarts:
         if self._client_for(session_id).questions is None:
             for request in open_decisions(session.events):
                 if request.kind == "question":
-                    record.notice(self._outbox, unasked(session_id, request))
+                    told = AgentMessageChunk(TextBlock(unasked(session_id, request)))
+                    record.notice(self._outbox, told)
         presenter = self._presenter
         events = session.events
         stored = len(events)

@@ -88,22 +88,22 @@ class SessionRecord:
         self.ready = trio.Event()
         self.handle: AgentHandle | None = None  # set once it is live
         #: What its servers did before the session was announced; None once told.
-        self.notices: list[str] | None = []
+        self.notices: list[SessionUpdate] | None = []
         self.prompts: dict[RequestId, InFlight] = {}
         self.held: list[SessionUpdate] | None = None
 
-    def notice(self, outbox: Outbox, text: str) -> None:
-        """Tell `text` in the session now, or after its answer if that is not sent yet."""
+    def notice(self, outbox: Outbox, update: SessionUpdate) -> None:
+        """Send `update` (a notice) now, or after its answer if that is not sent yet."""
         if self.notices is not None:
-            self.notices.append(text)
+            self.notices.append(update)
         else:
-            outbox.tell(self.session_id, text)
+            outbox.update(self.session_id, update)
 
     def announce(self, outbox: Outbox) -> None:
         """Its answer is sent: tell what its servers did meanwhile."""
         notices, self.notices = self.notices, None
-        for text in notices or ():
-            outbox.tell(self.session_id, text)
+        for update in notices or ():
+            outbox.update(self.session_id, update)
 
     def show(self, outbox: Outbox, update: SessionUpdate) -> None:
         """Send a live update, or hold it (see ``held``)."""

@@ -460,6 +460,8 @@ class ToolLocation(_Sparse, frozen=True):
 
 
 class ToolCallStart(_Update, frozen=True, tag="tool_call"):
+    """A call the model made; `name` (unstable) is its tool's name, as the model called it."""
+
     tool_call_id: str
     title: str
     kind: ToolKind
@@ -468,13 +470,18 @@ class ToolCallStart(_Update, frozen=True, tag="tool_call"):
     raw_input: Any = None
     content: list[ToolContent] | None = None
     meta: dict[str, Any] | None = None
+    name: str | None = None
 
 
 class ToolCallProgress(_Update, frozen=True, tag="tool_call_update"):
+    """A call's progress or its end; at its end `raw_output` is what the model was given
+    back (its text, bounded as any update's)."""
+
     tool_call_id: str
     status: ToolStatus
     content: list[ToolContent] | None = None
     meta: dict[str, Any] | None = None
+    raw_output: str | None = None
 
 
 class CurrentModeUpdate(_Update, frozen=True, tag="current_mode_update"):
@@ -541,6 +548,21 @@ class PlanUpdate(_Update, frozen=True, tag="plan"):
     entries: list[PlanEntry]
 
 
+#: ACP's unstable ``NoticeSeverity`` (open: greenroom sends these three).
+NoticeSeverity: TypeAlias = Literal["info", "warning", "error"]
+
+
+class Notice(_Update, frozen=True, tag="notice"):
+    """ACP's unstable ``notice`` (RFD "session-notices"): advice for the user that is no
+    part of the conversation, live only (never replayed); `title` stands alone. Sent only
+    to a client that declared ``clientCapabilities._meta.notice: true``: the schema has no
+    capability for it, and a v1 client without it drops the whole notification."""
+
+    severity: NoticeSeverity
+    title: str
+    description: str | None = None
+
+
 class CommandInput(_Wire, frozen=True):
     """What a command takes after its name, as the client hints it."""
 
@@ -573,6 +595,7 @@ SessionUpdate: TypeAlias = (
     | CompactionSummaryChunk
     | PlanUpdate
     | AvailableCommandsUpdate
+    | Notice
 )
 
 

@@ -1,0 +1,199 @@
+"""What the leading ACP agents show an editor, greenroom shows too (issue 42, part 2): notices
+for what is not the model's words, tool calls with their name and raw output.
+
+The peer is the in-process client of tests/acp_peer.py; every update it gets is read by the
+official ACP SDK's schema types, and the unstable ``notice`` (not in the SDK yet) against the
+spec's own schema for it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import msgspec
+from acp import schema
+
+from greenroom import AgentOptions, Limits, open_runtime, tool
+from greenroom.acp.presenter import Presenter
+from greenroom.models import CallTool, Say, ScriptedModel
+from greenroom.protocol.acp import Notice
+from greenroom.protocol.events import Compacted, TurnEnd
+from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
+from tests.acp_peer import bridge
+
+PROMPT = [{"type": "text", "text": "hello"}]
+NOTICES = {"_meta": {"notice": True}}
+
+#: ACP's unstable ``notice`` update (schema/v1/schema.unstable.json of agentclientprotocol/
+#: agent-client-protocol: ``Notice`` within ``SessionUpdate``), no member it does not name.
+NOTICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "sessionUpdate": {"const": "notice"},
+        "severity": {"type": "string"},
+        "title": {"type": "string", "minLength": 1},
+        "description": {"type": ["string", "null"]},
+        "_meta": {"type": ["object", "null"]},
+    },
+    "required": ["sessionUpdate", "severity", "title"],
+    "additionalProperties": False,
+}
+
+
+def _checked(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every ``session/update`` of `frames`, each read by the SDK's schema (a notice by the
+    spec's): the updates."""
+    updates = []
+    for frame in frames:
+        if frame.get("method") != "session/update":
+            continue
+        update = frame["params"]["update"]
+        if update["sessionUpdate"] == "notice":
+            jsonschema.validate(update, NOTICE_SCHEMA)
+        else:
+            schema.SessionNotification.model_validate(frame["params"])
+        updates.append(update)
+    return updates
+
+
+class RetriesOnce:
+    """A model whose first attempt fails (told as a `Retry`), then answers."""
+
+    context_window = 10_000
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        yield Retry(1, 0.5, "https://api.example/v1 answered HTTP 529: Overloaded", "http-529")
+        yield TextDelta("answered")
+        yield Finish("stop")
+
+
+async def test_a_retry_is_a_live_notice_for_a_client_that_declares_it(tmp_path: Path) -> None:
+    async with bridge(tmp_path, RetriesOnce(), capabilities=NOTICES) as b:  # type: ignore[arg-type]
+        session = await b.peer.new_session(str(tmp_path))
+        answer = await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        assert answer["result"]["stopReason"] == "end_turn"
+        updates = _checked(b.peer.frames)
+        [notice] = [u for u in updates if u["sessionUpdate"] == "notice"]
+        assert notice["severity"] == "warning"
+        assert notice["title"] == "Retrying the model in 0.5 s"
+        assert "HTTP 529" in notice["description"]
+        said = [
+            u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
+        ]
+        assert said == ["answered"]  # the retry is no part of the reply
+        # A notice is no part of the history: a load does not replay it.
+        await b.peer.call("session/close", {"sessionId": session})
+        before = len(b.peer.frames)
+        loaded = await b.peer.call(
+            "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+        )
+        assert "result" in loaded
+        replayed = _checked(b.peer.frames[before:])
+        assert not [u for u in replayed if u["sessionUpdate"] == "notice"]
+        assert "Retrying" not in str(replayed)
+
+
+async def test_a_retry_is_text_for_a_client_that_does_not(tmp_path: Path) -> None:
+    async with bridge(tmp_path, RetriesOnce()) as b:  # type: ignore[arg-type]
+        session = await b.peer.new_session(str(tmp_path))
+        await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        updates = _checked(b.peer.frames)
+        assert not [u for u in updates if u["sessionUpdate"] == "notice"]
+        said = [
+            u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
+        ]
+        assert said[0].startswith("Retrying the model in 0.5 s: https://api.example/v1")
+        assert said[-1] == "answered"
+
+
+async def test_a_server_that_fails_to_start_is_an_error_notice(tmp_path: Path) -> None:
+    missing = {"name": "missing", "command": str(tmp_path / "no-such-server"), "args": []}
+    async with bridge(tmp_path, ScriptedModel(), capabilities=NOTICES) as b:
+        answer = await b.peer.call("session/new", {"cwd": str(tmp_path), "mcpServers": [missing]})
+        session = answer["result"]["sessionId"]
+        notice = await b.peer.wait_for(
+            lambda f: (
+                f.get("method") == "session/update"
+                and f["params"]["update"]["sessionUpdate"] == "notice"
+            )
+        )
+        assert b.peer.index_of(notice) > b.peer.index_of(answer)  # after the session's answer
+        update = notice["params"]["update"]
+        assert update["severity"] == "error"
+        assert update["title"].startswith("MCP server 'missing' failed")
+        assert notice["params"]["sessionId"] == session
+        _checked(b.peer.frames)
+
+
+@tool
+async def note(text: str) -> str:
+    """Note `text`."""
+    return f"noted {text}"
+
+
+async def test_a_limit_reached_and_a_compaction_fallback_are_live_notices() -> None:
+    model = ScriptedModel([[CallTool("note", {"text": "a"})], [Say("never")]])
+    async with open_runtime(model=model, tools=[note]) as rt:
+        options = AgentOptions(limits=Limits(requests=1))
+        handle = await rt.agents.create(agent_id="a", session_id="s", options=options)
+        answer = await handle.agent.run("go")
+        session = handle.agent.session
+        end = session.events[-1]
+        assert answer.stop_reason == "limit"
+        assert isinstance(end, TurnEnd)
+        presenter = Presenter(["default"], {"default": 10_000})
+        assert list(presenter.present(session, end, replay=False)) == []  # today: nothing
+        presenter.notices = True
+        [notice] = presenter.present(session, end, replay=False)
+        assert list(presenter.present(session, end, replay=True)) == []
+        # A compaction that fell back to no summary: told as such, live only.
+        fallback = Compacted(
+            **dict(turn=1, step=1, summary="", first_seq=0, kept_seq=0, first_turn=1),
+            **dict(last_turn=1, model="default", tokens_before=900, tokens_after=100),
+            degraded="the summary call failed: HTTP 500",
+        )
+        live = list(presenter.present(session, fallback, replay=False))
+        replayed = list(presenter.present(session, fallback, replay=True))
+        presenter.notices = False
+        plain = list(presenter.present(session, fallback, replay=False))
+        await handle.dispose()
+    [told_notice] = [u for u in live if type(u) is Notice]
+    assert [u for u in live if u is not told_notice] == plain  # and today's text too
+    assert replayed == plain
+    told = {"sessionUpdate": "notice", **_plain(told_notice)}
+    jsonschema.validate(told, NOTICE_SCHEMA)
+    assert told["title"] == "Compacted without a summary"
+    assert told["description"] == "the summary call failed: HTTP 500"
+    shown = {"sessionUpdate": "notice", **_plain(notice)}
+    jsonschema.validate(shown, NOTICE_SCHEMA)
+    assert shown["title"] == "The turn stopped at its requests limit"
+    assert shown["description"] == "allowed 1, reached 1"
+
+
+def _plain(update: Any) -> dict[str, Any]:
+    plain: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(update))
+    return plain
+
+
+async def test_a_tool_call_carries_its_name_and_its_raw_output(tmp_path: Path) -> None:
+    call = CallTool("bash", {"command": "echo out", "description": "echo"}, call_id="c1")
+    script = [[call], [Say("done")]]
+    async with bridge(tmp_path, ScriptedModel(script), bash=True) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        updates = _checked(b.peer.frames)
+        [start] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
+        assert start["name"] == "bash"
+        assert start["kind"] == "execute"
+        [end] = [
+            u
+            for u in updates
+            if u["sessionUpdate"] == "tool_call_update" and u["status"] == "completed"
+        ]
+        assert end["rawOutput"] == end["content"][0]["content"]["text"]
+        assert "out" in end["rawOutput"]
+        parsed = schema.ToolCallProgress.model_validate(end)
+        assert parsed.raw_output == end["rawOutput"]
