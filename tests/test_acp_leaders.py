@@ -8,10 +8,14 @@ spec's own schema for it.
 
 from __future__ import annotations
 
+import asyncio
+import json
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import acp
 import jsonschema
 import msgspec
 from acp import schema
@@ -22,7 +26,10 @@ from greenroom.models import CallTool, Say, ScriptedModel
 from greenroom.protocol.acp import Notice
 from greenroom.protocol.events import Compacted, TurnEnd
 from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
+from tests.acp_editor import Editor
 from tests.acp_peer import bridge
+
+LIMIT = 30.0  # seconds, for the tests of a real process
 
 PROMPT = [{"type": "text", "text": "hello"}]
 NOTICES = {"_meta": {"notice": True}}
@@ -197,3 +204,40 @@ async def test_a_tool_call_carries_its_name_and_its_raw_output(tmp_path: Path) -
         assert "out" in end["rawOutput"]
         parsed = schema.ToolCallProgress.model_validate(end)
         assert parsed.raw_output == end["rawOutput"]
+
+
+# -- plans, for a client that declares them -------------------------------------------------
+
+PLAN = [
+    {"content": "read the code", "priority": "high", "status": "completed"},
+    {"content": "ship it", "priority": "low", "status": "pending"},
+]
+
+
+async def _planned(work: Path, declared: schema.ClientCapabilities) -> Editor:
+    editor = Editor()
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    env = {"GREENROOM_HOME": str(work / "home")}
+    async with acp.spawn_agent_process(editor, *command, env=env, cwd=work) as (conn, _):
+        await conn.initialize(protocol_version=1, client_capabilities=declared)
+        session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        prompt = [acp.text_block(f"todo: {json.dumps(PLAN)}")]
+        answer = await conn.prompt(session_id=session, prompt=prompt)
+        assert answer.stop_reason == "end_turn"
+    return editor
+
+
+def test_the_plan_is_a_plan_update_for_a_client_that_declares_plans(tmp_path: Path) -> None:
+    declared = schema.ClientCapabilities(plan=schema.PlanCapabilities())
+    editor = asyncio.run(asyncio.wait_for(_planned(tmp_path, declared), LIMIT))
+    [update] = [u for u in editor.updates if isinstance(u, schema.AgentPlanContentUpdate)]
+    assert not editor.plans()  # no `plan` besides
+    plan = update.plan
+    assert isinstance(plan, schema.PlanUpdateItems)
+    assert plan.plan_id == "todo"
+    assert [(e.content, e.priority, e.status) for e in plan.entries] == [
+        (p["content"], p["priority"], p["status"]) for p in PLAN
+    ]
+    editor = asyncio.run(asyncio.wait_for(_planned(tmp_path, schema.ClientCapabilities()), LIMIT))
+    assert not [u for u in editor.updates if isinstance(u, schema.AgentPlanContentUpdate)]
+    assert editor.plans() == [[(p["content"], p["priority"], p["status"]) for p in PLAN]]

@@ -278,6 +278,7 @@ class AcpConnection:
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
         self.presenter.notices = (capabilities.meta or {}).get("notice") is True
+        self.presenter.plans = capabilities.plan is not None
         name = (params.client_info or {}).get("name")
         if isinstance(name, str) and name.strip():
             self._client_name = name.strip()[:100]

@@ -58,6 +58,8 @@ from greenroom.protocol.acp import (
     ImageBlock,
     Notice,
     NoticeSeverity,
+    PlanContentUpdate,
+    PlanItems,
     PlanUpdate,
     ResourceBlock,
     ResourceContents,
@@ -141,9 +143,19 @@ class Presenter:
     ``notices``: the client declared ``clientCapabilities._meta.notice``, so what is not
     the model's words (a retry, a server's failure, a compaction without a summary, a
     limit reached) is ACP's unstable ``notice``, live only, not an agent message.
+    ``plans``: the client declared ``clientCapabilities.plan``, so the plan is ACP's
+    unstable ``plan_update`` (the session's one plan, `PLAN_ID`), not ``plan``.
     """
 
-    __slots__ = ("_context_windows", "_models", "_modes", "compaction", "notices", "terminal")
+    __slots__ = (
+        "_context_windows",
+        "_models",
+        "_modes",
+        "compaction",
+        "notices",
+        "plans",
+        "terminal",
+    )
 
     def __init__(
         self,
@@ -158,6 +170,7 @@ class Presenter:
         self.terminal = False
         self.compaction = False
         self.notices = False
+        self.plans = False
 
     def modes(self, session: Session) -> SessionModeState:
         return SessionModeState(session.config.get("mode", DEFAULT_MODE), self._modes)
@@ -365,13 +378,12 @@ class Presenter:
 
     def _plan(self, session: Session, event: PlanSet, replay: bool) -> Iterator[SessionUpdate]:
         budget = _Budget()
-        yield PlanUpdate(
-            [
-                PlanEntry(budget.take(entry.content), entry.priority, entry.status)
-                for entry in event.entries
-                if budget.item()
-            ]
-        )
+        entries = [
+            PlanEntry(budget.take(entry.content), entry.priority, entry.status)
+            for entry in event.entries
+            if budget.item()
+        ]
+        yield PlanContentUpdate(PlanItems(PLAN_ID, entries)) if self.plans else PlanUpdate(entries)
 
     def _config(self, session: Session, event: ConfigSet, replay: bool) -> Iterator[SessionUpdate]:
         if event.key == "mode":
@@ -415,6 +427,8 @@ _SHOWN: Final[
     ConfigSet: Presenter._config,
 }
 
+#: The id of a session's one plan (the ``todo`` tool's), as ``plan_update`` names it.
+PLAN_ID: Final = "todo"
 #: The tool whose calls a terminal-rendering client is shown as terminals.
 TERMINAL_TOOL: Final = "bash"
 _EXIT: Final = re.compile(r"\[(?:exit code: (-?\d+|None)|killed by signal: (\w+))\]\Z")

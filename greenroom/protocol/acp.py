@@ -154,6 +154,7 @@ class ClientCapabilities(_Wire, frozen=True):
     fs: FileSystemCapability = FileSystemCapability()
     elicitation: ElicitationCapability | None = None
     session: ClientSessionCapabilities | None = None
+    plan: dict[str, Any] | None = None
     meta: dict[str, Any] | None = None
 
 
@@ -563,6 +564,20 @@ class Notice(_Update, frozen=True, tag="notice"):
     description: str | None = None
 
 
+class PlanItems(_Typed, frozen=True, tag="items"):
+    """ACP's unstable item-based plan content: the whole plan `plan_id`, replaced."""
+
+    plan_id: str
+    entries: list[PlanEntry]
+
+
+class PlanContentUpdate(_Update, frozen=True, tag="plan_update"):
+    """ACP's unstable ``plan_update``: a plan, by its id, for a client that declared
+    ``clientCapabilities.plan`` (others get `PlanUpdate`)."""
+
+    plan: PlanItems
+
+
 class CommandInput(_Wire, frozen=True):
     """What a command takes after its name, as the client hints it."""
 
@@ -596,6 +611,7 @@ SessionUpdate: TypeAlias = (
     | PlanUpdate
     | AvailableCommandsUpdate
     | Notice
+    | PlanContentUpdate
 )
 
 
