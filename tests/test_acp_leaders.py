@@ -22,7 +22,7 @@ from acp import schema
 
 from greenroom import AgentOptions, Limits, open_runtime, tool
 from greenroom.acp.presenter import Presenter
-from greenroom.models import CallTool, Say, ScriptedModel
+from greenroom.models import CallTool, Hang, Say, ScriptedModel, Tokens
 from greenroom.protocol.acp import Notice
 from greenroom.protocol.events import Compacted, TurnEnd
 from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
@@ -241,3 +241,29 @@ def test_the_plan_is_a_plan_update_for_a_client_that_declares_plans(tmp_path: Pa
     editor = asyncio.run(asyncio.wait_for(_planned(tmp_path, schema.ClientCapabilities()), LIMIT))
     assert not [u for u in editor.updates if isinstance(u, schema.AgentPlanContentUpdate)]
     assert editor.plans() == [[(p["content"], p["priority"], p["status"]) for p in PLAN]]
+
+
+# -- a cancelled turn's usage ------------------------------------------------------------------
+
+
+async def test_a_cancelled_turn_is_answered_with_the_usage_of_its_steps(tmp_path: Path) -> None:
+    call = CallTool("bash", {"command": "echo out", "description": "echo"}, call_id="c1")
+    script = [[Say("a"), Tokens(100, 10, cache_read=40), call], [Say("b"), Hang()]]
+    async with bridge(tmp_path, ScriptedModel(script), bash=True) as b:
+        session = await b.peer.new_session(str(tmp_path))
+        asked = await b.peer.request("session/prompt", {"sessionId": session, "prompt": PROMPT})
+        await b.peer.wait_for(
+            lambda f: (
+                f.get("method") == "session/update"
+                and f["params"]["update"]["sessionUpdate"] == "agent_message_chunk"
+                and f["params"]["update"]["content"]["text"] == "b"
+            )
+        )
+        await b.peer.notify("session/cancel", {"sessionId": session})
+        answer = schema.PromptResponse.model_validate((await b.peer.response(asked))["result"])
+        _checked(b.peer.frames)
+    assert answer.stop_reason == "cancelled"
+    assert answer.usage is not None
+    # The step that ended reported its tokens; the one the cancel cut reported none.
+    assert (answer.usage.input_tokens, answer.usage.output_tokens) == (100, 10)
+    assert (answer.usage.total_tokens, answer.usage.cached_read_tokens) == (110, 40)
