@@ -267,3 +267,58 @@ async def test_a_cancelled_turn_is_answered_with_the_usage_of_its_steps(tmp_path
     # The step that ended reported its tokens; the one the cancel cut reported none.
     assert (answer.usage.input_tokens, answer.usage.output_tokens) == (100, 10)
     assert (answer.usage.total_tokens, answer.usage.cached_read_tokens) == (110, 40)
+
+
+# -- session/fork at a message -----------------------------------------------------------------
+
+
+def _said(frames: list[dict[str, Any]], session: str) -> list[str]:
+    return [
+        f["params"]["update"]["content"]["text"]
+        for f in frames
+        if f.get("method") == "session/update"
+        and f["params"]["sessionId"] == session
+        and f["params"]["update"]["sessionUpdate"] in ("user_message_chunk", "agent_message_chunk")
+    ]
+
+
+async def test_a_fork_at_a_message_ends_with_its_turn(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel(delay=0)) as b:
+        peer = b.peer
+        session = await peer.new_session(str(tmp_path))
+        for word in ("one", "two", "three"):
+            prompt = [{"type": "text", "text": word}]
+            await peer.call("session/prompt", {"sessionId": session, "prompt": prompt})
+        where = {"cwd": str(tmp_path), "mcpServers": []}
+        # The original's messages as a load shows them, with their ids.
+        await peer.call("session/close", {"sessionId": session})
+        before = len(peer.frames)
+        await peer.call("session/load", {"sessionId": session, **where})
+        chunks = [
+            f["params"]["update"]
+            for f in peer.frames[before:]
+            if f.get("method") == "session/update"
+            and f["params"]["update"]["sessionUpdate"] == "user_message_chunk"
+        ]
+        second = chunks[1]["messageId"]
+        forks = []
+        for message_id in (f"{session}/1/1", second):
+            params = {"sessionId": session, "messageId": message_id, **where}
+            answer = await peer.call("session/fork", params)
+            fork = schema.ForkSessionResponse.model_validate(answer["result"]).session_id
+            await peer.call("session/close", {"sessionId": fork})
+            mark = len(peer.frames)
+            await peer.call("session/load", {"sessionId": fork, **where})
+            forks.append(_said(peer.frames[mark:], fork))
+        assert forks[0] == ["one", "one"]  # the prompt, and the echo
+        assert forks[1] == ["one", "one", "two", "two"]
+        listed = (await peer.call("session/list", {}))["result"]["sessions"]
+        # Bad input: a message the log does not have, an id of another session, a turn
+        # past the log: each -32602 naming the id, and nothing stored.
+        for message_id in ("no-such", "other/1/1", f"{session}/9/1"):
+            params = {"sessionId": session, "messageId": message_id, **where}
+            refused = (await peer.call("session/fork", params))["error"]
+            assert refused["code"] == -32602
+            assert f"messageId {message_id!r} is not a message" in refused["message"]
+        assert (await peer.call("session/list", {}))["result"]["sessions"] == listed
+        _checked(peer.frames)

@@ -207,10 +207,14 @@ class LoadSessionParams(_Wire, frozen=True):
 
 
 class ForkSessionParams(_Wire, frozen=True):
+    """``session/fork``; `message_id` (the optional message id the session-fork RFD foresees)
+    forks at that message: the fork ends with the turn that holds it."""
+
     session_id: str
     cwd: str
     additional_directories: list[str] = []
     mcp_servers: list[dict[str, Any]] = []
+    message_id: str | None = None
 
 
 class SetModeParams(_Wire, frozen=True):
