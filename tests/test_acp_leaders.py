@@ -322,3 +322,37 @@ async def test_a_fork_at_a_message_ends_with_its_turn(tmp_path: Path) -> None:
             assert f"messageId {message_id!r} is not a message" in refused["message"]
         assert (await peer.call("session/list", {}))["result"]["sessions"] == listed
         _checked(peer.frames)
+
+
+# -- each state update only when it changed ----------------------------------------------------
+
+
+async def test_a_setting_is_told_only_when_the_client_does_not_have_it(tmp_path: Path) -> None:
+    async with bridge(tmp_path, ScriptedModel()) as b:
+        peer = b.peer
+        session = await peer.new_session(str(tmp_path))
+
+        async def told(method: str, params: dict[str, Any]) -> list[str]:
+            mark = len(peer.frames)
+            answer = await peer.call(method, {"sessionId": session, **params})
+            assert "result" in answer, answer
+            await peer.call("session/list", {})  # a round trip: what the change sent is in
+            return [u["sessionUpdate"] for u in _checked(peer.frames[mark:])]
+
+        # The mode the answer to session/new said: nothing to tell.
+        assert await told("session/set_mode", {"modeId": "default"}) == []
+        # A new mode: told once, as a mode and as the options.
+        changed = await told("session/set_mode", {"modeId": "read-only"})
+        assert changed == ["current_mode_update", "config_option_update"]
+        assert await told("session/set_mode", {"modeId": "read-only"}) == []
+        # An option set: told once (the update goes before the answer, which holds every
+        # option too); set again to the same, not told.
+        thinking = {"configId": "thought_level", "value": "high"}
+        assert await told("session/set_config_option", thinking) == ["config_option_update"]
+        assert await told("session/set_config_option", thinking) == []
+        back = {"configId": "mode", "value": "default"}
+        assert await told("session/set_config_option", back) == [
+            "current_mode_update",
+            "config_option_update",
+        ]
+        assert await told("session/set_config_option", back) == []

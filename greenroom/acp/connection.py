@@ -75,7 +75,9 @@ from greenroom.protocol.acp import (
     InitializeResult,
     ListSessionsParams,
     LoadSessionParams,
+    LoadSessionResult,
     NewSessionParams,
+    NewSessionResult,
     PromptParams,
     RequestId,
     SessionParams,
@@ -248,7 +250,11 @@ class AcpConnection:
                     if isinstance(result, SessionStarted):
                         # Installed in the step its answer is sent, so its notices,
                         # told here, always follow that answer.
-                        outbox.respond(request_id, result.answer)
+                        answer = result.answer
+                        outbox.respond(request_id, answer)
+                        if isinstance(answer, NewSessionResult | LoadSessionResult):
+                            mode = answer.modes.current_mode_id
+                            result.record.settings_told(answer.config_options, mode)
                         result.record.announce(outbox)
                         result.record.answered(outbox)  # a carried-on turn's updates so far
                         self._offer_commands(result.record.session_id)
