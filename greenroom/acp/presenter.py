@@ -56,8 +56,8 @@ from greenroom.protocol.acp import (
     CurrentModeUpdate,
     DiffContent,
     ImageBlock,
-    Notice,
     NoticeSeverity,
+    NoticeUpdate,
     PlanContentUpdate,
     PlanItems,
     PlanUpdate,
@@ -256,13 +256,13 @@ class Presenter:
             severity = "error"
         elif status.message:
             severity = "warning"
-        return Notice(severity, _bounded(status.describe()))
+        return NoticeUpdate(severity, _bounded(status.describe()))
 
     def _retry(self, session: Session, event: ModelRetry, replay: bool) -> Iterator[SessionUpdate]:
         if self.notices:  # live only: a notice is no part of the session's history
             if not replay:
                 title = f"Retrying the model in {event.wait:.1f} s"
-                yield Notice("warning", title, event.error[:300])
+                yield NoticeUpdate("warning", title, event.error[:300])
             return
         # A notice of its own (its own message id), not a part of the reply.
         notice = f"Retrying the model in {event.wait:.1f} s: {event.error[:300]}\n"
@@ -286,11 +286,12 @@ class Presenter:
             said = f"Decided by {event.by}: {answer}\n"
             message_id = f"{session.id}/{event.turn}/{event.decision_id}/made"
             yield AgentMessageChunk(TextBlock(_bounded(said)), message_id)
+
     def _ended(self, session: Session, event: TurnEnd, replay: bool) -> Iterator[SessionUpdate]:
         reason = event.reason
         if self.notices and not replay and type(reason) is LimitReached:
             reached = "unknown" if reason.reached is None else str(reason.reached)
-            yield Notice(
+            yield NoticeUpdate(
                 "warning",
                 f"The turn stopped at its {reason.limit} limit",
                 f"allowed {reason.allowed}, reached {reached}",
@@ -327,7 +328,7 @@ class Presenter:
         else:
             yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
         if self.notices and not replay and event.degraded is not None:
-            yield Notice("warning", "Compacted without a summary", _bounded(event.degraded))
+            yield NoticeUpdate("warning", "Compacted without a summary", _bounded(event.degraded))
         window = self._window(session)
         yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
 

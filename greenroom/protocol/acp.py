@@ -557,7 +557,7 @@ class PlanUpdate(_Update, frozen=True, tag="plan"):
 NoticeSeverity: TypeAlias = Literal["info", "warning", "error"]
 
 
-class Notice(_Update, frozen=True, tag="notice"):
+class NoticeUpdate(_Update, frozen=True, tag="notice"):
     """ACP's unstable ``notice`` (RFD "session-notices"): advice for the user that is no
     part of the conversation, live only (never replayed); `title` stands alone. Sent only
     to a client that declared ``clientCapabilities._meta.notice: true``: the schema has no
@@ -614,7 +614,7 @@ SessionUpdate: TypeAlias = (
     | CompactionSummaryChunk
     | PlanUpdate
     | AvailableCommandsUpdate
-    | Notice
+    | NoticeUpdate
     | PlanContentUpdate
 )
 

@@ -1,6 +1,6 @@
 """``greenroom acp --model anthropic:M`` without its API key: the editor gets ``initialize`` (it
 used to exit 2 before it), and a prompt to that model is refused with the reason (a new session
-on it is refused -32000 until a login: tests/test_acp_login.py).
+on it is refused -32000 until a login: tests/acp/test_login.py).
 
 Driven by the official ACP Python SDK (asyncio), against a real ``greenroom acp`` process.
 """

@@ -22,11 +22,11 @@ import pytest
 import trio
 from acp import schema
 
+from tests import ROOT
 from tests.acp_process import acp_process
 
 pytestmark = pytest.mark.real_clock
 
-ROOT = Path(__file__).resolve().parent.parent
 ENTRY = ROOT / "registry" / "greenroom" / "agent.json"
 UV = Path(sys.executable).with_name("uv")
 UVX = Path(sys.executable).with_name("uvx")

@@ -23,7 +23,7 @@ from acp import schema
 from greenroom import AgentOptions, Limits, open_runtime, tool
 from greenroom.acp.presenter import Presenter
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Tokens
-from greenroom.protocol.acp import Notice
+from greenroom.protocol.acp import NoticeUpdate
 from greenroom.protocol.events import Compacted, TurnEnd
 from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
 from tests.acp_editor import Editor
@@ -35,7 +35,7 @@ PROMPT = [{"type": "text", "text": "hello"}]
 NOTICES = {"_meta": {"notice": True}}
 
 #: ACP's unstable ``notice`` update (schema/v1/schema.unstable.json of agentclientprotocol/
-#: agent-client-protocol: ``Notice`` within ``SessionUpdate``), no member it does not name.
+#: agent-client-protocol: ``NoticeUpdate`` within ``SessionUpdate``), no member it does not name.
 NOTICE_SCHEMA: dict[str, Any] = {
     "type": "object",
     "properties": {
@@ -167,7 +167,7 @@ async def test_a_limit_reached_and_a_compaction_fallback_are_live_notices() -> N
         presenter.notices = False
         plain = list(presenter.present(session, fallback, replay=False))
         await handle.dispose()
-    [told_notice] = [u for u in live if type(u) is Notice]
+    [told_notice] = [u for u in live if type(u) is NoticeUpdate]
     assert [u for u in live if u is not told_notice] == plain  # and today's text too
     assert replayed == plain
     told = {"sessionUpdate": "notice", **_plain(told_notice)}
