@@ -14,6 +14,7 @@ says.
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import Callable
 from typing import Final, NamedTuple
@@ -331,6 +332,10 @@ class SessionStarts:
         return Empty()
 
 
+#: A turn's or a step's number as greenroom writes it in a reply's message id.
+_NUMBER: Final = re.compile(r"[1-9][0-9]{0,9}")
+
+
 def turn_of(events: list[SessionEvent], session_id: str, message_id: str) -> int:
     """The ended turn of `session_id`'s log that holds the message `message_id`: a prompt's
     own id (a user or steering message), or an agent reply's, ``<session>/<turn>/<step>``
@@ -345,9 +350,9 @@ def turn_of(events: list[SessionEvent], session_id: str, message_id: str) -> int
             turn = current
             break
     if turn is None:
-        head, _, rest = message_id.rpartition("/")
+        head, _, step = message_id.rpartition("/")
         owner, _, number = head.rpartition("/")
-        if owner == session_id and number.isdigit() and rest.isdigit():
+        if owner == session_id and _NUMBER.fullmatch(number) and _NUMBER.fullmatch(step):
             turn = int(number)
     started = {event.turn for event in events if type(event) is TurnStart}
     ended = {event.turn for event in events if type(event) is TurnEnd}

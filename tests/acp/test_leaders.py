@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -19,12 +20,24 @@ import acp
 import jsonschema
 import msgspec
 from acp import schema
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from greenroom import AgentOptions, Limits, open_runtime, tool
+from greenroom.acp.params import RpcError
 from greenroom.acp.presenter import Presenter
+from greenroom.acp.starts import turn_of
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Tokens
 from greenroom.protocol.acp import NoticeUpdate
-from greenroom.protocol.events import Compacted, TurnEnd
+from greenroom.protocol.events import (
+    COMPLETED,
+    USER,
+    Compacted,
+    MessageTrigger,
+    TurnEnd,
+    TurnStart,
+    UserMessage,
+)
 from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
 from tests.acp_editor import Editor
 from tests.acp_peer import bridge
@@ -356,3 +369,26 @@ async def test_a_setting_is_told_only_when_the_client_does_not_have_it(tmp_path:
             "config_option_update",
         ]
         assert await told("session/set_config_option", back) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(message_id=st.text(max_size=80) | st.from_regex(r"s1/[0-9]{1,3}/[0-9]{1,2}", fullmatch=True))
+def test_any_message_id_is_a_turn_or_a_clear_refusal(message_id: str) -> None:
+    events: list[Any] = [
+        TurnStart(turn=1, trigger=MessageTrigger(USER)),
+        UserMessage(content="one", source=USER, message_id="m1"),
+        TurnEnd(turn=1, reason=COMPLETED),
+        TurnStart(turn=2, trigger=MessageTrigger(USER)),
+        UserMessage(content="two", source=USER, message_id="m2"),
+    ]
+    found: int | RpcError
+    try:
+        found = turn_of(events, "s1", message_id)
+    except RpcError as exc:
+        found = exc
+    if isinstance(found, RpcError):
+        assert found.code == -32602
+        assert "messageId" in found.message
+    else:  # the one ended turn, by its prompt's id or a reply's as greenroom writes them
+        assert found == 1
+        assert message_id == "m1" or re.fullmatch(r"s1/1/[1-9][0-9]*", message_id)

@@ -20,6 +20,8 @@ from typing import Any
 import acp
 import pytest
 from acp import schema
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from greenroom.keys import KeyFileError, api_key, forget_keys, store_key, stored_key
 from greenroom.models.anthropic import AnthropicModel
@@ -310,3 +312,27 @@ def test_logout_leaves_a_file_that_is_not_its_own(home: Path, tmp_path: Path) ->
     work = tmp_path / "work"
     work.mkdir()
     asyncio.run(asyncio.wait_for(_logout_of_a_bad_file(home, work), LIMIT))
+
+
+# -- the stored file, fuzzed -------------------------------------------------------------------
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(content=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode))
+def test_any_stored_content_is_keys_or_a_clear_error(home: Path, content: bytes) -> None:
+    path = _keys_file(home)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    path.chmod(0o600)
+    found: str | KeyFileError | None
+    try:
+        found = stored_key("ANTHROPIC_API_KEY")
+    except KeyFileError as exc:
+        found = exc
+    if isinstance(found, KeyFileError):
+        assert str(path) in str(found)
+    else:
+        assert found is None or isinstance(found, str)
+    assert path.read_bytes() == content  # never rewritten by a read
