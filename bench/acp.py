@@ -22,7 +22,12 @@ few warm-up prompts on each, then measured for:
 * round trip: sequential ``session/prompt``s on one session, each timed
   from the request to its response, p50 and p99 in microseconds;
 * throughput: prompts per second with the 10 sessions in parallel
-  (``asyncio.gather``), each session sending its prompts one after another.
+  (``asyncio.gather``), each session sending its prompts one after another;
+* what a prompt costs the client, the machine-independent figures: the frames
+  it reads and their bytes (each as compact JSON and its newline, the same
+  for every agent), over `_COUNTED` sequential prompts on one session after
+  the timed phases (the SDK's frame observer copies each frame, so it is
+  attached only then).
 
 Then, greenroom alone, with a client that grants every permission at once:
 the p50 round trip of a prompt that makes one ``bash`` call (the echo model
@@ -56,6 +61,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import json
 import logging
 import statistics
 import sys
@@ -69,6 +75,7 @@ from typing import Any, cast
 import acp
 from acp import schema
 from acp.client.connection import ClientSideConnection
+from acp.connection import StreamDirection, StreamEvent
 
 from bench.report import Row, compare
 
@@ -79,6 +86,7 @@ _TIMEOUT = 120.0
 _SETTLE = 5.0
 _SESSIONS = 10
 _WARMUP = 5  # prompts per session before measuring
+_COUNTED = 20  # prompts whose frames and bytes are counted
 _PROMPT = "ping"
 
 _GREENROOM = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
@@ -149,11 +157,27 @@ class _SdkLog(logging.Handler):
         self.records.append(self.format(record))
 
 
+class _Wire:
+    """The frames the agent writes the client and their bytes, as the SDK's observer sees
+    them (decoded: each counted as compact JSON and its newline)."""
+
+    def __init__(self) -> None:
+        self.frames = 0
+        self.bytes = 0
+
+    def __call__(self, event: StreamEvent) -> None:
+        if event.direction is StreamDirection.INCOMING:
+            self.frames += 1
+            self.bytes += len(json.dumps(event.message, separators=(",", ":"))) + 1
+
+
 @dataclass
 class _Result:
     p50_us: float
     p99_us: float
     prompts_per_s: float
+    frames_per_prompt: float
+    bytes_per_prompt: float
 
 
 async def _prompt(conn: ClientSideConnection, session_id: str, words: str = _PROMPT) -> None:
@@ -214,6 +238,14 @@ async def _drive(name: str, n_latency: int, n_throughput: int, tmp: Path, stderr
         for session_id in sessions:
             sent[session_id] += each
         await client.settled(sent)
+
+        # (c) what a prompt costs the client, counted (the connection's own observers:
+        # the client side has no other way to attach one once connected)
+        wire = _Wire()
+        conn._conn.add_observer(wire)
+        await _sequential(conn, first, _COUNTED)
+        sent[first] += _COUNTED
+        await client.settled(sent)
     code = await process.wait()
     if code != 0:
         raise RuntimeError(f"{name} exited {code}")
@@ -222,6 +254,8 @@ async def _drive(name: str, n_latency: int, n_throughput: int, tmp: Path, stderr
         p50_us=statistics.median(samples) / 1e3,
         p99_us=percentiles[98] / 1e3,
         prompts_per_s=each * _SESSIONS / (elapsed / 1e9),
+        frames_per_prompt=wire.frames / _COUNTED,
+        bytes_per_prompt=wire.bytes / _COUNTED,
     )
 
 
@@ -579,6 +613,23 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline=baseline,
             raw=[r.prompts_per_s for r in raw],
             min_ratio=1.5,
+        ),
+        compare(
+            SCENARIO,
+            "frames the client reads per prompt (one session, sequential)",
+            "frames",
+            [r.frames_per_prompt for r in ours],
+            baseline=baseline,
+            raw=[r.frames_per_prompt for r in raw],
+            max_ratio=1.0,
+        ),
+        compare(
+            SCENARIO,
+            "bytes the client reads per prompt (compact JSON, one session, sequential)",
+            "bytes",
+            [r.bytes_per_prompt for r in ours],
+            baseline=baseline,
+            raw=[r.bytes_per_prompt for r in raw],
         ),
         compare(
             SCENARIO,

@@ -9,6 +9,7 @@ served as `Unkeyed`: each step fails naming the variable.
 from __future__ import annotations
 
 import argparse
+import getpass
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -17,9 +18,10 @@ from pathlib import Path
 import trio
 
 from greenroom.actors.decisions import decide_stored, stored_decisions
+from greenroom.keys import KeyFileError, greenroom_home, store_key
 from greenroom.models import ModelAdapter
 from greenroom.models.base import ModelError
-from greenroom.models.named import MissingKey, model_named
+from greenroom.models.named import API_KINDS, MissingKey, key_variable, model_named
 from greenroom.models.prices import PriceFileError, Prices, shipped_prices
 from greenroom.protocol.content import referenced
 from greenroom.protocol.events import DecisionRequested, UserMessage
@@ -46,18 +48,17 @@ CLI = "greenroom sessions decide"
 
 
 def default_state_dir() -> Path:
-    """``$GREENROOM_HOME``, else ``~/.local/state/greenroom``."""
-    home = os.environ.get("GREENROOM_HOME")
-    return Path(home) if home else Path.home() / ".local" / "state" / "greenroom"
+    """``$GREENROOM_HOME``, else ``~/.local/state/greenroom`` (`greenroom.keys.greenroom_home`)."""
+    return greenroom_home()
 
 
 class Unkeyed:
     """Stands in for a model whose key is missing: every step fails with `reason`.
 
-    ``greenroom acp`` answers ``initialize`` and ``session/new`` without the key,
-    so the editor can show why a prompt is refused (the turn's error, -32603)
-    instead of "connection closed". No ``authMethods`` are advertised: the key
-    comes from the environment the editor starts greenroom in, never from ACP.
+    ``greenroom acp`` serves without the key, so the editor can offer its login
+    (`greenroom.acp.login`: a new session on the default model is refused -32000
+    until then) instead of "connection closed"; a session on another model has
+    each prompt refused with the reason (the turn's error, -32603).
     """
 
     def __init__(self, reason: str) -> None:
@@ -170,6 +171,13 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: refuse another node's request for a session that is mid-turn"
         " (by default it is let go after its turn; an idle one at once)",
     )
+    acp.add_argument(
+        "--login",
+        action="store_true",
+        help="ask in this terminal for the key of each API --model (with none, of a"
+        " provider asked for), keep it in $GREENROOM_HOME/keys.json (mode 0600), and"
+        " exit; a key in the environment still comes first",
+    )
     _add_state_dir(acp)
     _add_store(acp, "jsonl:STATE-DIR/sessions")
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
@@ -183,11 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     show.add_argument("session_id")
     _add_state_dir(show, nested=True)
     _add_store(show, "jsonl:STATE-DIR/sessions", nested=True)
-    waiting = verbs.add_parser(
+    decisions = verbs.add_parser(
         "decisions", help="the open decisions of every stored session, one per line"
     )
-    _add_state_dir(waiting, nested=True)
-    _add_store(waiting, "jsonl:STATE-DIR/sessions", nested=True)
+    _add_state_dir(decisions, nested=True)
+    _add_store(decisions, "jsonl:STATE-DIR/sessions", nested=True)
     decide = verbs.add_parser(
         "decide",
         help="answer an open decision of a stored session: its next holder carries the"
@@ -210,20 +218,30 @@ def main(argv: list[str] | None = None) -> int:
             store = store_from_url(args.store) if args.store else None
             return run_demo(plain=args.plain, state_dir=state, fresh=fresh, store=store)
         if args.command == "acp":
+            from greenroom.acp.login import Login
             from greenroom.acp.stdio import run_stdio
 
             specs = args.model or ["scripted"]
+            if args.login:
+                return _login(specs)
             models: dict[str, ModelAdapter] = {}
+            waiting: dict[str, str] = {}
+            stored: list[str] = []
             if args.context_window is not None and args.context_window <= 0:
                 parser.error(f"--context-window must be tokens > 0, got {args.context_window}")
             for spec in specs:
                 try:
                     models[spec] = model_named(spec, os.environ, args.context_window)
-                except MissingKey as exc:  # told to the editor at the prompt, not as an exit
+                except (MissingKey, KeyFileError) as exc:  # told to the editor, not an exit
                     print(f"greenroom acp: {exc}", file=sys.stderr)
-                    models[spec] = Unkeyed(f"{exc} (set it where the editor starts greenroom)")
+                    waiting[spec] = str(exc)
+                    models[spec] = Unkeyed(str(exc))
                 except ValueError as exc:
                     parser.error(str(exc))
+                else:
+                    variable = key_variable(spec)
+                    if variable is not None and not os.environ.get(variable):
+                        stored.append(spec)
             prices = None
             if args.prices is not None:
                 try:
@@ -237,7 +255,8 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
-            return run_stdio(models, store, args.interrupted, prices)
+            login = Login(specs, waiting, stored)
+            return run_stdio(models, store, args.interrupted, prices, login)
         if args.store:  # only `decide` writes, and only beside the logs
             store = store_from_url(args.store, read_only=args.verb != "decide")
             return _sessions(args.verb, args, store, None)
@@ -252,6 +271,44 @@ def main(argv: list[str] | None = None) -> int:
     except (StateDirError, StoreError) as exc:
         print(f"greenroom {args.command}: {exc}", file=sys.stderr)
         return 2
+
+
+def _login(specs: list[str]) -> int:
+    """``greenroom acp --login``: ask for the key of each API model of `specs` (of a provider
+    asked for, when none is one), without echo, and store it (`greenroom.keys.store_key`).
+    Exit 0 once every key asked is kept; 1 if one could not be (said why); 2 without a
+    terminal to ask in."""
+    if not sys.stdin.isatty():
+        print(
+            "greenroom acp --login: asks for the key in a terminal: stdin is not one",
+            file=sys.stderr,
+        )
+        return 2
+    variables = list(dict.fromkeys(v for spec in specs if (v := key_variable(spec))))
+    try:
+        if not variables:
+            providers = list(dict.fromkeys(API_KINDS.values()))
+            known = ", ".join(p.lower() for p in providers)
+            answer = input(f"Provider ({known}): ").strip().upper()
+            if answer not in providers:
+                print(
+                    f"greenroom acp --login: no provider {answer.lower()!r} (known: {known})",
+                    file=sys.stderr,
+                )
+                return 1
+            variables = [f"{answer}_API_KEY"]
+        for variable in variables:
+            key = getpass.getpass(f"{variable} (not shown as you type): ")
+            try:
+                path = store_key(variable, key)
+            except (ValueError, OSError) as exc:  # KeyFileError too: the file stays as it is
+                print(f"greenroom acp --login: {variable}: {exc}", file=sys.stderr)
+                return 1
+            print(f"{variable} kept in {path}, readable by you only", file=sys.stderr)
+    except (EOFError, KeyboardInterrupt):
+        print("\ngreenroom acp --login: cancelled; no key was kept but those said", file=sys.stderr)
+        return 1
+    return 0
 
 
 def _none_yet(args: argparse.Namespace, state_dir: Path) -> int:

@@ -141,9 +141,11 @@ async def bridge(
     *,
     bash: bool = False,
     prices: Prices | None = None,
+    capabilities: dict[str, Any] | None = None,
 ) -> AsyncIterator[Bridge]:
     """A runtime serving ACP to a `Peer` over memory streams; no persistence if `root` is None;
-    its steps priced by `prices` (None: the shipped table)."""
+    its steps priced by `prices` (None: the shipped table); the peer initializes with
+    `capabilities` (None: none)."""
     store = persistence or (JsonlPersistence(root) if root is not None else None)
     workdir = str(root) if root is not None else None
     async with open_runtime(
@@ -164,7 +166,8 @@ async def bridge(
         async with trio.open_nursery() as nursery:
             nursery.start_soon(serve)
             nursery.start_soon(peer.read_loop)
-            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            declared = capabilities or {}
+            await peer.call("initialize", {"protocolVersion": 1, "clientCapabilities": declared})
             yield b
             if not b.served.is_set():
                 await peer.close()

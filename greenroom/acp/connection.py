@@ -47,6 +47,7 @@ import greenroom
 from greenroom.acp import frames
 from greenroom.acp.client import session_client
 from greenroom.acp.live import LiveOutput, TerminalOutput
+from greenroom.acp.login import Login
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import RpcError, decode
 from greenroom.acp.presenter import Presenter
@@ -63,6 +64,8 @@ from greenroom.protocol.acp import (
     METHOD_NOT_FOUND,
     PROTOCOL_VERSION,
     REQUEST_CANCELLED,
+    AgentAuthCapabilities,
+    AgentCapabilities,
     AuthenticateParams,
     CancelRequestParams,
     Empty,
@@ -72,7 +75,9 @@ from greenroom.protocol.acp import (
     InitializeResult,
     ListSessionsParams,
     LoadSessionParams,
+    LoadSessionResult,
     NewSessionParams,
+    NewSessionResult,
     PromptParams,
     RequestId,
     SessionParams,
@@ -106,8 +111,20 @@ class AcpConnection:
         nursery: trio.Nursery,
         outgoing: trio.MemorySendChannel[bytes],
         interrupted: Interruption = "close",
+        login: Login | None = None,
     ) -> None:
         self.runtime = runtime
+        self._login = login
+        #: What `initialize` answers: with a `Login`, its method and ``logout`` advertised.
+        self._initialized = (
+            INITIALIZED
+            if login is None
+            else msgspec.structs.replace(
+                INITIALIZED,
+                agent_capabilities=AgentCapabilities(auth=AgentAuthCapabilities()),
+                auth_methods=[login.method],
+            )
+        )
         self.nursery = nursery
         self.outbox = outbox = Outbox(outgoing)
         #: The sessions, their records and what is in flight: the state every part holds.
@@ -138,7 +155,7 @@ class AcpConnection:
             "session/set_config_option": InlineRoute(
                 SetConfigOptionParams, prompting.set_config_option
             ),
-            "session/new": WaitingRoute(NewSessionParams, starts.new),
+            "session/new": WaitingRoute(NewSessionParams, self._keyed(starts.new)),
             "session/load": WaitingRoute(LoadSessionParams, starts.load),
             "session/resume": WaitingRoute(LoadSessionParams, starts.resume),
             "session/fork": WaitingRoute(ForkSessionParams, starts.fork),
@@ -146,6 +163,8 @@ class AcpConnection:
             "session/close": WaitingRoute(SessionParams, starts.close),
             "session/delete": WaitingRoute(SessionParams, starts.delete),
         }
+        if login is not None:  # served only where it is advertised (`agentCapabilities.auth`)
+            self._served["logout"] = InlineRoute(Empty, self._logout)
         #: Each notification acted on (any other is ignored).
         self._notifications: Final[dict[str, NotificationRoute]] = {
             "session/cancel": NotificationRoute(SessionParams, prompting.cancel),
@@ -231,7 +250,11 @@ class AcpConnection:
                     if isinstance(result, SessionStarted):
                         # Installed in the step its answer is sent, so its notices,
                         # told here, always follow that answer.
-                        outbox.respond(request_id, result.answer)
+                        answer = result.answer
+                        outbox.respond(request_id, answer)
+                        if isinstance(answer, NewSessionResult | LoadSessionResult):
+                            mode = answer.modes.current_mode_id
+                            result.record.settings_told(answer.config_options, mode)
                         result.record.announce(outbox)
                         result.record.answered(outbox)  # a carried-on turn's updates so far
                         self._offer_commands(result.record.session_id)
@@ -260,19 +283,42 @@ class AcpConnection:
             self.live.terminal = TerminalOutput()
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
+        self.presenter.notices = (capabilities.meta or {}).get("notice") is True
+        self.presenter.plans = capabilities.plan is not None
         name = (params.client_info or {}).get("name")
         if isinstance(name, str) and name.strip():
             self._client_name = name.strip()[:100]
-        self.outbox.respond(request_id, INITIALIZED)
+        self.outbox.respond(request_id, self._initialized)
         self._routes = self._served
 
     def _authenticate(self, request_id: RequestId, params: AuthenticateParams) -> None:
-        # `authMethods` is empty: no method id is one of ours, and none is needed.
-        raise RpcError(
-            INVALID_PARAMS,
-            f"invalid params: methodId {params.method_id!r} is not an advertised auth method"
-            " (this agent advertises none: it needs no authentication)",
-        )
+        if self._login is None:  # `authMethods` is empty: no method id is one of ours
+            raise RpcError(
+                INVALID_PARAMS,
+                f"invalid params: methodId {params.method_id!r} is not an advertised auth"
+                " method (this agent advertises none: it needs no authentication)",
+            )
+        self._login.authenticate(params.method_id)
+        self.outbox.respond(request_id, Empty())
+
+    def _logout(self, request_id: RequestId, params: Empty) -> None:
+        assert self._login is not None  # routed only then
+        self._login.logout()
+        self.outbox.respond(request_id, Empty())
+
+    def _keyed(
+        self, start: Callable[[NewSessionParams], Coroutine[object, object, SessionStarted]]
+    ) -> Callable[[NewSessionParams], Coroutine[object, object, SessionStarted]]:
+        """`start`, refused -32000 while the model a new session starts on has no key."""
+        login = self._login
+        if login is None:
+            return start
+
+        async def keyed(params: NewSessionParams) -> SessionStarted:
+            login.refuse_unless_keyed()
+            return await start(params)
+
+        return keyed
 
     def client_for(self, session_id: str) -> SessionClient:
         """What the tools of `session_id` get from this client (`client.session_client`)."""
@@ -360,7 +406,7 @@ class AcpConnection:
         slow = bool(status.message) and "starting" in (status.state, before)
         if quiet and not slow:  # a slow start and its end are told
             return
-        record.notice(self.outbox, status.describe() + "\n")
+        record.notice(self.outbox, self.presenter.server_notice(status))
 
     # -- the end ---------------------------------------------------------------------------
 
@@ -419,12 +465,18 @@ TEARDOWN_GRACE: Final = 5.0
 
 
 async def serve_connection(
-    runtime: Runtime, stream: trio.abc.Stream, *, interrupted: Interruption = "close"
+    runtime: Runtime,
+    stream: trio.abc.Stream,
+    *,
+    interrupted: Interruption = "close",
+    login: Login | None = None,
 ) -> None:
     """Serve ACP on `stream` until the peer closes it (or the caller cancels), then tear down.
 
     ``interrupted="continue"``: a session loaded or resumed whose last turn a crash
-    cut has that turn carried on (docs/semantics.md, "Durable turns").
+    cut has that turn carried on (docs/semantics.md, "Durable turns"). `login`: the
+    keys of ``greenroom acp`` (`login.Login`), advertised as a terminal login, with
+    ``logout``; None (an embedder's models, keyed in code) advertises no auth.
 
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
@@ -443,7 +495,9 @@ async def serve_connection(
                 try:
                     # Sessions are independent: stopped together, in one grace.
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
-                        connection = AcpConnection(runtime, owner, handlers, frames_in, interrupted)
+                        connection = AcpConnection(
+                            runtime, owner, handlers, frames_in, interrupted, login
+                        )
                         try:
                             await frames.read_lines(stream, connection.handle_frame)
                         finally:

@@ -56,6 +56,10 @@ from greenroom.protocol.acp import (
     CurrentModeUpdate,
     DiffContent,
     ImageBlock,
+    NoticeSeverity,
+    NoticeUpdate,
+    PlanContentUpdate,
+    PlanItems,
     PlanUpdate,
     ResourceBlock,
     ResourceContents,
@@ -92,6 +96,7 @@ from greenroom.protocol.events import (
     ConfigSet,
     DecisionMade,
     DecisionRequested,
+    LimitReached,
     ModelRetry,
     PlanEntry,
     PlanSet,
@@ -106,6 +111,7 @@ from greenroom.protocol.events import (
     TurnUsage,
     UserMessage,
 )
+from greenroom.protocol.mcp import McpStatus
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
 from greenroom.session import Session
 from greenroom.session.transcript import describe_decision
@@ -134,9 +140,22 @@ class Presenter:
     ``compaction``: the client declared ``clientCapabilities.session.compaction``, so a
     compaction is shown as ACP's unstable compaction entity (`compaction_updates`), not
     as an agent message.
+    ``notices``: the client declared ``clientCapabilities._meta.notice``, so what is not
+    the model's words (a retry, a server's failure, a compaction without a summary, a
+    limit reached) is ACP's unstable ``notice``, live only, not an agent message.
+    ``plans``: the client declared ``clientCapabilities.plan``, so the plan is ACP's
+    unstable ``plan_update`` (the session's one plan, `PLAN_ID`), not ``plan``.
     """
 
-    __slots__ = ("_context_windows", "_models", "_modes", "compaction", "terminal")
+    __slots__ = (
+        "_context_windows",
+        "_models",
+        "_modes",
+        "compaction",
+        "notices",
+        "plans",
+        "terminal",
+    )
 
     def __init__(
         self,
@@ -150,6 +169,8 @@ class Presenter:
         self._modes = [SessionMode(id, name, what) for id, (name, what) in described.items()]
         self.terminal = False
         self.compaction = False
+        self.notices = False
+        self.plans = False
 
     def modes(self, session: Session) -> SessionModeState:
         return SessionModeState(session.config.get("mode", DEFAULT_MODE), self._modes)
@@ -225,7 +246,24 @@ class Presenter:
             used = _context_used(session, event)
             yield UsageUpdate(used, max(self._window(session), used), Cost(float(cost), "USD"))
 
+    def server_notice(self, status: McpStatus) -> SessionUpdate:
+        """What an MCP server of the session did, told: a notice (an error for a failure
+        or giving up), else an agent message of its own."""
+        if not self.notices:
+            return AgentMessageChunk(TextBlock(status.describe() + "\n"))
+        severity: NoticeSeverity = "info"
+        if status.state in ("failed", "gave-up"):
+            severity = "error"
+        elif status.message:
+            severity = "warning"
+        return NoticeUpdate(severity, _bounded(status.describe()))
+
     def _retry(self, session: Session, event: ModelRetry, replay: bool) -> Iterator[SessionUpdate]:
+        if self.notices:  # live only: a notice is no part of the session's history
+            if not replay:
+                title = f"Retrying the model in {event.wait:.1f} s"
+                yield NoticeUpdate("warning", title, event.error[:300])
+            return
         # A notice of its own (its own message id), not a part of the reply.
         notice = f"Retrying the model in {event.wait:.1f} s: {event.error[:300]}\n"
         message_id = f"{session.id}/{event.turn}/{event.step}/retry-{event.attempt}"
@@ -248,6 +286,16 @@ class Presenter:
             said = f"Decided by {event.by}: {answer}\n"
             message_id = f"{session.id}/{event.turn}/{event.decision_id}/made"
             yield AgentMessageChunk(TextBlock(_bounded(said)), message_id)
+
+    def _ended(self, session: Session, event: TurnEnd, replay: bool) -> Iterator[SessionUpdate]:
+        reason = event.reason
+        if self.notices and not replay and type(reason) is LimitReached:
+            reached = "unknown" if reason.reached is None else str(reason.reached)
+            yield NoticeUpdate(
+                "warning",
+                f"The turn stopped at its {reason.limit} limit",
+                f"allowed {reason.allowed}, reached {reached}",
+            )
 
     def _compacting(
         self, session: Session, event: CompactionStart, replay: bool
@@ -279,6 +327,8 @@ class Presenter:
             yield from compaction_updates(entity, event, replay=replay, announced=announced)
         else:
             yield AgentMessageChunk(TextBlock(_bounded(compaction_notice(event))), entity)
+        if self.notices and not replay and event.degraded is not None:
+            yield NoticeUpdate("warning", "Compacted without a summary", _bounded(event.degraded))
         window = self._window(session)
         yield UsageUpdate(event.tokens_after, max(window, event.tokens_after))
 
@@ -302,6 +352,7 @@ class Presenter:
             _arguments(arguments) if budget.fits(arguments) else budget.take(arguments),
             [TerminalContent(call_id)] if terminal else None,
             {"terminal_info": {"terminal_id": call_id, "cwd": cwd}} if terminal else None,
+            budget.take(event.name),
         )
 
     def _start(self, session: Session, event: ToolStart, replay: bool) -> Iterator[SessionUpdate]:
@@ -310,7 +361,8 @@ class Presenter:
     def _result(self, session: Session, event: ToolResult, replay: bool) -> Iterator[SessionUpdate]:
         status: ToolStatus = "failed" if event.is_error else "completed"
         budget = _Budget()
-        shown: list[ToolContent] = [ToolCallContent(TextBlock(budget.take(event.content)))]
+        output = budget.take(event.content)
+        shown: list[ToolContent] = [ToolCallContent(TextBlock(output))]
         for diff in event.diffs:
             if not budget.item():
                 left = len(event.diffs) - len(shown) + 1
@@ -320,17 +372,19 @@ class Presenter:
             old = None if diff.old_text is None else budget.take(diff.old_text)
             shown.append(DiffContent(budget.take(diff.path), budget.take(diff.new_text), old))
         ended = _terminal_exit(session, event) if self.terminal else None
-        yield ToolCallProgress(event.call_id, status, shown, ended)
+        # Sent twice (content, rawOutput), so counted twice: what does not fit after the
+        # diffs is left out of rawOutput (the content has it).
+        raw = output if budget.fits(output) else None
+        yield ToolCallProgress(event.call_id, status, shown, ended, raw)
 
     def _plan(self, session: Session, event: PlanSet, replay: bool) -> Iterator[SessionUpdate]:
         budget = _Budget()
-        yield PlanUpdate(
-            [
-                PlanEntry(budget.take(entry.content), entry.priority, entry.status)
-                for entry in event.entries
-                if budget.item()
-            ]
-        )
+        entries = [
+            PlanEntry(budget.take(entry.content), entry.priority, entry.status)
+            for entry in event.entries
+            if budget.item()
+        ]
+        yield PlanContentUpdate(PlanItems(PLAN_ID, entries)) if self.plans else PlanUpdate(entries)
 
     def _config(self, session: Session, event: ConfigSet, replay: bool) -> Iterator[SessionUpdate]:
         if event.key == "mode":
@@ -364,6 +418,7 @@ _SHOWN: Final[
     ModelRetry: Presenter._retry,
     DecisionRequested: Presenter._asked,
     DecisionMade: Presenter._decided,
+    TurnEnd: Presenter._ended,
     CompactionStart: Presenter._compacting,
     Compacted: Presenter._compacted,
     ToolCall: Presenter._call,
@@ -373,6 +428,8 @@ _SHOWN: Final[
     ConfigSet: Presenter._config,
 }
 
+#: The id of a session's one plan (the ``todo`` tool's), as ``plan_update`` names it.
+PLAN_ID: Final = "todo"
 #: The tool whose calls a terminal-rendering client is shown as terminals.
 TERMINAL_TOOL: Final = "bash"
 _EXIT: Final = re.compile(r"\[(?:exit code: (-?\d+|None)|killed by signal: (\w+))\]\Z")

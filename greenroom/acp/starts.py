@@ -14,6 +14,7 @@ says.
 from __future__ import annotations
 
 import contextlib
+import re
 import uuid
 from collections.abc import Callable
 from typing import Final, NamedTuple
@@ -35,6 +36,7 @@ from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
+    AgentMessageChunk,
     Empty,
     ForkSessionParams,
     ListSessionsParams,
@@ -45,8 +47,17 @@ from greenroom.protocol.acp import (
     NewSessionResult,
     SessionInfo,
     SessionParams,
+    TextBlock,
 )
-from greenroom.protocol.events import DecisionRequested, TurnResumed
+from greenroom.protocol.events import (
+    DecisionRequested,
+    SessionEvent,
+    SteeringMessage,
+    TurnEnd,
+    TurnResumed,
+    TurnStart,
+    UserMessage,
+)
 from greenroom.protocol.mcp import McpServer
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import (
@@ -180,7 +191,8 @@ class SessionStarts:
         if self._client_for(session_id).questions is None:
             for request in open_decisions(session.events):
                 if request.kind == "question":
-                    record.notice(self._outbox, unasked(session_id, request))
+                    told = AgentMessageChunk(TextBlock(unasked(session_id, request)))
+                    record.notice(self._outbox, told)
         presenter = self._presenter
         events = session.events
         stored = len(events)
@@ -205,18 +217,26 @@ class SessionStarts:
         return SessionStarted(answer, record)
 
     async def fork(self, params: ForkSessionParams) -> SessionStarted:
-        """A new session holding the stored one's whole log, taken live here (not replayed:
-        the client has the original's history)."""
+        """A new session holding the stored one's log, taken live here (not replayed: the
+        client has the original's history): the whole log, or with a `messageId` up to the
+        end of the turn that holds that message (-32602 for a message the log does not
+        have, or whose turn has not ended)."""
         self._check_stored_id(params.session_id)
         check_cwd(params.cwd, must_exist=True)
         check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
         self._table.require_open()
         session_id = str(uuid.uuid4())
+        assert self._persistence is not None  # `_check_stored_id` refused it otherwise
         try:
+            at_turn = None
+            if params.message_id is not None:
+                _header, events = await self._persistence.load(params.session_id)
+                at_turn = turn_of(events, params.session_id, params.message_id)
             await self._runtime.agents.fork(
                 params.session_id,
                 session_id,
+                at_turn=at_turn,
                 cwd=params.cwd,
                 additional_directories=params.additional_directories,
             )
@@ -310,3 +330,37 @@ class SessionStarts:
         """``session/close``: a live session here released (its log stays stored)."""
         await self._table.release(self._table.live(params.session_id))
         return Empty()
+
+
+#: A turn's or a step's number as greenroom writes it in a reply's message id.
+_NUMBER: Final = re.compile(r"[1-9][0-9]{0,9}")
+
+
+def turn_of(events: list[SessionEvent], session_id: str, message_id: str) -> int:
+    """The ended turn of `session_id`'s log that holds the message `message_id`: a prompt's
+    own id (a user or steering message), or an agent reply's, ``<session>/<turn>/<step>``
+    (as `Presenter` names them). Raises -32602 naming it when the log has no such
+    message, or its turn has not ended."""
+    turn: int | None = None
+    current = 0  # a prompt is logged after the start of the turn it opens
+    for event in events:
+        if type(event) is TurnStart:
+            current = event.turn
+        elif isinstance(event, UserMessage | SteeringMessage) and event.message_id == message_id:
+            turn = current
+            break
+    if turn is None:
+        head, _, step = message_id.rpartition("/")
+        owner, _, number = head.rpartition("/")
+        if owner == session_id and _NUMBER.fullmatch(number) and _NUMBER.fullmatch(step):
+            turn = int(number)
+    started = {event.turn for event in events if type(event) is TurnStart}
+    ended = {event.turn for event in events if type(event) is TurnEnd}
+    if turn is None or turn not in ended:
+        known = turn in started
+        what = "is in a turn not ended" if known else "is not a message"
+        raise RpcError(
+            INVALID_PARAMS,
+            f"invalid params: messageId {message_id[:200]!r} {what} of session {session_id!r}",
+        )
+    return turn

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 import trio
 
 from greenroom.acp.connection import serve_connection
+from greenroom.acp.login import Login
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import open_runtime
@@ -125,15 +126,17 @@ def run_stdio(
     persistence: Persistence,
     interrupted: Interruption = "close",
     prices: Prices | None = None,
+    login: Login | None = None,
 ) -> int:
     """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
     `interrupted` says what a load does with a turn a crash cut (`serve_connection`);
-    `prices` prices each step (None: the shipped table)."""
+    `prices` prices each step (None: the shipped table); `login`: the models' keys, as
+    the editor is told of them (`serve_connection`)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, frames_fd, interrupted, prices)
+    trio.run(_serve, models, persistence, frames_fd, interrupted, prices, login)
     return 0
 
 
@@ -143,6 +146,7 @@ async def _serve(
     frames_fd: int,
     interrupted: Interruption,
     prices: Prices | None,
+    login: Login | None,
 ) -> None:
     stream = trio.StapledStream(FramesOut(frames_fd), FramesIn(os.dup(0)))
     async with open_runtime(
@@ -162,7 +166,7 @@ async def _serve(
                         return
 
                 nursery.start_soon(stop_on_signal)
-                await serve_connection(runtime, stream, interrupted=interrupted)
+                await serve_connection(runtime, stream, interrupted=interrupted, login=login)
                 nursery.cancel_scope.cancel(reason="end of input")
 
 

@@ -25,7 +25,10 @@ A record holds, in order of its life:
   in the agent's task: before the next turn can start, so a client never sees
   the next turn's updates before the answer of the last one);
 * the updates of a turn a crash cut that a load carries on (``held``): they go
-  out after the load's answer.
+  out after the load's answer;
+* the latest value of each update that states one (``stated``, `STATES`: the
+  usage, the mode, the config options), as the client has it from an update or
+  an answer: an update equal to it is not sent again.
 
 Nothing here checkpoints but `go_live` and `release`, which wait on the
 session's start and its agent's disposal.
@@ -34,7 +37,7 @@ session's start and its agent's disposal.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 import trio
 
@@ -48,9 +51,13 @@ from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
+    ConfigOption,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
     PromptResult,
     RequestId,
     SessionUpdate,
+    UsageUpdate,
 )
 from greenroom.tools.bash import BashExecutor
 from greenroom.tools.bash.tools import kill_owned
@@ -76,11 +83,16 @@ class InFlight:
         self.cancelled = False
 
 
+#: The updates that state a value rather than tell of an event: one equal to the latest
+#: of its kind the client has is not sent again (`SessionRecord.show`).
+STATES: Final = frozenset({UsageUpdate, ConfigOptionUpdate, CurrentModeUpdate})
+
+
 class SessionRecord:
     """One session of the connection, from the request that starts it to its close (see the
     module docstring)."""
 
-    __slots__ = ("handle", "held", "notices", "prompts", "ready", "session_id")
+    __slots__ = ("handle", "held", "notices", "prompts", "ready", "session_id", "stated")
 
     def __init__(self, session_id: str) -> None:
         self.session_id = session_id
@@ -88,29 +100,43 @@ class SessionRecord:
         self.ready = trio.Event()
         self.handle: AgentHandle | None = None  # set once it is live
         #: What its servers did before the session was announced; None once told.
-        self.notices: list[str] | None = []
+        self.notices: list[SessionUpdate] | None = []
         self.prompts: dict[RequestId, InFlight] = {}
         self.held: list[SessionUpdate] | None = None
+        self.stated: dict[type[SessionUpdate], SessionUpdate] = {}
 
-    def notice(self, outbox: Outbox, text: str) -> None:
-        """Tell `text` in the session now, or after its answer if that is not sent yet."""
+    def notice(self, outbox: Outbox, update: SessionUpdate) -> None:
+        """Send `update` (a notice) now, or after its answer if that is not sent yet."""
         if self.notices is not None:
-            self.notices.append(text)
+            self.notices.append(update)
         else:
-            outbox.tell(self.session_id, text)
+            outbox.update(self.session_id, update)
 
     def announce(self, outbox: Outbox) -> None:
         """Its answer is sent: tell what its servers did meanwhile."""
         notices, self.notices = self.notices, None
-        for text in notices or ():
-            outbox.tell(self.session_id, text)
+        for update in notices or ():
+            outbox.update(self.session_id, update)
 
     def show(self, outbox: Outbox, update: SessionUpdate) -> None:
-        """Send a live update, or hold it (see ``held``)."""
+        """Send a live update, or hold it (see ``held``); one of `STATES` equal to the
+        latest of its kind is dropped: the client has it."""
+        kind = type(update)
+        if kind in STATES:
+            if self.stated.get(kind) == update:
+                return
+            self.stated[kind] = update
         if self.held is not None:
             self.held.append(update)
         else:
             outbox.update(self.session_id, update)
+
+    def settings_told(self, options: list[ConfigOption], mode: str | None = None) -> None:
+        """An answer told the client the session's config options (and its `mode`, when
+        it said it as a mode: a client of the modes API learns it from no option)."""
+        self.stated[ConfigOptionUpdate] = ConfigOptionUpdate(options)
+        if mode is not None:
+            self.stated[CurrentModeUpdate] = CurrentModeUpdate(mode)
 
     def answered(self, outbox: Outbox) -> None:
         """The answer that starts the session went out: send what was held behind it, and

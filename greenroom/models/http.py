@@ -29,6 +29,7 @@ import httpx2
 import msgspec
 import trio
 
+from greenroom import keys
 from greenroom.backoff import Backoff
 from greenroom.models.base import ContextOverflow, ModelError, context_limit, context_window_of
 from greenroom.models.parts import Encoded, WirePart, takes_images, wire_parts
@@ -87,16 +88,21 @@ def endpoint(
     base_url: str | None, api_key: str | None, provider: str, default_url: str
 ) -> tuple[str, str]:
     """The base URL and key an adapter uses: each as given, else ``{PROVIDER}_BASE_URL`` /
-    ``{PROVIDER}_API_KEY`` from the environment, else (the URL only) `default_url`.
+    ``{PROVIDER}_API_KEY`` from the environment, else the key stored by ``greenroom acp
+    --login`` (`greenroom.keys`) and (the URL only) `default_url`.
 
     The one rule for code and the ``greenroom`` command alike. Raises `ValueError`
-    naming the variable when no key is given or set, and for a base URL
-    `check_base_url` refuses.
+    naming the variable when no key is given, set or stored, `greenroom.keys.KeyFileError`
+    (a `ValueError`) for a stored key file that cannot be used, and `ValueError` for a
+    base URL `check_base_url` refuses.
     """
     prefix = provider.upper()
-    key = api_key or os.environ.get(f"{prefix}_API_KEY")
+    key = keys.api_key(f"{prefix}_API_KEY", api_key)
     if not key:
-        raise ValueError(f"no API key for {provider}: pass api_key= or set {prefix}_API_KEY")
+        raise ValueError(
+            f"no API key for {provider}: pass api_key=, set {prefix}_API_KEY or run"
+            " `greenroom acp --login`"
+        )
     url = base_url or os.environ.get(f"{prefix}_BASE_URL") or default_url
     return check_base_url(url), key
 

@@ -1,22 +1,24 @@
 """Models by name: the model strings ``--model`` and `AgentSpec.model` take.
 
 ``KIND:MODEL`` names an API model of one of the wire formats greenroom speaks,
-its key and base URL read from the environment; ``scripted`` the echo.
+its key from the environment, else the stored keys (`greenroom.keys`), its base URL from
+the environment; ``scripted`` the echo.
 
 `model_named` makes the adapter; the kinds are `API_KINDS` (openai, openai-responses,
-anthropic, gemini, deepseek); a key missing from the environment is `MissingKey`.
+anthropic, gemini, deepseek); a key neither in the environment nor stored is `MissingKey`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+from greenroom import keys
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
 
 
 class MissingKey(ValueError):
-    """The model's API key is not in the environment."""
+    """The model's API key is neither in the environment nor stored (`greenroom.keys`)."""
 
 
 #: The API model kinds a model string ``KIND:MODEL`` names, with the prefix of the environment
@@ -30,6 +32,13 @@ API_KINDS = {
 }
 
 
+def key_variable(spec: str) -> str | None:
+    """The variable the key of the model `spec` names is read from (``ANTHROPIC_API_KEY``),
+    and stored under; None for a model that takes no key, or an unknown kind."""
+    prefix = API_KINDS.get(spec.partition(":")[0])
+    return None if prefix is None else f"{prefix}_API_KEY"
+
+
 def model_named(
     spec: str,
     environ: Mapping[str, str],
@@ -39,7 +48,8 @@ def model_named(
 ) -> ModelAdapter:
     """The adapter `spec` names (a model string, as ``--model`` and `AgentSpec.model` take
     it); raises `ValueError` naming `what` gave it and what is wrong or missing
-    (`MissingKey` for a key not in `environ`).
+    (`MissingKey` for a key neither in `environ` nor stored, `greenroom.keys.KeyFileError`
+    for a stored key file that cannot be used).
 
     ``scripted`` / ``scripted:SECONDS`` (echo), ``openai:MODEL`` (Chat Completions) and
     ``openai-responses:MODEL`` (the Responses API), both with ``OPENAI_API_KEY`` and
@@ -62,9 +72,12 @@ def model_named(
         raise ValueError(f"{what} {spec!r}: unknown model kind {kind!r} (known: {known})")
     if not detail:
         raise ValueError(f"{what} {spec!r}: name the model, as in {kind}:MODEL")
-    key = environ.get(f"{prefix}_API_KEY")
+    key = keys.api_key(f"{prefix}_API_KEY", None, environ)
     if not key:
-        raise MissingKey(f"{what} {spec!r} needs {prefix}_API_KEY in the environment")
+        raise MissingKey(
+            f"{what} {spec!r} needs {prefix}_API_KEY in the environment or a key stored by"
+            " `greenroom acp --login`"
+        )
     # The adapters' own rule (`greenroom.models.http.endpoint`) picks the default URL.
     base = environ.get(f"{prefix}_BASE_URL")
     if kind == "openai":

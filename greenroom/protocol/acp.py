@@ -25,6 +25,7 @@ INVALID_PARAMS: Final = -32602
 INTERNAL_ERROR: Final = -32603
 REQUEST_CANCELLED: Final = -32800
 RESOURCE_NOT_FOUND: Final = -32002
+AUTH_REQUIRED: Final = -32000
 
 
 def wire_name(name: str) -> str:
@@ -153,6 +154,7 @@ class ClientCapabilities(_Wire, frozen=True):
     fs: FileSystemCapability = FileSystemCapability()
     elicitation: ElicitationCapability | None = None
     session: ClientSessionCapabilities | None = None
+    plan: dict[str, Any] | None = None
     meta: dict[str, Any] | None = None
 
 
@@ -205,10 +207,14 @@ class LoadSessionParams(_Wire, frozen=True):
 
 
 class ForkSessionParams(_Wire, frozen=True):
+    """``session/fork``; `message_id` (the optional message id the session-fork RFD foresees)
+    forks at that message: the fork ends with the turn that holds it."""
+
     session_id: str
     cwd: str
     additional_directories: list[str] = []
     mcp_servers: list[dict[str, Any]] = []
+    message_id: str | None = None
 
 
 class SetModeParams(_Wire, frozen=True):
@@ -279,6 +285,12 @@ class McpCapabilities(_Wire, frozen=True):
     sse: bool = False
 
 
+class AgentAuthCapabilities(_Wire, frozen=True):
+    """``agentCapabilities.auth``: ``logout: {}``, the agent serves ``logout``."""
+
+    logout: Empty = Empty()
+
+
 class AgentCapabilities(_Wire, frozen=True):
     load_session: bool = True
     prompt_capabilities: PromptCapabilities = PromptCapabilities()
@@ -287,6 +299,7 @@ class AgentCapabilities(_Wire, frozen=True):
     meta: dict[str, Any] = msgspec.field(
         default_factory=lambda: {"claudeCode": {"promptQueueing": True}}
     )
+    auth: AgentAuthCapabilities | None = None
 
 
 class Implementation(_Sparse, frozen=True):
@@ -295,11 +308,24 @@ class Implementation(_Sparse, frozen=True):
     title: str | None = None
 
 
+class TerminalAuthMethod(_Wire, frozen=True):
+    """ACP's ``AuthMethodTerminal``: the client runs the agent's program again in a terminal,
+    with `args` in place of its own (as the ACP registry launches it) and `env` added, for
+    the user to log in there; exit status 0 is a login. The client then reconnects."""
+
+    id: str
+    name: str
+    description: str
+    args: list[str]
+    env: dict[str, str] = {}
+    type: Literal["terminal"] = "terminal"
+
+
 class InitializeResult(_Wire, frozen=True):
     protocol_version: int
     agent_info: Implementation
     agent_capabilities: AgentCapabilities = AgentCapabilities()
-    auth_methods: list[Any] = []
+    auth_methods: list[TerminalAuthMethod] = []
     meta: dict[str, Any] = msgspec.field(default_factory=lambda: {"steering": {"supported": True}})
 
 
@@ -439,6 +465,8 @@ class ToolLocation(_Sparse, frozen=True):
 
 
 class ToolCallStart(_Update, frozen=True, tag="tool_call"):
+    """A call the model made; `name` (unstable) is its tool's name, as the model called it."""
+
     tool_call_id: str
     title: str
     kind: ToolKind
@@ -447,13 +475,18 @@ class ToolCallStart(_Update, frozen=True, tag="tool_call"):
     raw_input: Any = None
     content: list[ToolContent] | None = None
     meta: dict[str, Any] | None = None
+    name: str | None = None
 
 
 class ToolCallProgress(_Update, frozen=True, tag="tool_call_update"):
+    """A call's progress or its end; at its end `raw_output` is what the model was given
+    back (its text, bounded as any update's)."""
+
     tool_call_id: str
     status: ToolStatus
     content: list[ToolContent] | None = None
     meta: dict[str, Any] | None = None
+    raw_output: str | None = None
 
 
 class CurrentModeUpdate(_Update, frozen=True, tag="current_mode_update"):
@@ -520,6 +553,35 @@ class PlanUpdate(_Update, frozen=True, tag="plan"):
     entries: list[PlanEntry]
 
 
+#: ACP's unstable ``NoticeSeverity`` (open: greenroom sends these three).
+NoticeSeverity: TypeAlias = Literal["info", "warning", "error"]
+
+
+class NoticeUpdate(_Update, frozen=True, tag="notice"):
+    """ACP's unstable ``notice`` (RFD "session-notices"): advice for the user that is no
+    part of the conversation, live only (never replayed); `title` stands alone. Sent only
+    to a client that declared ``clientCapabilities._meta.notice: true``: the schema has no
+    capability for it, and a v1 client without it drops the whole notification."""
+
+    severity: NoticeSeverity
+    title: str
+    description: str | None = None
+
+
+class PlanItems(_Typed, frozen=True, tag="items"):
+    """ACP's unstable item-based plan content: the whole plan `plan_id`, replaced."""
+
+    plan_id: str
+    entries: list[PlanEntry]
+
+
+class PlanContentUpdate(_Update, frozen=True, tag="plan_update"):
+    """ACP's unstable ``plan_update``: a plan, by its id, for a client that declared
+    ``clientCapabilities.plan`` (others get `PlanUpdate`)."""
+
+    plan: PlanItems
+
+
 class CommandInput(_Wire, frozen=True):
     """What a command takes after its name, as the client hints it."""
 
@@ -552,6 +614,8 @@ SessionUpdate: TypeAlias = (
     | CompactionSummaryChunk
     | PlanUpdate
     | AvailableCommandsUpdate
+    | NoticeUpdate
+    | PlanContentUpdate
 )
 
 

@@ -31,6 +31,7 @@ SLOW_EXAMPLES = 20_000
 METHODS = [
     "initialize",
     "authenticate",
+    "logout",
     "session/new",
     "session/load",
     "session/resume",

@@ -1,5 +1,6 @@
-"""``greenroom acp --model anthropic:M`` without its API key: the editor gets ``initialize`` and a
-session, and the prompt is refused with the reason (it used to exit 2 before ``initialize``).
+"""``greenroom acp --model anthropic:M`` without its API key: the editor gets ``initialize`` (it
+used to exit 2 before it), and a prompt to that model is refused with the reason (a new session
+on it is refused -32000 until a login: tests/acp/test_login.py).
 
 Driven by the official ACP Python SDK (asyncio), against a real ``greenroom acp`` process.
 """
@@ -34,12 +35,17 @@ class Quiet:
 async def _scenario(home: Path, work: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.endswith("_API_KEY")}
     env["GREENROOM_HOME"] = str(home)
-    command = (sys.executable, "-m", "greenroom", "acp", "--model", "anthropic:claude-x")
+    command = (
+        *(sys.executable, "-m", "greenroom", "acp"),
+        *("--model", "scripted", "--model", "anthropic:claude-x"),
+    )
     async with acp.spawn_agent_process(Quiet(), *command, env=env, cwd=work) as (conn, process):
         init = await conn.initialize(protocol_version=1)
         assert init.protocol_version == 1
-        assert not init.auth_methods  # the key comes from the environment, not from ACP
         session = await conn.new_session(cwd=str(work), mcp_servers=[])
+        await conn.set_config_option(
+            session_id=session.session_id, config_id="model", value="anthropic:claude-x"
+        )
         with pytest.raises(acp.RequestError) as refused:
             await conn.prompt(session_id=session.session_id, prompt=[acp.text_block("hi")])
         assert refused.value.code == -32603
