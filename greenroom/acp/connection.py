@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -92,7 +92,14 @@ from greenroom.session.persistence import Interruption
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts
 
-__all__ = ["TEARDOWN_GRACE", "AcpConnection", "serve_connection"]
+__all__ = [
+    "TEARDOWN_GRACE",
+    "AcpConnection",
+    "FrameReader",
+    "FrameWriter",
+    "serve_connection",
+    "serve_frames",
+]
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -481,13 +488,47 @@ async def serve_connection(
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
     """
+
+    async def read(on_frame: Callable[[frames.Frame], None]) -> None:
+        await frames.read_lines(stream, on_frame)
+
+    async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
+        await write_frames(queued, stream)
+
+    await serve_frames(runtime, read, write, interrupted=interrupted, login=login)
+
+
+#: A transport's reader: hands each frame it reads to its callback, returns at end of input.
+FrameReader = Callable[[Callable[[frames.Frame], None]], Awaitable[None]]
+#: A transport's writer: sends each encoded frame (newline-terminated) of its channel, in order,
+#: until the channel ends or the peer is gone.
+FrameWriter = Callable[[trio.MemoryReceiveChannel[bytes]], Awaitable[None]]
+
+
+async def serve_frames(
+    runtime: Runtime,
+    read: FrameReader,
+    write: FrameWriter,
+    *,
+    interrupted: Interruption = "close",
+    login: Login | None = None,
+) -> None:
+    """`serve_connection` on any transport: one connection whose frames come from `read` and
+    go out through `write` (started once, the connection's only writer), torn down when
+    `read` returns (the end of input) or the caller cancels. What `serve_connection`
+    guarantees holds whatever the transport."""
     frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
     # The writer outlives a cancel of the connection (a signal): the teardown's
     # answers must still reach the peer. It stops at the end of its channel, or
     # when its grace after the teardown runs out.
     writing = trio.CancelScope(shield=True)
+
+    async def writer() -> None:
+        with writing, frames_out:
+            await write(frames_out)
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write_frames, frames_out, stream, writing)
+        nursery.start_soon(writer)
         try:
             # Requests still in flight at the end (a load racing the teardown) finish
             # inside `handlers`, so their answers are written before the writer stops.
@@ -499,7 +540,7 @@ async def serve_connection(
                             runtime, owner, handlers, frames_in, interrupted, login
                         )
                         try:
-                            await frames.read_lines(stream, connection.handle_frame)
+                            await read(connection.handle_frame)
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()

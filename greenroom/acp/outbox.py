@@ -102,19 +102,18 @@ class Outbox:
 
 
 async def write_frames(
-    queued: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream, scope: trio.CancelScope
+    queued: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream
 ) -> None:
-    """The connection's only writer, until the end of its channel, the peer's going, or
-    `scope`'s cancel."""
-    with scope, queued:
-        async for frame in queued:
-            batch = [frame]
-            while True:
-                try:
-                    batch.append(queued.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+    """The connection's only writer on a byte stream, until the end of its channel or the
+    peer's going."""
+    async for frame in queued:
+        batch = [frame]
+        while True:
             try:
-                await stream.send_all(b"".join(batch))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the peer is gone
+                batch.append(queued.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        try:
+            await stream.send_all(b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the peer is gone
