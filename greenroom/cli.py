@@ -194,6 +194,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="HOST:PORT",
         help="where to listen (port 0: any free port; the address is said on stderr)",
     )
+    network.add_argument(
+        "--tokens",
+        type=Path,
+        metavar="FILE",
+        help="who may connect: one 'PRINCIPAL TOKEN' per line, 'admin' after the token for"
+        " an admin (mode 0600); each sees only its own sessions. Without it, loopback only",
+    )
     network.add_argument("--cert", type=Path, metavar="FILE", help="TLS: the certificate chain")
     network.add_argument("--key", type=Path, metavar="FILE", help="TLS: the certificate's key")
     _add_agent_options(network)
@@ -270,14 +277,21 @@ def main(argv: list[str] | None = None) -> int:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
             if args.command == "serve":
-                from greenroom.acp.serve import run_serve
+                from greenroom.acp.access import Tokens, TokensError
+                from greenroom.acp.serve import check_listen, run_serve
 
                 if (args.cert is None) != (args.key is None):
                     parser.error("--cert and --key go together: TLS needs both")
+                try:
+                    tokens = None if args.tokens is None else Tokens.read(args.tokens)
+                    check_listen(args.listen, tokens)
+                except (TokensError, ValueError) as exc:
+                    parser.error(str(exc))
                 return run_serve(
                     models,
                     store,
                     args.listen,
+                    tokens=tokens,
                     cert=args.cert,
                     key=args.key,
                     interrupted=args.interrupted,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import ssl
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -15,12 +16,13 @@ import httpx2
 import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
+from greenroom.acp.access import Tokens
 from greenroom.acp.network import CONNECTION_HEADER
 from greenroom.acp.serve import serve_acp
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
 from greenroom.runtime import Runtime, open_runtime
-from greenroom.session.persistence import JsonlPersistence
+from greenroom.session.persistence import JsonlPersistence, Persistence
 
 INITIALIZE = {"protocolVersion": 1, "clientCapabilities": {}}
 
@@ -35,18 +37,34 @@ class Served:
 
 @asynccontextmanager
 async def served(
-    root: Path, model: ModelAdapter | None = None, *, idle: float = 120.0
+    root: Path,
+    model: ModelAdapter | None = None,
+    *,
+    idle: float = 120.0,
+    tokens: Tokens | None = None,
+    persistence: Persistence | None = None,
+    cert: Path | None = None,
+    key: Path | None = None,
 ) -> AsyncIterator[Served]:
-    """A runtime on a JSONL store under `root`, served on a free loopback port."""
+    """A runtime on a JSONL store under `root` (or `persistence`), served on a free loopback
+    port."""
     async with (
         open_runtime(
-            model=model or ScriptedModel(), persistence=JsonlPersistence(root), workdir=str(root)
+            model=model or ScriptedModel(),
+            persistence=persistence or JsonlPersistence(root),
+            workdir=str(root),
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
         urls = await nursery.start(
             lambda task_status: serve_acp(
-                runtime, "127.0.0.1:0", idle=idle, task_status=task_status
+                runtime,
+                "127.0.0.1:0",
+                idle=idle,
+                tokens=tokens,
+                cert=cert,
+                key=key,
+                task_status=task_status,
             )
         )
         yield Served(f"{urls[0]}/acp", runtime, root)
@@ -101,8 +119,14 @@ class WsClient:
 
 
 @asynccontextmanager
-async def ws_client(url: str) -> AsyncIterator[WsClient]:
-    async with open_websocket_url(url) as socket, trio.open_nursery() as nursery:
+async def ws_client(
+    url: str, *, token: str | None = None, ssl_context: ssl.SSLContext | None = None
+) -> AsyncIterator[WsClient]:
+    headers = [] if token is None else [("Authorization", f"Bearer {token}")]
+    async with (
+        open_websocket_url(url, extra_headers=headers, ssl_context=ssl_context) as socket,
+        trio.open_nursery() as nursery,
+    ):
         client = WsClient(socket)
         nursery.start_soon(client.read_loop)
         yield client
@@ -112,9 +136,10 @@ async def ws_client(url: str) -> AsyncIterator[WsClient]:
 class HttpClient:
     """An ACP client over HTTP: POSTs, and the events of its ``GET /acp`` stream."""
 
-    def __init__(self, http: httpx2.AsyncClient, url: str) -> None:
+    def __init__(self, http: httpx2.AsyncClient, url: str, token: str | None = None) -> None:
         self.http = http
         self.url = url
+        self.token = token
         self.connection: str | None = None
         self.events: list[tuple[int, dict[str, Any]]] = []
         self._ids = itertools.count(1)
@@ -125,6 +150,8 @@ class HttpClient:
         headers = {"content-type": "application/json"}
         if self.connection is not None:
             headers[CONNECTION_HEADER] = self.connection
+        if self.token is not None:
+            headers["authorization"] = f"Bearer {self.token}"
         return headers
 
     async def post(self, frame: dict[str, Any] | bytes) -> httpx2.Response:

@@ -45,6 +45,7 @@ import trio
 
 import greenroom
 from greenroom.acp import frames
+from greenroom.acp.access import Principal
 from greenroom.acp.client import session_client
 from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.login import Login
@@ -119,6 +120,7 @@ class AcpConnection:
         outgoing: trio.MemorySendChannel[bytes],
         interrupted: Interruption = "close",
         login: Login | None = None,
+        principal: Principal | None = None,
     ) -> None:
         self.runtime = runtime
         self._login = login
@@ -150,7 +152,7 @@ class AcpConnection:
         )
         prompting = Prompting(table, outbox, nursery, presenter)
         starts = SessionStarts(
-            table, runtime, owner, presenter, outbox, self.client_for, interrupted
+            table, runtime, owner, presenter, outbox, self.client_for, interrupted, principal
         )
         #: Each method served once `initialize` is answered: its params Struct, its handler.
         self._served: Final[dict[str, InlineRoute | WaitingRoute]] = {
@@ -512,11 +514,13 @@ async def serve_frames(
     *,
     interrupted: Interruption = "close",
     login: Login | None = None,
+    principal: Principal | None = None,
 ) -> None:
     """`serve_connection` on any transport: one connection whose frames come from `read` and
     go out through `write` (started once, the connection's only writer), torn down when
     `read` returns (the end of input) or the caller cancels. What `serve_connection`
-    guarantees holds whatever the transport."""
+    guarantees holds whatever the transport. `principal`: who the client is, and so
+    which sessions it sees (`starts.SessionStarts`); None sees every session."""
     frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
     # The writer outlives a cancel of the connection (a signal): the teardown's
     # answers must still reach the peer. It stops at the end of its channel, or
@@ -537,7 +541,7 @@ async def serve_frames(
                     # Sessions are independent: stopped together, in one grace.
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(
-                            runtime, owner, handlers, frames_in, interrupted, login
+                            runtime, owner, handlers, frames_in, interrupted, login, principal
                         )
                         try:
                             await read(connection.handle_frame)

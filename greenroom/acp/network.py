@@ -19,6 +19,12 @@ dispatch, the same one writer, the same teardown when the connection ends):
   ``DELETE /acp`` ends the connection; so does `idle` seconds with no request
   waiting and no stream open.
 
+Who may reach it is `access`'s: with `Tokens`, every request carries a
+principal's bearer token (else ``401``, with nothing else said), an HTTP
+connection is its principal's alone (another's id is unknown to it), and the
+sessions each sees are its own (an admin's, all); without tokens, only a
+request whose ``Host`` and ``Origin`` are loopback is served (else ``403``).
+
 What a frame holds is decoded and answered as over stdio (`frames`): a bad
 frame never ends a connection. What is wrong with an HTTP request as such (a
 path, a method, a missing or unknown connection id, a body too large) is
@@ -29,7 +35,7 @@ from __future__ import annotations
 
 import logging
 import secrets
-from collections.abc import Awaitable, Callable, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping, Sequence
 from functools import partial
 from typing import Any, Final, TypeVar
 
@@ -37,6 +43,7 @@ import msgspec
 import trio
 
 from greenroom.acp import frames
+from greenroom.acp.access import Principal, Tokens, local_request
 from greenroom.acp.connection import serve_frames
 from greenroom.acp.posted import Gone, InFlightAlready, PostedConnection
 from greenroom.errors import alone
@@ -77,8 +84,10 @@ class AcpServer:
         *,
         interrupted: Interruption = "close",
         idle: float = IDLE,
+        tokens: Tokens | None = None,
     ) -> None:
         self._runtime = runtime
+        self._tokens = tokens
         self._nursery = nursery
         self._interrupted: Interruption = interrupted
         self._idle = idle
@@ -98,14 +107,26 @@ class AcpServer:
                 await _plain(send, 404, f"nothing at {scope['path']}: ACP is served at /acp")
             else:
                 await send({"type": "websocket.close", "code": 1008})
-        elif kind == "websocket":
-            await self._websocket(receive, send)
+            return
+        principal = None
+        if self._tokens is not None:
+            principal = self._tokens.principal(_header(scope, b"authorization"))
+            if principal is None:
+                await _refuse(kind, send, 401, "", [(b"www-authenticate", b"Bearer")])
+                return
+        else:
+            why = local_request(_header(scope, b"host"), _header(scope, b"origin"))
+            if why is not None:
+                await _refuse(kind, send, 403, why + " (serve --tokens to be reached from afar)")
+                return
+        if kind == "websocket":
+            await self._websocket(receive, send, principal)
         elif scope["method"] == "POST":
-            await self._post(scope, receive, send)
+            await self._post(scope, receive, send, principal)
         elif scope["method"] == "GET":
-            await self._events(scope, receive, send)
+            await self._events(scope, receive, send, principal)
         elif scope["method"] == "DELETE":
-            await self._delete(scope, send)
+            await self._delete(scope, send, principal)
         else:
             await _plain(
                 send,
@@ -116,7 +137,7 @@ class AcpServer:
 
     # -- WebSocket -------------------------------------------------------------------------
 
-    async def _websocket(self, receive: Receive, send: Send) -> None:
+    async def _websocket(self, receive: Receive, send: Send, principal: Principal | None) -> None:
         if (await receive())["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})
@@ -142,12 +163,16 @@ class AcpServer:
             async for frame in queued:
                 await send({"type": "websocket.send", "text": frame[:-1].decode()})
 
-        await serve_frames(self._runtime, read, write, interrupted=self._interrupted)
+        await serve_frames(
+            self._runtime, read, write, interrupted=self._interrupted, principal=principal
+        )
         await send({"type": "websocket.close", "code": 1000})
 
     # -- HTTP ------------------------------------------------------------------------------
 
-    async def _post(self, scope: Scope, receive: Receive, send: Send) -> None:
+    async def _post(
+        self, scope: Scope, receive: Receive, send: Send, principal: Principal | None
+    ) -> None:
         if _header(scope, b"content-type").split(";")[0].strip().lower() != "application/json":
             await _plain(send, 415, "POST /acp takes one JSON-RPC message as application/json")
             return
@@ -166,9 +191,9 @@ class AcpServer:
                     send, 400, f"{CONNECTION_HEADER} is missing: only initialize opens a connection"
                 )
                 return
-            connection = self._open()
+            connection = self._open(principal)
         else:
-            found = self._posted.get(named)
+            found = self._named(scope, principal)
             if found is None:
                 await _plain(send, 404, f"no connection {named[:100]!r} here")
                 return
@@ -192,8 +217,8 @@ class AcpServer:
             body, events = answer
             await _answer(send, body, connection.id, events)
 
-    def _open(self) -> PostedConnection:
-        connection = PostedConnection(secrets.token_urlsafe(24), self._idle)
+    def _open(self, principal: Principal | None) -> PostedConnection:
+        connection = PostedConnection(secrets.token_urlsafe(24), self._idle, principal)
         self._posted[connection.id] = connection
         self._nursery.start_soon(self._serve_posted, connection)
         return connection
@@ -203,15 +228,21 @@ class AcpServer:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(connection.watch_idle)
                 await serve_frames(
-                    self._runtime, connection.read, connection.write, interrupted=self._interrupted
+                    self._runtime,
+                    connection.read,
+                    connection.write,
+                    interrupted=self._interrupted,
+                    principal=connection.principal,
                 )
                 nursery.cancel_scope.cancel()
         finally:
             connection.close()
             del self._posted[connection.id]
 
-    async def _events(self, scope: Scope, receive: Receive, send: Send) -> None:
-        connection = self._named(scope)
+    async def _events(
+        self, scope: Scope, receive: Receive, send: Send, principal: Principal | None
+    ) -> None:
+        connection = self._named(scope, principal)
         if connection is None:
             await _plain(send, 404, f"GET /acp needs the {CONNECTION_HEADER} of a connection here")
             return
@@ -238,8 +269,8 @@ class AcpServer:
         await _until_gone(receive, partial(connection.stream, int(last), send_events))
         await send({"type": "http.response.body", "body": b""})
 
-    async def _delete(self, scope: Scope, send: Send) -> None:
-        connection = self._named(scope)
+    async def _delete(self, scope: Scope, send: Send, principal: Principal | None) -> None:
+        connection = self._named(scope, principal)
         if connection is None:
             await _plain(
                 send, 404, f"DELETE /acp needs the {CONNECTION_HEADER} of a connection here"
@@ -249,8 +280,10 @@ class AcpServer:
         await send({"type": "http.response.start", "status": 204, "headers": []})
         await send({"type": "http.response.body", "body": b""})
 
-    def _named(self, scope: Scope) -> PostedConnection | None:
-        return self._posted.get(_header(scope, CONNECTION_HEADER.lower().encode()))
+    def _named(self, scope: Scope, principal: Principal | None) -> PostedConnection | None:
+        """The connection a request names, if it is its principal's."""
+        found = self._posted.get(_header(scope, CONNECTION_HEADER.lower().encode()))
+        return found if found is not None and found.principal == principal else None
 
 
 # -- ASGI plumbing ----------------------------------------------------------------------------
@@ -325,6 +358,17 @@ async def _plain(
     out = [(b"content-type", b"text/plain; charset=utf-8"), *(headers or [])]
     await send({"type": "http.response.start", "status": status, "headers": out})
     await send({"type": "http.response.body", "body": (text + "\n").encode()})
+
+
+async def _refuse(
+    kind: str, send: Send, status: int, text: str, headers: Sequence[tuple[bytes, bytes]] = ()
+) -> None:
+    """Refuse a request, or a WebSocket before its handshake, with `status`."""
+    body = (text + "\n").encode() if text else b""
+    out = [*headers, *([(b"content-type", b"text/plain; charset=utf-8")] if text else [])]
+    prefix = "websocket.http.response" if kind == "websocket" else "http.response"
+    await send({"type": f"{prefix}.start", "status": status, "headers": out})
+    await send({"type": f"{prefix}.body", "body": body})
 
 
 async def _lifespan(receive: Receive, send: Send) -> None:

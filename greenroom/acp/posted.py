@@ -37,6 +37,7 @@ import msgspec
 import trio
 
 from greenroom.acp import frames
+from greenroom.acp.access import Principal
 from greenroom.protocol.acp import INTERNAL_ERROR, ErrorObject, ErrorResponse, RequestId
 
 __all__ = ["MAX_KEPT", "Gone", "InFlightAlready", "PostedConnection"]
@@ -80,8 +81,9 @@ class PostedConnection:
     """One ACP connection's HTTP transport (see the module docstring). Nothing here
     checkpoints but `request`, `stream`, `watch_idle` and the writer."""
 
-    def __init__(self, connection_id: str, idle: float) -> None:
+    def __init__(self, connection_id: str, idle: float, principal: Principal | None) -> None:
         self.id = connection_id
+        self.principal = principal  # whose it is: no other principal reaches it
         self._idle = idle
         self._posted_in, self._posted = trio.open_memory_channel[frames.Frame](math.inf)
         self._waiting: dict[RequestId, _Answer] = {}

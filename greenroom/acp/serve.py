@@ -21,6 +21,7 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
+from greenroom.acp.access import Tokens, loopback_host
 from greenroom.acp.network import IDLE, MAX_MESSAGE, AcpServer
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -28,15 +29,30 @@ from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import Interruption, Persistence
 
-__all__ = ["run_serve", "serve_acp"]
+__all__ = ["check_listen", "run_serve", "serve_acp"]
 
 logger = logging.getLogger("greenroom.serve")
+
+
+def check_listen(listen: str, tokens: Tokens | None) -> None:
+    """Refuse (`ValueError`, naming why) a ``HOST:PORT`` that is not one, and, without
+    tokens, a host that is not loopback: nobody but this machine may reach a server that
+    does not know who is asking."""
+    host, colon, port = listen.rpartition(":")
+    if not colon or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"--listen takes HOST:PORT (IPv6 as [ADDRESS]:PORT), got {listen!r}")
+    if tokens is None and not loopback_host(host):
+        raise ValueError(
+            f"--listen {listen}: without --tokens greenroom serve listens on loopback only"
+            " (127.0.0.1, [::1] or localhost); give --tokens FILE to listen beyond it"
+        )
 
 
 async def serve_acp(
     runtime: Runtime,
     listen: str,
     *,
+    tokens: Tokens | None = None,
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
@@ -45,10 +61,14 @@ async def serve_acp(
 ) -> None:
     """Serve ACP on `listen` (``HOST:PORT``; port 0 picks one) until cancelled, with TLS
     when `cert` and `key` are given; `task_status` is told the URLs it listens on.
+    With `tokens`, every request needs a principal's token and each principal sees its
+    own sessions; without, `listen` must be loopback (`check_listen`, `ValueError`) and
+    only loopback requests are served (`greenroom.acp.access`).
 
     A cancel stops listening and tears every connection down (each within the
     connection's teardown grace) before this returns.
     """
+    check_listen(listen, tokens)
     config = Config()
     config.bind = [listen]
     if cert is not None:
@@ -58,7 +78,7 @@ async def serve_acp(
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
     async with trio.open_nursery() as connections:
-        app = AcpServer(runtime, connections, interrupted=interrupted, idle=idle)
+        app = AcpServer(runtime, connections, interrupted=interrupted, idle=idle, tokens=tokens)
         try:
             await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
         finally:
@@ -70,6 +90,7 @@ def run_serve(
     persistence: Persistence,
     listen: str,
     *,
+    tokens: Tokens | None = None,
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
@@ -78,7 +99,7 @@ def run_serve(
     """``greenroom serve``: serve ACP on `listen` with `models` (by id, the first the
     default) until a signal; says where it listens on stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, listen, cert, key, interrupted, prices)
+    trio.run(_serve, models, persistence, listen, tokens, cert, key, interrupted, prices)
     return 0
 
 
@@ -86,6 +107,7 @@ async def _serve(
     models: Mapping[str, ModelAdapter],
     persistence: Persistence,
     listen: str,
+    tokens: Tokens | None,
     cert: Path | None,
     key: Path | None,
     interrupted: Interruption,
@@ -101,6 +123,7 @@ async def _serve(
                     lambda task_status: serve_acp(
                         runtime,
                         listen,
+                        tokens=tokens,
                         cert=cert,
                         key=key,
                         interrupted=interrupted,

@@ -19,6 +19,7 @@ import uuid
 from collections.abc import Callable
 from typing import Final, NamedTuple
 
+from greenroom.acp.access import Principal
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import (
     RpcError,
@@ -102,7 +103,10 @@ class SessionStarts:
 
     ``interrupted``: what a load or resume does with a turn a crash cut
     (`AgentFactory.resume`). ``client_for`` gives what a session's tools get
-    from the client (`AcpConnection.client_for`).
+    from the client (`AcpConnection.client_for`). ``principal``: who the client
+    is (``greenroom serve`` with tokens): the sessions it makes are its own, and
+    one it may not see (`Principal.sees`) is refused as unknown by load,
+    resume, fork and delete, and left out of list; None sees every session.
     """
 
     __slots__ = (
@@ -112,6 +116,7 @@ class SessionStarts:
         "_owner",
         "_persistence",
         "_presenter",
+        "_principal",
         "_runtime",
         "_table",
     )
@@ -125,8 +130,10 @@ class SessionStarts:
         outbox: Outbox,
         client_for: Callable[[str], SessionClient],
         interrupted: Interruption,
+        principal: Principal | None = None,
     ) -> None:
         self._table = table
+        self._principal = principal
         self._runtime = runtime
         self._persistence = runtime.persistence
         self._owner = owner
@@ -153,6 +160,7 @@ class SessionStarts:
                 client=self._client_for(session_id),
                 mcp_servers=servers,
                 wait_for_servers=SERVER_WAIT,
+                principal=None if self._principal is None else self._principal.name,
             ),
         )
         return self._new_session_result(record)
@@ -168,6 +176,7 @@ class SessionStarts:
     async def _take_stored(self, params: LoadSessionParams, *, replay: bool) -> SessionStarted:
         session_id = params.session_id
         self._check_stored_id(session_id)
+        await self._check_seen(session_id)
         check_cwd(params.cwd, must_exist=False)
         check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
@@ -222,6 +231,7 @@ class SessionStarts:
         end of the turn that holds that message (-32602 for a message the log does not
         have, or whose turn has not ended)."""
         self._check_stored_id(params.session_id)
+        await self._check_seen(params.session_id)
         check_cwd(params.cwd, must_exist=True)
         check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
@@ -239,6 +249,7 @@ class SessionStarts:
                 at_turn=at_turn,
                 cwd=params.cwd,
                 additional_directories=params.additional_directories,
+                principal=None if self._principal is None else self._principal.name,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
@@ -267,6 +278,29 @@ class SessionStarts:
             self._persistence.check_session_id(session_id)
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
+
+    async def _check_seen(self, session_id: str) -> None:
+        """Refuse (-32002, ``unknown session``) a session the principal may not see, or
+        that is not stored: both alike, so a refusal tells nothing of another's session."""
+        if not await self._seen(session_id):
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {session_id!r}")
+
+    async def _seen(self, session_id: str) -> bool:
+        """Whether the principal may see `session_id` (and it is stored, when there is a
+        principal to check). Only its header is read: nothing of it is touched."""
+        principal, persistence = self._principal, self._persistence
+        if principal is None or persistence is None:
+            return True
+        record = self._table.records.get(session_id)
+        if record is not None and record.handle is not None:
+            return True  # made or loaded by this connection: seen already
+        try:
+            header, _ = await persistence.load(session_id)
+        except SessionNotFound:
+            return False
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return principal.sees(header.principal)
 
     async def _resume_stored(
         self,
@@ -299,7 +333,9 @@ class SessionStarts:
         stored = [
             s
             for s in await self._persistence.list()
-            if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
+            if s.header.cwd is not None
+            and params.cwd in (None, s.header.cwd)
+            and (self._principal is None or self._principal.sees(s.header.principal))
         ]
         start = offset(params.cursor)
         page = stored[start : start + LIST_PAGE]
@@ -316,6 +352,8 @@ class SessionStarts:
     async def delete(self, params: SessionParams) -> Empty:
         """Idempotent: a session open here is closed first; one live elsewhere is refused."""
         self._check_stored_id(params.session_id)
+        if not await self._seen(params.session_id):
+            return Empty()  # as for a session that is not stored
         assert self._persistence is not None
         record = self._table.records.get(params.session_id)
         if record is not None and record.handle is not None:
