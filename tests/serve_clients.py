@@ -19,6 +19,7 @@ from trio_websocket import WebSocketConnection, open_websocket_url
 from greenroom.acp.access import Tokens
 from greenroom.acp.network import CONNECTION_HEADER
 from greenroom.acp.serve import serve_acp
+from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
 from greenroom.runtime import Runtime, open_runtime
@@ -45,9 +46,10 @@ async def served(
     persistence: Persistence | None = None,
     cert: Path | None = None,
     key: Path | None = None,
+    tools: bool = False,
 ) -> AsyncIterator[Served]:
     """A runtime on a JSONL store under `root` (or `persistence`), served on a free loopback
-    port."""
+    port; with `tools`, the tools of ``greenroom serve`` plugged (bash asks permission)."""
     async with (
         open_runtime(
             model=model or ScriptedModel(),
@@ -56,6 +58,8 @@ async def served(
         ) as runtime,
         trio.open_nursery() as nursery,
     ):
+        if tools:
+            await plug_tools(runtime)
         urls = await nursery.start(
             lambda task_status: serve_acp(
                 runtime,
@@ -71,6 +75,9 @@ async def served(
         nursery.cancel_scope.cancel()
 
 
+_clients = itertools.count(1)
+
+
 class WsClient:
     """An ACP client over one WebSocket: every frame the server sends, kept in order."""
 
@@ -80,6 +87,7 @@ class WsClient:
         self._ids = itertools.count(1)
         self._arrived = trio.Event()
         self.closed = False
+        self.number = next(_clients)  # in its ids: two clients' never collide
 
     async def read_loop(self) -> None:
         try:
@@ -97,7 +105,7 @@ class WsClient:
 
     async def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
         """Send a request and wait for its answer (the whole response frame)."""
-        request_id = f"c-{next(self._ids)}"
+        request_id = f"c{self.number}-{next(self._ids)}"
         await self.send({"jsonrpc": "2.0", "id": request_id, "method": method, "params": params})
         return await self.answer(request_id)
 
@@ -109,6 +117,14 @@ class WsClient:
             if self.closed:
                 raise AssertionError(f"closed before answering {request_id!r}")
             await self._arrived.wait()
+
+    async def asked(self, method: str, count: int = 1) -> list[dict[str, Any]]:
+        """Wait until the server has sent `count` frames of `method`; returns them."""
+        while len(found := [f for f in self.frames if f.get("method") == method]) < count:
+            if self.closed:
+                raise AssertionError(f"closed before {method!r}")
+            await self._arrived.wait()
+        return found
 
     def updates(self, session_id: str) -> list[dict[str, Any]]:
         return [

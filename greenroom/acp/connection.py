@@ -54,6 +54,7 @@ from greenroom.acp.params import RpcError, decode
 from greenroom.acp.presenter import Presenter
 from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.prompting import Prompting
+from greenroom.acp.shared import Attachments
 from greenroom.acp.starts import SessionStarted, SessionStarts
 from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
@@ -121,6 +122,7 @@ class AcpConnection:
         interrupted: Interruption = "close",
         login: Login | None = None,
         principal: Principal | None = None,
+        attachments: Attachments | None = None,
     ) -> None:
         self.runtime = runtime
         self._login = login
@@ -152,7 +154,15 @@ class AcpConnection:
         )
         prompting = Prompting(table, outbox, nursery, presenter)
         starts = SessionStarts(
-            table, runtime, owner, presenter, outbox, self.client_for, interrupted, principal
+            table,
+            runtime,
+            owner,
+            presenter,
+            outbox,
+            self.client_for,
+            interrupted,
+            principal,
+            attachments,
         )
         #: Each method served once `initialize` is answered: its params Struct, its handler.
         self._served: Final[dict[str, InlineRoute | WaitingRoute]] = {
@@ -515,12 +525,15 @@ async def serve_frames(
     interrupted: Interruption = "close",
     login: Login | None = None,
     principal: Principal | None = None,
+    attachments: Attachments | None = None,
 ) -> None:
     """`serve_connection` on any transport: one connection whose frames come from `read` and
     go out through `write` (started once, the connection's only writer), torn down when
     `read` returns (the end of input) or the caller cancels. What `serve_connection`
     guarantees holds whatever the transport. `principal`: who the client is, and so
-    which sessions it sees (`starts.SessionStarts`); None sees every session."""
+    which sessions it sees (`starts.SessionStarts`); None sees every session.
+    `attachments`: the sessions it shares with the server's other connections
+    (`shared.Attachments`); None: its sessions are its own."""
     frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
     # The writer outlives a cancel of the connection (a signal): the teardown's
     # answers must still reach the peer. It stops at the end of its channel, or
@@ -541,7 +554,14 @@ async def serve_frames(
                     # Sessions are independent: stopped together, in one grace.
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(
-                            runtime, owner, handlers, frames_in, interrupted, login, principal
+                            runtime,
+                            owner,
+                            handlers,
+                            frames_in,
+                            interrupted,
+                            login,
+                            principal,
+                            attachments,
                         )
                         try:
                             await read(connection.handle_frame)

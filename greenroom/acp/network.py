@@ -46,6 +46,7 @@ from greenroom.acp import frames
 from greenroom.acp.access import Principal, Tokens, local_request
 from greenroom.acp.connection import serve_frames
 from greenroom.acp.posted import Gone, InFlightAlready, PostedConnection
+from greenroom.acp.shared import Attachments
 from greenroom.errors import alone
 from greenroom.protocol.acp import INVALID_REQUEST, ErrorObject, ErrorResponse
 from greenroom.runtime import Runtime
@@ -75,7 +76,9 @@ _JSON: Final = [(b"content-type", b"application/json")]
 
 class AcpServer:
     """The ASGI app (see the module docstring). HTTP connections run in `nursery`, which
-    must outlive every request; `close` ends them all (the server's stop)."""
+    must outlive every request; `close` ends them all (the server's stop). With
+    `attachments`, connections share sessions (`shared`): a load of a session live here
+    attaches to it."""
 
     def __init__(
         self,
@@ -85,9 +88,11 @@ class AcpServer:
         interrupted: Interruption = "close",
         idle: float = IDLE,
         tokens: Tokens | None = None,
+        attachments: Attachments | None = None,
     ) -> None:
         self._runtime = runtime
         self._tokens = tokens
+        self._attachments = attachments
         self._nursery = nursery
         self._interrupted: Interruption = interrupted
         self._idle = idle
@@ -164,7 +169,12 @@ class AcpServer:
                 await send({"type": "websocket.send", "text": frame[:-1].decode()})
 
         await serve_frames(
-            self._runtime, read, write, interrupted=self._interrupted, principal=principal
+            self._runtime,
+            read,
+            write,
+            interrupted=self._interrupted,
+            principal=principal,
+            attachments=self._attachments,
         )
         await send({"type": "websocket.close", "code": 1000})
 
@@ -233,6 +243,7 @@ class AcpServer:
                     connection.write,
                     interrupted=self._interrupted,
                     principal=connection.principal,
+                    attachments=self._attachments,
                 )
                 nursery.cancel_scope.cancel()
         finally:

@@ -23,11 +23,13 @@ from hypercorn.trio import serve
 
 from greenroom.acp.access import Tokens, loopback_host
 from greenroom.acp.network import IDLE, MAX_MESSAGE, AcpServer
+from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import Interruption, Persistence
+from greenroom.supervisor import Supervisor
 
 __all__ = ["check_listen", "run_serve", "serve_acp"]
 
@@ -77,8 +79,20 @@ async def serve_acp(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
-    async with trio.open_nursery() as connections:
-        app = AcpServer(runtime, connections, interrupted=interrupted, idle=idle, tokens=tokens)
+    # The sessions are the server's, shared by its connections: they outlive the one that
+    # made them while another is attached, and are stopped together at the end.
+    async with (
+        Supervisor(name="acp-server", stop_together=True) as owner,
+        trio.open_nursery() as connections,
+    ):
+        app = AcpServer(
+            runtime,
+            connections,
+            interrupted=interrupted,
+            idle=idle,
+            tokens=tokens,
+            attachments=Attachments(owner),
+        )
         try:
             await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
         finally:

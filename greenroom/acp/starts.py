@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Final, NamedTuple
 
 from greenroom.acp.access import Principal
@@ -29,9 +29,10 @@ from greenroom.acp.params import (
     servers_from_acp,
 )
 from greenroom.acp.presenter import Presenter, iso_time
-from greenroom.acp.table import SessionRecord, SessionTable
+from greenroom.acp.shared import Attachments
+from greenroom.acp.table import LiveHandle, SessionRecord, SessionTable
 from greenroom.actors.decisions import open_decisions
-from greenroom.actors.life import AgentHandle
+from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.types import SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
@@ -107,9 +108,13 @@ class SessionStarts:
     is (``greenroom serve`` with tokens): the sessions it makes are its own, and
     one it may not see (`Principal.sees`) is refused as unknown by load,
     resume, fork and delete, and left out of list; None sees every session.
+    ``attachments``: the sessions this connection shares with others
+    (``greenroom serve``, `shared.Attachments`): a load or resume of one live
+    there attaches to it; None (stdio): the connection owns its sessions.
     """
 
     __slots__ = (
+        "_attachments",
         "_client_for",
         "_interrupted",
         "_outbox",
@@ -131,9 +136,11 @@ class SessionStarts:
         client_for: Callable[[str], SessionClient],
         interrupted: Interruption,
         principal: Principal | None = None,
+        attachments: Attachments | None = None,
     ) -> None:
         self._table = table
         self._principal = principal
+        self._attachments = attachments
         self._runtime = runtime
         self._persistence = runtime.persistence
         self._owner = owner
@@ -151,16 +158,19 @@ class SessionStarts:
         session_id = str(uuid.uuid4())
         record = await self._table.go_live(
             session_id,
-            lambda: self._runtime.agents.create(
-                agent_id=session_id,
-                session_id=session_id,
-                cwd=params.cwd,
-                additional_directories=params.additional_directories,
-                owner=self._owner,
-                client=self._client_for(session_id),
-                mcp_servers=servers,
-                wait_for_servers=SERVER_WAIT,
-                principal=None if self._principal is None else self._principal.name,
+            lambda: self._live(
+                session_id,
+                lambda owner, client: self._runtime.agents.create(
+                    agent_id=session_id,
+                    session_id=session_id,
+                    cwd=params.cwd,
+                    additional_directories=params.additional_directories,
+                    owner=owner,
+                    client=client,
+                    mcp_servers=servers,
+                    wait_for_servers=SERVER_WAIT,
+                    principal=None if self._principal is None else self._principal.name,
+                ),
             ),
         )
         return self._new_session_result(record)
@@ -182,9 +192,14 @@ class SessionStarts:
         servers = servers_from_acp(params.mcp_servers)
         self._table.require_open()
 
-        async def start() -> AgentHandle:
+        async def start() -> LiveHandle:
             # The roots are the ones sent now (none if omitted), never the stored ones.
-            handle = await self._resume_stored(session_id, servers, params.additional_directories)
+            handle = await self._live(
+                session_id,
+                lambda owner, client: self._resume_stored(
+                    session_id, owner, client, servers, params.additional_directories
+                ),
+            )
             stored_cwd = handle.agent.session.header.cwd
             if stored_cwd != params.cwd:
                 await handle.dispose()
@@ -256,7 +271,11 @@ class SessionStarts:
         except PersistenceError as exc:
             raise RpcError(INTERNAL_ERROR, str(exc)) from None
         record = await self._table.go_live(
-            session_id, lambda: self._resume_stored(session_id, servers)
+            session_id,
+            lambda: self._live(
+                session_id,
+                lambda owner, client: self._resume_stored(session_id, owner, client, servers),
+            ),
         )
         return self._new_session_result(record)
 
@@ -302,9 +321,27 @@ class SessionStarts:
             raise RpcError(INTERNAL_ERROR, str(exc)) from None
         return principal.sees(header.principal)
 
+    async def _live(
+        self, session_id: str, start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]]
+    ) -> LiveHandle:
+        """Start `session_id` with `start` (given its owner and the client its agent asks),
+        or, where sessions are shared, attach to it if it is live in this server."""
+        client = self._client_for(session_id)
+        if self._attachments is None:
+            return await start(self._owner, client)
+        table = self._table
+
+        def busy() -> bool:
+            record = table.records.get(session_id)
+            return record is not None and bool(record.prompts)
+
+        return await self._attachments.attach(session_id, start, client, busy)
+
     async def _resume_stored(
         self,
         session_id: str,
+        owner: Owner,
+        client: SessionClient,
         servers: list[McpServer],
         additional_directories: list[str] | None = None,
     ) -> AgentHandle:
@@ -314,8 +351,8 @@ class SessionStarts:
             return await self._runtime.agents.resume(
                 agent_id=session_id,
                 session_id=session_id,
-                owner=self._owner,
-                client=self._client_for(session_id),
+                owner=owner,
+                client=client,
                 mcp_servers=servers,
                 wait_for_servers=SERVER_WAIT,
                 additional_directories=additional_directories,

@@ -1,0 +1,227 @@
+"""Sessions shared by the connections of one server: several clients on one session.
+
+Over stdio a session is its one connection's. ``greenroom serve`` keeps one
+`Attachments` for all its connections: a session live in it is held by the
+connections *attached* to it, each through an `Attachment` (what the
+connection's `SessionTable` keeps as the record's handle), and its agent is
+owned by the server's supervisor, not by the connection that made it.
+
+* **Attach.** A ``session/new`` makes the session and attaches its
+  connection; a ``session/load`` or ``session/resume`` of a session live here
+  attaches one more (the load replays its log to that client as any load
+  does) instead of being refused. Each attached connection shows the
+  session's updates to its client and answers its own prompts (its record is
+  its own); a cancel from any cancels the session's turn.
+* **Asking.** The agent asks through one `SessionClient` made for the
+  session (`_SharedClient`): a permission or a question goes to every
+  attached client that can be asked it, at once; the first answer wins and
+  the others' requests are withdrawn (``$/cancel_request``, as a cancelled
+  request always is). A client that cannot answer (its connection closing)
+  drops out; with nobody left to ask, the decision waits, parked
+  (`AskerGone`). File requests (``fs/*``) go to one client: the first
+  attached with a prompt of the session in flight, else the first attached.
+* **Detach.** `Attachment.dispose` (a close, a delete, a connection's end)
+  lets go of the session; the last to let go disposes its agent.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+from functools import partial
+from typing import Any, TypeVar
+
+import trio
+
+from greenroom.acp.client import ClientGone
+from greenroom.actors.life import AgentHandle, Owner
+from greenroom.actors.prompt import Prompt
+from greenroom.actors.types import Agent, AskerGone, PermissionRequest, Question, SessionClient
+from greenroom.protocol.events import PermissionDecision
+
+__all__ = ["Attachment", "Attachments"]
+
+T = TypeVar("T")
+
+
+class Attachment:
+    """One connection's hold on a shared session: its ``agent`` and ``resumed`` are the
+    session's handle's; `dispose` lets go (the last to let go disposes the agent)."""
+
+    __slots__ = ("_busy", "_shared", "client", "key")
+
+    def __init__(
+        self, shared: _Shared, key: int, client: SessionClient, busy: Callable[[], bool]
+    ) -> None:
+        self._shared = shared
+        self.key = key
+        self.client = client
+        self._busy = busy  # whether its connection has a prompt of the session in flight
+
+    @property
+    def agent(self) -> Agent:
+        return self._shared.handle.agent
+
+    @property
+    def resumed(self) -> Prompt[None] | None:
+        return self._shared.handle.resumed if self._shared.first is self else None
+
+    @property
+    def busy(self) -> bool:
+        return self._busy()
+
+    async def dispose(self) -> None:
+        """Let go of the session; the last attachment's dispose disposes its agent
+        (checkpoints while it goes). Idempotent."""
+        await self._shared.detach(self)
+
+
+class _Shared:
+    """One session live in the server, and the connections attached to it."""
+
+    def __init__(self, registry: Attachments, session_id: str, first: SessionClient) -> None:
+        self.registry = registry
+        self.session_id = session_id
+        self.attached: list[Attachment] = []
+        self.first: Attachment | None = None  # the attachment that started it
+        self.started = trio.Event()  # its start is over (live, or failed)
+        self.handle: AgentHandle  # set once started
+        self.client = _shared_client(self, first)
+
+    def live(self) -> bool:
+        return self.started.is_set() and self.handle.agent.status != "disposed"
+
+    async def detach(self, attachment: Attachment) -> None:
+        if attachment not in self.attached:
+            return
+        self.attached.remove(attachment)
+        if self.attached:
+            return
+        if self.registry.shared.get(self.session_id) is self:
+            del self.registry.shared[self.session_id]
+        await self.handle.dispose()
+
+
+class Attachments:
+    """The sessions of one server and who is attached to each (see the module docstring).
+    Their agents are owned by `owner`."""
+
+    def __init__(self, owner: Owner) -> None:
+        self.owner = owner
+        self.shared: dict[str, _Shared] = {}
+        self._keys = itertools.count(1)
+
+    async def attach(
+        self,
+        session_id: str,
+        start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]],
+        client: SessionClient,
+        busy: Callable[[], bool],
+    ) -> Attachment:
+        """Attach to `session_id` if it is live here (waiting for a start under way);
+        else start it with `start` (given the owner and the session's shared client) and
+        attach first. Checkpoints while a start runs; a cancelled or failed start leaves
+        nothing."""
+        while (shared := self.shared.get(session_id)) is not None:
+            if not shared.started.is_set():
+                await shared.started.wait()
+                continue
+            if shared.live():
+                return self._join(shared, client, busy)
+            del self.shared[session_id]  # disposed under its clients (a hand-off)
+        shared = self.shared[session_id] = _Shared(self, session_id, client)
+        try:
+            shared.handle = await start(self.owner, shared.client)
+        except BaseException:
+            del self.shared[session_id]
+            raise
+        finally:
+            shared.started.set()
+        attachment = shared.first = self._join(shared, client, busy)
+        return attachment
+
+    def _join(self, shared: _Shared, client: SessionClient, busy: Callable[[], bool]) -> Attachment:
+        attachment = Attachment(shared, next(self._keys), client, busy)
+        shared.attached.append(attachment)
+        return attachment
+
+
+class _FanOutPermissions:
+    __slots__ = ("_shared",)
+
+    def __init__(self, shared: _Shared) -> None:
+        self._shared = shared
+
+    async def decide(self, request: PermissionRequest) -> PermissionDecision:
+        asked = [a.client.permissions for a in self._shared.attached]
+        return await _first_answer([partial(p.decide, request) for p in asked if p is not None])
+
+
+class _FanOutQuestions:
+    __slots__ = ("_shared",)
+
+    def __init__(self, shared: _Shared) -> None:
+        self._shared = shared
+
+    async def ask(self, question: Question) -> str | None:
+        asked = [a.client.questions for a in self._shared.attached]
+        return await _first_answer([partial(q.ask, question) for q in asked if q is not None])
+
+
+class _RoutedFiles:
+    __slots__ = ("_shared",)
+
+    def __init__(self, shared: _Shared) -> None:
+        self._shared = shared
+
+    def _files(self) -> Any:
+        offering = [a for a in self._shared.attached if a.client.files is not None]
+        if not offering:
+            raise ClientGone("no attached client offers its files")
+        chosen = next((a for a in offering if a.busy), offering[0])
+        return chosen.client.files
+
+    async def read_text(self, path: str, line: int | None, limit: int | None) -> str:
+        text: str = await self._files().read_text(path, line, limit)
+        return text
+
+    async def write_text(self, path: str, content: str) -> None:
+        await self._files().write_text(path, content)
+
+
+def _shared_client(shared: _Shared, first: SessionClient) -> SessionClient:
+    """The one client the session's agent asks through, made once per session: what the
+    first client offers (its files, its questions) decides what the agent is given."""
+    return SessionClient(
+        permissions=_FanOutPermissions(shared),
+        files=None if first.files is None else _RoutedFiles(shared),
+        questions=None if first.questions is None else _FanOutQuestions(shared),
+        name=first.name,
+    )
+
+
+async def _first_answer(asks: list[Callable[[], Awaitable[T]]]) -> T:
+    """The first answer of `asks`, run at once; the others are cancelled (their requests
+    withdrawn). One that fails (its client gone, or answering an error) drops out; when
+    none answers, the last failure is raised, or `AskerGone` if there was no one to ask."""
+    answers: list[T] = []
+    failures: list[Exception] = []
+    async with trio.open_nursery() as nursery:
+
+        async def one(ask: Callable[[], Awaitable[T]]) -> None:
+            try:
+                answer = await ask()
+            except Exception as exc:
+                failures.append(exc)
+                return
+            if not answers:
+                answers.append(answer)
+                nursery.cancel_scope.cancel()
+
+        for ask in asks:
+            nursery.start_soon(one, ask)
+    if answers:
+        return answers[0]
+    if failures:
+        raise failures[-1]
+    raise AskerGone("no attached client is left to answer")
