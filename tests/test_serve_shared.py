@@ -150,3 +150,39 @@ async def test_a_websocket_client_and_an_http_client_share_a_session(tmp_path: P
             while "to both" not in said(b.updates(session)):
                 await b.wait_for(len(b.events) + 1)
             nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_leaves_does_not_kill_the_background_tasks_of_a_shared_session(
+    tmp_path: Path,
+) -> None:
+    from greenroom.tools.bash.tools import owned_tasks
+
+    start = 'tool: bash {"command": "sleep 30", "description": "wait", "run_in_background": true}'
+    with trio.fail_after(30):
+        async with served(tmp_path, ScriptedModel(delay=0), tools=True) as server:
+            bash = server.runtime.bash
+            async with ws_client(server.ws_url) as a:
+                async with ws_client(server.ws_url) as b:
+                    session = await _two_on_one(a, b, tmp_path)
+                    await b.send(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": "bg",
+                            "method": "session/prompt",
+                            "params": {"sessionId": session, "prompt": text(start)},
+                        }
+                    )
+                    with trio.move_on_after(1):  # asked unless the mode allows it
+                        (asked,) = await b.asked("session/request_permission")
+                        allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+                        await b.send({"jsonrpc": "2.0", "id": asked["id"], "result": allow})
+                    answered = await b.answer("bg")
+                    assert "started background task" in said(b.updates(session)), answered
+                    (task,) = owned_tasks(bash, session)
+                    assert task.status == "running"
+                # b left: a still holds the session, and its task runs on.
+                await trio.sleep(0.2)
+                assert [t.status for t in owned_tasks(bash, session)] == ["running"]
+            # The last client left: killed with the session.
+            while any(t.status == "running" for t in owned_tasks(bash, session)):
+                await trio.sleep(0.02)

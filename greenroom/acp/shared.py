@@ -70,6 +70,11 @@ class Attachment:
     def busy(self) -> bool:
         return self._busy()
 
+    @property
+    def shared(self) -> bool:
+        """Another connection is attached to the session too."""
+        return any(other is not self for other in self._shared.attached)
+
     async def dispose(self) -> None:
         """Let go of the session; the last attachment's dispose disposes its agent
         (checkpoints while it goes). Idempotent."""

@@ -44,6 +44,7 @@ import trio
 from greenroom.acp.commands import SessionCommands
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import RpcError
+from greenroom.acp.shared import Attachment
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import Agent
 from greenroom.protocol.acp import (
@@ -264,10 +265,12 @@ class SessionTable:
 
     def abandon(self, record: SessionRecord) -> None:
         """Settle its prompts (`SessionRecord.abandon`) and start killing its bash tasks, at
-        once."""
+        once; a session other connections still hold (`Attachment.shared`) keeps its
+        tasks."""
         self.stop_fetching(record.session_id)
         record.abandon(self._outbox)
-        kill_owned(self._bash, record.session_id)
+        if not (isinstance(record.handle, Attachment) and record.handle.shared):
+            kill_owned(self._bash, record.session_id)
 
     def close(self) -> list[SessionRecord]:
         """The teardown began: no session starts any more. Drops and returns the live
