@@ -16,7 +16,7 @@ import trio
 from greenroom.acp.frames import MAX_FRAME
 from greenroom.acp.network import CONNECTION_HEADER, EVENTS_HEADER
 from greenroom.models.scripted import ScriptedModel
-from greenroom.protocol.events import TurnEnd
+from greenroom.protocol.events import Completed, TurnEnd
 from greenroom.session.persistence import JsonlPersistence
 from tests.serve_clients import INITIALIZE, HttpClient, said, served, ws_client
 
@@ -59,8 +59,10 @@ async def test_websocket_messages_that_are_no_frame_are_answered_and_the_socket_
             assert "text message" in binary[0]["error"]["message"]
 
 
-async def test_closing_the_websocket_tears_its_sessions_down(tmp_path: Path) -> None:
-    model = ScriptedModel(delay=10.0)  # the echo outlasts the socket
+async def test_closing_the_websocket_mid_turn_lets_the_turn_end_then_the_session(
+    tmp_path: Path,
+) -> None:
+    model = ScriptedModel(delay=0.2)  # the echo outlasts the socket
     with trio.fail_after(30):
         async with served(tmp_path, model) as server:
             async with ws_client(server.ws_url) as client:
@@ -74,16 +76,21 @@ async def test_closing_the_websocket_tears_its_sessions_down(tmp_path: Path) -> 
                         "method": "session/prompt",
                         "params": {
                             "sessionId": session_id,
-                            "prompt": [{"type": "text", "text": "a b c"}],
+                            "prompt": [{"type": "text", "text": "a b c d e"}],
                         },
                     }
                 )
                 while not client.updates(session_id):
                     await trio.sleep(0.01)
+            # No client: the turn runs on to its end, then the session goes.
+            agent = server.runtime.agents.get(session_id)
+            assert agent is not None
+            assert agent.status == "running"
             while server.runtime.agents.get(session_id) is not None:
                 await trio.sleep(0.01)
     _, events = await JsonlPersistence(tmp_path).load(session_id)
-    assert isinstance(events[-1], TurnEnd)
+    (end,) = [e for e in events if isinstance(e, TurnEnd)]
+    assert end.reason == Completed()
 
 
 async def test_a_prompt_over_http_answers_on_its_post_and_streams_updates_as_events(

@@ -152,6 +152,8 @@ class AcpConnection:
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
             runtime.bash.sandboxes.protections,
         )
+        if attachments is not None:  # reconnects: every update tells its place in the log
+            outbox.seq_of = self._latest_seq
         prompting = Prompting(table, outbox, nursery, presenter)
         starts = SessionStarts(
             table,
@@ -338,6 +340,12 @@ class AcpConnection:
             return await start(params)
 
         return keyed
+
+    def _latest_seq(self, session_id: str) -> int | None:
+        record = self.table.records.get(session_id)
+        if record is None or record.handle is None:
+            return None
+        return len(record.handle.agent.session.events) - 1
 
     def client_for(self, session_id: str) -> SessionClient:
         """What the tools of `session_id` get from this client (`client.session_client`)."""

@@ -91,7 +91,7 @@ async def serve_acp(
             interrupted=interrupted,
             idle=idle,
             tokens=tokens,
-            attachments=Attachments(owner),
+            attachments=Attachments(owner, runtime.bash, connections),
         )
         try:
             await serve(app, config, task_status=task_status)  # type: ignore[arg-type]

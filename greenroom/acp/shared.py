@@ -21,7 +21,11 @@ owned by the server's supervisor, not by the connection that made it.
   (`AskerGone`). File requests (``fs/*``) go to one client: the first
   attached with a prompt of the session in flight, else the first attached.
 * **Detach.** `Attachment.dispose` (a close, a delete, a connection's end)
-  lets go of the session; the last to let go disposes its agent.
+  lets go of the session. When the last lets go, its background bash tasks
+  are killed and its agent disposed; but a turn still running, or waiting on
+  a decision, goes on with no client attached (a client that reconnects
+  attaches again), and the session ends once the agent is idle with still no
+  one attached.
 """
 
 from __future__ import annotations
@@ -38,6 +42,8 @@ from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import Agent, AskerGone, PermissionRequest, Question, SessionClient
 from greenroom.protocol.events import PermissionDecision
+from greenroom.tools.bash import BashExecutor
+from greenroom.tools.bash.tools import kill_owned
 
 __all__ = ["Attachment", "Attachments"]
 
@@ -90,11 +96,13 @@ class _Shared:
         self.attached: list[Attachment] = []
         self.first: Attachment | None = None  # the attachment that started it
         self.started = trio.Event()  # its start is over (live, or failed)
+        self.ending = False  # its agent is being disposed
+        self.ended = trio.Event()  # and is gone: a load may take the session again
         self.handle: AgentHandle  # set once started
         self.client = _shared_client(self, first)
 
     def live(self) -> bool:
-        return self.started.is_set() and self.handle.agent.status != "disposed"
+        return self.started.is_set() and not self.ending and self.handle.agent.status != "disposed"
 
     async def detach(self, attachment: Attachment) -> None:
         if attachment not in self.attached:
@@ -102,17 +110,38 @@ class _Shared:
         self.attached.remove(attachment)
         if self.attached:
             return
-        if self.registry.shared.get(self.session_id) is self:
-            del self.registry.shared[self.session_id]
-        await self.handle.dispose()
+        if self.handle.agent.status in ("running", "waiting"):
+            self.registry.nursery.start_soon(self._outlive)
+            return
+        await self._end()
+
+    async def _outlive(self) -> None:
+        """The turn goes on with no client: end the session once the agent is idle, if
+        no one attached meanwhile."""
+        await self.handle.agent.when_idle()
+        if not self.attached:
+            await self._end()
+
+    async def _end(self) -> None:
+        self.ending = True
+        try:
+            kill_owned(self.registry.bash, self.session_id)
+            await self.handle.dispose()
+        finally:
+            if self.registry.shared.get(self.session_id) is self:
+                del self.registry.shared[self.session_id]
+            self.ended.set()
 
 
 class Attachments:
     """The sessions of one server and who is attached to each (see the module docstring).
-    Their agents are owned by `owner`."""
+    Their agents are owned by `owner`; their tasks run in `bash`; a session whose turn
+    outlives its clients is watched from `nursery`."""
 
-    def __init__(self, owner: Owner) -> None:
+    def __init__(self, owner: Owner, bash: BashExecutor, nursery: trio.Nursery) -> None:
         self.owner = owner
+        self.bash = bash
+        self.nursery = nursery
         self.shared: dict[str, _Shared] = {}
         self._keys = itertools.count(1)
 
@@ -130,6 +159,9 @@ class Attachments:
         while (shared := self.shared.get(session_id)) is not None:
             if not shared.started.is_set():
                 await shared.started.wait()
+                continue
+            if shared.ending:  # its agent is going: take the session anew once it is gone
+                await shared.ended.wait()
                 continue
             if shared.live():
                 return self._join(shared, client, busy)

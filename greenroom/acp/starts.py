@@ -17,7 +17,7 @@ import contextlib
 import re
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Final, NamedTuple
+from typing import Any, Final, NamedTuple
 
 from greenroom.acp.access import Principal
 from greenroom.acp.outbox import Outbox
@@ -29,7 +29,7 @@ from greenroom.acp.params import (
     servers_from_acp,
 )
 from greenroom.acp.presenter import Presenter, iso_time
-from greenroom.acp.shared import Attachments
+from greenroom.acp.shared import Attachment, Attachments
 from greenroom.acp.table import LiveHandle, SessionRecord, SessionTable
 from greenroom.actors.decisions import open_decisions
 from greenroom.actors.life import AgentHandle, Owner
@@ -39,6 +39,9 @@ from greenroom.protocol.acp import (
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
     AgentMessageChunk,
+    AvailableCommandsUpdate,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
     Empty,
     ForkSessionParams,
     ListSessionsParams,
@@ -47,9 +50,13 @@ from greenroom.protocol.acp import (
     LoadSessionResult,
     NewSessionParams,
     NewSessionResult,
+    PlanUpdate,
     SessionInfo,
+    SessionInfoUpdate,
     SessionParams,
+    SessionUpdate,
     TextBlock,
+    UsageUpdate,
 )
 from greenroom.protocol.events import (
     DecisionRequested,
@@ -78,6 +85,36 @@ LIST_PAGE: Final = 50
 #: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
 #: answer; a server not ready by then goes on starting (the editor is told).
 SERVER_WAIT: Final = 2.0
+
+
+#: The updates that say a session's state (each replaces the one before): what a load with
+#: ``_meta.greenroom.after`` sends again of what came before, the latest of each kind.
+STATE_UPDATES: Final[frozenset[type[SessionUpdate]]] = frozenset(
+    {
+        CurrentModeUpdate,
+        ConfigOptionUpdate,
+        SessionInfoUpdate,
+        UsageUpdate,
+        PlanUpdate,
+        AvailableCommandsUpdate,
+    }
+)
+
+
+def _after(meta: dict[str, Any] | None) -> int | None:
+    """``_meta.greenroom.after`` of a load: the last log event the client has (None: it
+    has none, replay all); -32602 for anything but an integer >= -1."""
+    mine = (meta or {}).get("greenroom")
+    if not isinstance(mine, dict) or "after" not in mine:
+        return None
+    after = mine["after"]
+    if type(after) is not int or after < -1:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"invalid params: _meta.greenroom.after must be the seq of a log event (an"
+            f" integer >= -1), got {str(after)[:40]!r}",
+        )
+    return after
 
 
 def unasked(session_id: str, request: DecisionRequested) -> str:
@@ -185,6 +222,7 @@ class SessionStarts:
 
     async def _take_stored(self, params: LoadSessionParams, *, replay: bool) -> SessionStarted:
         session_id = params.session_id
+        after = _after(params.meta) if replay else None
         self._check_stored_id(session_id)
         await self._check_seen(session_id)
         check_cwd(params.cwd, must_exist=False)
@@ -234,9 +272,19 @@ class SessionStarts:
             with contextlib.suppress(PersistenceError):  # then each is a marker
                 await session.hold_blobs({})
         if replay:  # the log as it was stored: the cut turn as it stands
-            for event in events[:stored]:
+            shown = 0
+            if after is not None:  # the client has up to `after`: only the state again
+                shown = min(after + 1, stored)
+                state: dict[type[SessionUpdate], tuple[SessionUpdate, int]] = {}
+                for event in events[:shown]:
+                    for update in presenter.present(session, event, replay=True):
+                        if type(update) in STATE_UPDATES:
+                            state[type(update)] = (update, event.seq)
+                for update, seq in sorted(state.values(), key=lambda kept: kept[1]):
+                    self._outbox.update(session_id, update, seq)
+            for event in events[shown:stored]:
                 for update in presenter.present(session, event, replay=True):
-                    self._outbox.update(session_id, update)
+                    self._outbox.update(session_id, update, event.seq)
         answer = LoadSessionResult(presenter.modes(session), presenter.config_options(session))
         return SessionStarted(answer, record)
 
@@ -402,8 +450,12 @@ class SessionStarts:
         return Empty()
 
     async def close(self, params: SessionParams) -> Empty:
-        """``session/close``: a live session here released (its log stays stored)."""
-        await self._table.release(self._table.live(params.session_id))
+        """``session/close``: a live session here released (its log stays stored); its
+        turn cancelled unless another connection holds it too."""
+        record = self._table.live(params.session_id)
+        if isinstance(record.handle, Attachment) and not record.handle.shared:
+            self._table.cancel(record)  # an attachment's last dispose lets a turn finish
+        await self._table.release(record)
         return Empty()
 
 

@@ -265,11 +265,11 @@ class SessionTable:
 
     def abandon(self, record: SessionRecord) -> None:
         """Settle its prompts (`SessionRecord.abandon`) and start killing its bash tasks, at
-        once; a session other connections still hold (`Attachment.shared`) keeps its
-        tasks."""
+        once; a session held through an `Attachment` keeps them (its last holder's
+        `dispose` kills them)."""
         self.stop_fetching(record.session_id)
         record.abandon(self._outbox)
-        if not (isinstance(record.handle, Attachment) and record.handle.shared):
+        if not isinstance(record.handle, Attachment):
             kill_owned(self._bash, record.session_id)
 
     def close(self) -> list[SessionRecord]:
