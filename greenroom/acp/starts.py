@@ -70,6 +70,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.mcp import McpServer
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import (
+    HandOff,
     Interruption,
     PersistenceError,
     SessionLocked,
@@ -80,6 +81,9 @@ from greenroom.supervisor import Supervisor
 
 __all__ = ["LIST_PAGE", "SERVER_WAIT", "SessionStarted", "SessionStarts"]
 
+#: Seconds a load under ``greenroom serve`` waits for another node to let go of a session it
+#: holds (PostgreSQL's hand-off: at once when idle, after its turn when busy).
+HAND_OFF_WAIT: Final = 30.0
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
 #: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
@@ -147,12 +151,15 @@ class SessionStarts:
     resume, fork and delete, and left out of list; None sees every session.
     ``attachments``: the sessions this connection shares with others
     (``greenroom serve``, `shared.Attachments`): a load or resume of one live
-    there attaches to it; None (stdio): the connection owns its sessions.
+    there attaches to it, and one live on another node (a `HandOff` store) is
+    asked for, waiting up to `HAND_OFF_WAIT`; None (stdio): the connection owns
+    its sessions, and one live elsewhere is refused.
     """
 
     __slots__ = (
         "_attachments",
         "_client_for",
+        "_hand_off",
         "_interrupted",
         "_outbox",
         "_owner",
@@ -178,6 +185,8 @@ class SessionStarts:
         self._table = table
         self._principal = principal
         self._attachments = attachments
+        #: A session live on another node is asked for (serve, on a store that hands off).
+        self._hand_off = attachments is not None and isinstance(runtime.persistence, HandOff)
         self._runtime = runtime
         self._persistence = runtime.persistence
         self._owner = owner
@@ -405,6 +414,8 @@ class SessionStarts:
                 wait_for_servers=SERVER_WAIT,
                 additional_directories=additional_directories,
                 interrupted=self._interrupted,
+                take_over="ask" if self._hand_off else "refuse",
+                wait=HAND_OFF_WAIT if self._hand_off else 0.0,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
