@@ -201,6 +201,20 @@ def main(argv: list[str] | None = None) -> int:
         help="who may connect: one 'PRINCIPAL TOKEN' per line, 'admin' after the token for"
         " an admin (mode 0600); each sees only its own sessions. Without it, loopback only",
     )
+    network.add_argument(
+        "--max-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="open connections per principal (default 64)",
+    )
+    network.add_argument(
+        "--max-rate",
+        type=float,
+        default=200.0,
+        metavar="PER_SECOND",
+        help="messages per second per connection (default 200)",
+    )
     network.add_argument("--cert", type=Path, metavar="FILE", help="TLS: the certificate chain")
     network.add_argument("--key", type=Path, metavar="FILE", help="TLS: the certificate's key")
     _add_agent_options(network)
@@ -278,7 +292,11 @@ def main(argv: list[str] | None = None) -> int:
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
             if args.command == "serve":
                 from greenroom.acp.access import Tokens, TokensError
+                from greenroom.acp.network import Limits
                 from greenroom.acp.serve import check_listen, run_serve
+
+                if args.max_connections < 1 or not args.max_rate > 0:
+                    parser.error("--max-connections and --max-rate must be positive")
 
                 if (args.cert is None) != (args.key is None):
                     parser.error("--cert and --key go together: TLS needs both")
@@ -296,6 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     key=args.key,
                     interrupted=args.interrupted,
                     prices=prices,
+                    limits=Limits(connections=args.max_connections, rate=args.max_rate),
                 )
             from greenroom.acp.login import Login
             from greenroom.acp.stdio import run_stdio

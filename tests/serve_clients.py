@@ -17,7 +17,7 @@ import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
 from greenroom.acp.access import Tokens
-from greenroom.acp.network import CONNECTION_HEADER
+from greenroom.acp.network import CONNECTION_HEADER, DEFAULT_LIMITS, Limits
 from greenroom.acp.serve import serve_acp
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -47,6 +47,7 @@ async def served(
     cert: Path | None = None,
     key: Path | None = None,
     tools: bool = False,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> AsyncIterator[Served]:
     """A runtime on a JSONL store under `root` (or `persistence`), served on a free loopback
     port; with `tools`, the tools of ``greenroom serve`` plugged (bash asks permission)."""
@@ -68,6 +69,7 @@ async def served(
                 tokens=tokens,
                 cert=cert,
                 key=key,
+                limits=limits,
                 task_status=task_status,
             )
         )

@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import logging
 import secrets
+from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
+from dataclasses import dataclass
 from functools import partial
 from typing import Any, Final, TypeVar
 
@@ -45,14 +47,22 @@ import trio
 from greenroom.acp import frames
 from greenroom.acp.access import Principal, Tokens, local_request
 from greenroom.acp.connection import serve_frames
-from greenroom.acp.posted import Gone, InFlightAlready, PostedConnection
+from greenroom.acp.posted import Bucket, Gone, InFlightAlready, PostedConnection
 from greenroom.acp.shared import Attachments
 from greenroom.errors import alone
 from greenroom.protocol.acp import INVALID_REQUEST, ErrorObject, ErrorResponse
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import Interruption
 
-__all__ = ["CONNECTION_HEADER", "EVENTS_HEADER", "IDLE", "MAX_MESSAGE", "AcpServer"]
+__all__ = [
+    "CONNECTION_HEADER",
+    "DEFAULT_LIMITS",
+    "EVENTS_HEADER",
+    "Limits",
+    "IDLE",
+    "MAX_MESSAGE",
+    "AcpServer",
+]
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -74,6 +84,29 @@ IDLE: Final = 120.0
 _JSON: Final = [(b"content-type", b"application/json")]
 
 
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What one client may take of the server; each refusal names its limit.
+
+    * ``connections``: open connections (WebSocket and HTTP) per principal (without
+      tokens, all clients are one), past which a new one is refused 429;
+    * ``rate``: messages per second per connection, a second's worth at once: past it a
+      WebSocket's messages wait to be read (the client is slowed, nothing is lost), an
+      HTTP POST is refused 429 with ``Retry-After``;
+    * ``backlog``: bytes of frames waiting for a WebSocket client that does not read,
+      past which its connection ends (its sessions let go, as at a disconnect); the
+      writer never holds a turn, so a client that does not read slows no turn.
+    """
+
+    connections: int = 64
+    rate: float = 200.0
+    backlog: int = 64 * 1024 * 1024
+
+
+#: The limits ``greenroom serve`` applies unless told otherwise.
+DEFAULT_LIMITS: Final = Limits()
+
+
 class AcpServer:
     """The ASGI app (see the module docstring). HTTP connections run in `nursery`, which
     must outlive every request; `close` ends them all (the server's stop). With
@@ -89,8 +122,11 @@ class AcpServer:
         idle: float = IDLE,
         tokens: Tokens | None = None,
         attachments: Attachments | None = None,
+        limits: Limits = DEFAULT_LIMITS,
     ) -> None:
         self._runtime = runtime
+        self._limits = limits
+        self._open: dict[Principal | None, int] = {}  # connections per principal
         self._tokens = tokens
         self._attachments = attachments
         self._nursery = nursery
@@ -125,7 +161,14 @@ class AcpServer:
                 await _refuse(kind, send, 403, why + " (serve --tokens to be reached from afar)")
                 return
         if kind == "websocket":
-            await self._websocket(receive, send, principal)
+            if not self._may_open(principal):
+                await _refuse(kind, send, 429, self._too_many(principal))
+                return
+            self._open[principal] = self._open.get(principal, 0) + 1
+            try:
+                await self._websocket(receive, send, principal)
+            finally:
+                self._closed(principal)
         elif scope["method"] == "POST":
             await self._post(scope, receive, send, principal)
         elif scope["method"] == "GET":
@@ -146,9 +189,14 @@ class AcpServer:
         if (await receive())["type"] != "websocket.connect":
             return
         await send({"type": "websocket.accept"})
+        bucket = Bucket(self._limits.rate)
+        reading = trio.CancelScope()  # cancelled: the client reads no more, the end
 
         async def read(on_frame: Callable[[frames.Frame], None]) -> None:
             while True:
+                if pause := bucket.wait():
+                    await trio.sleep(pause)  # over the rate: read later, lose nothing
+                    bucket.wait()
                 message = await receive()
                 if message["type"] == "websocket.disconnect":
                     return
@@ -164,19 +212,25 @@ class AcpServer:
                 else:
                     on_frame(frames.decode_frame(data))
 
-        async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
-            async for frame in queued:
-                await send({"type": "websocket.send", "text": frame[:-1].decode()})
+        backlog = _Backlog(self._limits.backlog, reading)
 
-        await serve_frames(
-            self._runtime,
-            read,
-            write,
-            interrupted=self._interrupted,
-            principal=principal,
-            attachments=self._attachments,
-        )
-        await send({"type": "websocket.close", "code": 1000})
+        async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(backlog.take, queued)
+                while (frame := await backlog.next()) is not None:
+                    await send({"type": "websocket.send", "text": frame[:-1].decode()})
+
+        with reading:
+            await serve_frames(
+                self._runtime,
+                read,
+                write,
+                interrupted=self._interrupted,
+                principal=principal,
+                attachments=self._attachments,
+            )
+        if not backlog.over:
+            await send({"type": "websocket.close", "code": 1000})
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -201,13 +255,21 @@ class AcpServer:
                     send, 400, f"{CONNECTION_HEADER} is missing: only initialize opens a connection"
                 )
                 return
-            connection = self._open(principal)
+            if not self._may_open(principal):
+                await _plain(send, 429, self._too_many(principal))
+                return
+            connection = self._open_posted(principal)
         else:
             found = self._named(scope, principal)
             if found is None:
                 await _plain(send, 404, f"no connection {named[:100]!r} here")
                 return
             connection = found
+        if pause := connection.bucket.wait():
+            retry = [(b"retry-after", b"%d" % max(1, round(pause)))]
+            limit = f"over {self._limits.rate:g} messages a second on this connection"
+            await _plain(send, 429, limit, retry)
+            return
         if not isinstance(frame, frames.IncomingRequest):
             if connection.post(frame):
                 await send({"type": "http.response.start", "status": 202, "headers": []})
@@ -227,8 +289,25 @@ class AcpServer:
             body, events = answer
             await _answer(send, body, connection.id, events)
 
-    def _open(self, principal: Principal | None) -> PostedConnection:
-        connection = PostedConnection(secrets.token_urlsafe(24), self._idle, principal)
+    def _may_open(self, principal: Principal | None) -> bool:
+        return self._open.get(principal, 0) < self._limits.connections
+
+    def _too_many(self, principal: Principal | None) -> str:
+        who = "this client" if principal is None else f"principal {principal.name!r}"
+        return f"{who} has {self._limits.connections} connections open, the most it may"
+
+    def _closed(self, principal: Principal | None) -> None:
+        left = self._open[principal] - 1
+        if left:
+            self._open[principal] = left
+        else:
+            del self._open[principal]
+
+    def _open_posted(self, principal: Principal | None) -> PostedConnection:
+        connection = PostedConnection(
+            secrets.token_urlsafe(24), self._idle, principal, self._limits.rate
+        )
+        self._open[principal] = self._open.get(principal, 0) + 1
         self._posted[connection.id] = connection
         self._nursery.start_soon(self._serve_posted, connection)
         return connection
@@ -249,6 +328,7 @@ class AcpServer:
         finally:
             connection.close()
             del self._posted[connection.id]
+            self._closed(connection.principal)
 
     async def _events(
         self, scope: Scope, receive: Receive, send: Send, principal: Principal | None
@@ -295,6 +375,49 @@ class AcpServer:
         """The connection a request names, if it is its principal's."""
         found = self._posted.get(_header(scope, CONNECTION_HEADER.lower().encode()))
         return found if found is not None and found.principal == principal else None
+
+
+class _Backlog:
+    """The frames waiting for a WebSocket client, taken off the connection's channel as they
+    come (`take`) so that their bytes are counted while a send waits on the client; past
+    `limit` bytes the connection ends (`reading` cancelled) and what waits is dropped."""
+
+    __slots__ = ("_arrived", "_frames", "_limit", "_reading", "_size", "_taken", "over")
+
+    def __init__(self, limit: int, reading: trio.CancelScope) -> None:
+        self._limit = limit
+        self._reading = reading
+        self._frames: deque[bytes] = deque()
+        self._size = 0
+        self._arrived = trio.Event()
+        self._taken = False  # the channel ended
+        self.over = False
+
+    async def take(self, queued: trio.MemoryReceiveChannel[bytes]) -> None:
+        async for frame in queued:
+            if self.over:
+                continue
+            self._frames.append(frame)
+            self._size += len(frame)
+            if self._size > self._limit:
+                logger.warning("a WebSocket client left %d bytes unread: disconnected", self._size)
+                self.over = True
+                self._frames.clear()
+                self._reading.cancel()
+            self._arrived.set()
+        self._taken = True
+        self._arrived.set()
+
+    async def next(self) -> bytes | None:
+        """The next frame to send; None once there will be none."""
+        while not self._frames:
+            if self._taken or self.over:
+                return None
+            self._arrived = trio.Event()
+            await self._arrived.wait()
+        frame = self._frames.popleft()
+        self._size -= len(frame)
+        return frame
 
 
 # -- ASGI plumbing ----------------------------------------------------------------------------

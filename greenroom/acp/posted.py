@@ -40,7 +40,7 @@ from greenroom.acp import frames
 from greenroom.acp.access import Principal
 from greenroom.protocol.acp import INTERNAL_ERROR, ErrorObject, ErrorResponse, RequestId
 
-__all__ = ["MAX_KEPT", "Gone", "InFlightAlready", "PostedConnection"]
+__all__ = ["MAX_KEPT", "Bucket", "Gone", "InFlightAlready", "PostedConnection"]
 
 #: Bytes of sent events kept for a stream to replay after a reconnect.
 MAX_KEPT: Final = 16 * 1024 * 1024
@@ -77,13 +77,37 @@ class _Answer:
         self.events = 0  # the number of the last event sent before it
 
 
+class Bucket:
+    """A token bucket: `rate` a second, at most a second's worth kept."""
+
+    __slots__ = ("_at", "_rate", "_tokens")
+
+    def __init__(self, rate: float) -> None:
+        self._rate = rate
+        self._tokens = rate
+        self._at = trio.current_time()
+
+    def wait(self) -> float:
+        """Take a token: 0 if there was one, else the seconds until there is (none taken)."""
+        now = trio.current_time()
+        self._tokens = min(self._rate, self._tokens + (now - self._at) * self._rate)
+        self._at = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return 0.0
+        return (1 - self._tokens) / self._rate
+
+
 class PostedConnection:
     """One ACP connection's HTTP transport (see the module docstring). Nothing here
     checkpoints but `request`, `stream`, `watch_idle` and the writer."""
 
-    def __init__(self, connection_id: str, idle: float, principal: Principal | None) -> None:
+    def __init__(
+        self, connection_id: str, idle: float, principal: Principal | None, rate: float
+    ) -> None:
         self.id = connection_id
         self.principal = principal  # whose it is: no other principal reaches it
+        self.bucket = Bucket(rate)  # its POSTs' rate limit
         self._idle = idle
         self._posted_in, self._posted = trio.open_memory_channel[frames.Frame](math.inf)
         self._waiting: dict[RequestId, _Answer] = {}

@@ -22,7 +22,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from greenroom.acp.access import Tokens, loopback_host
-from greenroom.acp.network import IDLE, MAX_MESSAGE, AcpServer
+from greenroom.acp.network import DEFAULT_LIMITS, IDLE, MAX_MESSAGE, AcpServer, Limits
 from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -59,6 +59,7 @@ async def serve_acp(
     key: Path | None = None,
     interrupted: Interruption = "close",
     idle: float = IDLE,
+    limits: Limits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[Sequence[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ACP on `listen` (``HOST:PORT``; port 0 picks one) until cancelled, with TLS
@@ -92,6 +93,7 @@ async def serve_acp(
             idle=idle,
             tokens=tokens,
             attachments=Attachments(owner, runtime.bash, connections),
+            limits=limits,
         )
         try:
             await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
@@ -109,11 +111,12 @@ def run_serve(
     key: Path | None = None,
     interrupted: Interruption = "close",
     prices: Prices | None = None,
+    limits: Limits = DEFAULT_LIMITS,
 ) -> int:
     """``greenroom serve``: serve ACP on `listen` with `models` (by id, the first the
     default) until a signal; says where it listens on stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, listen, tokens, cert, key, interrupted, prices)
+    trio.run(_serve, models, persistence, listen, tokens, cert, key, interrupted, prices, limits)
     return 0
 
 
@@ -126,6 +129,7 @@ async def _serve(
     key: Path | None,
     interrupted: Interruption,
     prices: Prices | None,
+    limits: Limits,
 ) -> None:
     async with open_runtime(
         models=models, persistence=persistence, name="serve", prices=prices
@@ -141,6 +145,7 @@ async def _serve(
                         cert=cert,
                         key=key,
                         interrupted=interrupted,
+                        limits=limits,
                         task_status=task_status,
                     )
                 )
