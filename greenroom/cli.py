@@ -291,8 +291,8 @@ def main(argv: list[str] | None = None) -> int:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
             if args.command == "serve":
-                from greenroom.acp.access import Tokens, TokensError
-                from greenroom.acp.network import Limits
+                from greenroom.acp.access import AccessTokens, TokensError
+                from greenroom.acp.network import ServeLimits
                 from greenroom.acp.serve import check_listen, run_serve
 
                 if args.max_connections < 1 or not args.max_rate > 0:
@@ -301,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
                 if (args.cert is None) != (args.key is None):
                     parser.error("--cert and --key go together: TLS needs both")
                 try:
-                    tokens = None if args.tokens is None else Tokens.read(args.tokens)
+                    tokens = None if args.tokens is None else AccessTokens.read(args.tokens)
                     check_listen(args.listen, tokens)
                 except (TokensError, ValueError) as exc:
                     parser.error(str(exc))
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
                     key=args.key,
                     interrupted=args.interrupted,
                     prices=prices,
-                    limits=Limits(connections=args.max_connections, rate=args.max_rate),
+                    limits=ServeLimits(connections=args.max_connections, rate=args.max_rate),
                 )
             from greenroom.acp.login import Login
             from greenroom.acp.stdio import run_stdio

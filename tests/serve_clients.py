@@ -16,8 +16,8 @@ import httpx2
 import trio
 from trio_websocket import WebSocketConnection, open_websocket_url
 
-from greenroom.acp.access import Tokens
-from greenroom.acp.network import CONNECTION_HEADER, DEFAULT_LIMITS, Limits
+from greenroom.acp.access import AccessTokens
+from greenroom.acp.network import CONNECTION_HEADER, DEFAULT_LIMITS, ServeLimits
 from greenroom.acp.serve import serve_acp
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -42,12 +42,12 @@ async def served(
     model: ModelAdapter | None = None,
     *,
     idle: float = 120.0,
-    tokens: Tokens | None = None,
+    tokens: AccessTokens | None = None,
     persistence: Persistence | None = None,
     cert: Path | None = None,
     key: Path | None = None,
     tools: bool = False,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: ServeLimits = DEFAULT_LIMITS,
 ) -> AsyncIterator[Served]:
     """A runtime on a JSONL store under `root` (or `persistence`), served on a free loopback
     port; with `tools`, the tools of ``greenroom serve`` plugged (bash asks permission)."""

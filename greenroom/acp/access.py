@@ -1,6 +1,6 @@
 """Who may reach ``greenroom serve``, and which sessions each may see.
 
-* **Tokens** (`Tokens.read`, ``--tokens FILE``): one ``PRINCIPAL TOKEN`` per
+* **Tokens** (`AccessTokens.read`, ``--tokens FILE``): one ``PRINCIPAL TOKEN`` per
   line, ``admin`` after the token for an admin; blank lines and ``#`` comments
   are skipped. The file must be its owner's alone (no group or other
   permission bits: mode 0600 or stricter) and every name and token unique,
@@ -29,7 +29,14 @@ import urllib.parse
 from pathlib import Path
 from typing import Final, NamedTuple
 
-__all__ = ["MIN_TOKEN", "Principal", "Tokens", "TokensError", "local_request", "loopback_host"]
+__all__ = [
+    "MIN_TOKEN",
+    "Principal",
+    "AccessTokens",
+    "TokensError",
+    "local_request",
+    "loopback_host",
+]
 
 #: The fewest characters a token may have.
 MIN_TOKEN: Final = 16
@@ -50,7 +57,7 @@ class Principal(NamedTuple):
         return self.admin or (owner is not None and owner == self.name)
 
 
-class Tokens:
+class AccessTokens:
     """The principals of a tokens file, by their token's SHA-256."""
 
     __slots__ = ("_by_digest",)
@@ -59,7 +66,7 @@ class Tokens:
         self._by_digest = principals
 
     @classmethod
-    def read(cls, path: Path) -> Tokens:
+    def read(cls, path: Path) -> AccessTokens:
         """Read `path` (see the module docstring); `TokensError` names what is wrong."""
         try:
             mode = os.stat(path).st_mode

@@ -19,7 +19,7 @@ dispatch, the same one writer, the same teardown when the connection ends):
   ``DELETE /acp`` ends the connection; so does `idle` seconds with no request
   waiting and no stream open.
 
-Who may reach it is `access`'s: with `Tokens`, every request carries a
+Who may reach it is `access`'s: with `AccessTokens`, every request carries a
 principal's bearer token (else ``401``, with nothing else said), an HTTP
 connection is its principal's alone (another's id is unknown to it), and the
 sessions each sees are its own (an admin's, all); without tokens, only a
@@ -45,7 +45,7 @@ import msgspec
 import trio
 
 from greenroom.acp import frames
-from greenroom.acp.access import Principal, Tokens, local_request
+from greenroom.acp.access import AccessTokens, Principal, local_request
 from greenroom.acp.connection import serve_frames
 from greenroom.acp.posted import Bucket, Gone, InFlightAlready, PostedConnection
 from greenroom.acp.shared import Attachments
@@ -58,7 +58,7 @@ __all__ = [
     "CONNECTION_HEADER",
     "DEFAULT_LIMITS",
     "EVENTS_HEADER",
-    "Limits",
+    "ServeLimits",
     "IDLE",
     "MAX_MESSAGE",
     "AcpServer",
@@ -85,7 +85,7 @@ _JSON: Final = [(b"content-type", b"application/json")]
 
 
 @dataclass(frozen=True, slots=True)
-class Limits:
+class ServeLimits:
     """What one client may take of the server; each refusal names its limit.
 
     * ``connections``: open connections (WebSocket and HTTP) per principal (without
@@ -104,7 +104,7 @@ class Limits:
 
 
 #: The limits ``greenroom serve`` applies unless told otherwise.
-DEFAULT_LIMITS: Final = Limits()
+DEFAULT_LIMITS: Final = ServeLimits()
 
 
 class AcpServer:
@@ -120,9 +120,9 @@ class AcpServer:
         *,
         interrupted: Interruption = "close",
         idle: float = IDLE,
-        tokens: Tokens | None = None,
+        tokens: AccessTokens | None = None,
         attachments: Attachments | None = None,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: ServeLimits = DEFAULT_LIMITS,
     ) -> None:
         self._runtime = runtime
         self._limits = limits

@@ -21,8 +21,8 @@ import trio
 from hypercorn.config import Config
 from hypercorn.trio import serve
 
-from greenroom.acp.access import Tokens, loopback_host
-from greenroom.acp.network import DEFAULT_LIMITS, IDLE, MAX_MESSAGE, AcpServer, Limits
+from greenroom.acp.access import AccessTokens, loopback_host
+from greenroom.acp.network import DEFAULT_LIMITS, IDLE, MAX_MESSAGE, AcpServer, ServeLimits
 from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -36,7 +36,7 @@ __all__ = ["check_listen", "run_serve", "serve_acp"]
 logger = logging.getLogger("greenroom.serve")
 
 
-def check_listen(listen: str, tokens: Tokens | None) -> None:
+def check_listen(listen: str, tokens: AccessTokens | None) -> None:
     """Refuse (`ValueError`, naming why) a ``HOST:PORT`` that is not one, and, without
     tokens, a host that is not loopback: nobody but this machine may reach a server that
     does not know who is asking."""
@@ -54,12 +54,12 @@ async def serve_acp(
     runtime: Runtime,
     listen: str,
     *,
-    tokens: Tokens | None = None,
+    tokens: AccessTokens | None = None,
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
     idle: float = IDLE,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: ServeLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[Sequence[str]] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Serve ACP on `listen` (``HOST:PORT``; port 0 picks one) until cancelled, with TLS
@@ -106,12 +106,12 @@ def run_serve(
     persistence: Persistence,
     listen: str,
     *,
-    tokens: Tokens | None = None,
+    tokens: AccessTokens | None = None,
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
     prices: Prices | None = None,
-    limits: Limits = DEFAULT_LIMITS,
+    limits: ServeLimits = DEFAULT_LIMITS,
 ) -> int:
     """``greenroom serve``: serve ACP on `listen` with `models` (by id, the first the
     default) until a signal; says where it listens on stderr."""
@@ -124,12 +124,12 @@ async def _serve(
     models: Mapping[str, ModelAdapter],
     persistence: Persistence,
     listen: str,
-    tokens: Tokens | None,
+    tokens: AccessTokens | None,
     cert: Path | None,
     key: Path | None,
     interrupted: Interruption,
     prices: Prices | None,
-    limits: Limits,
+    limits: ServeLimits,
 ) -> None:
     async with open_runtime(
         models=models, persistence=persistence, name="serve", prices=prices

@@ -15,16 +15,16 @@ import trio
 import trustme
 from trio_websocket import ConnectionRejected
 
-from greenroom.acp.access import Principal, Tokens, TokensError, local_request
+from greenroom.acp.access import AccessTokens, Principal, TokensError, local_request
 from greenroom.models.scripted import ScriptedModel
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
 from greenroom.session.persistence.postgres import PostgresPersistence
+from tests import ROOT
 from tests.serve_clients import INITIALIZE, HttpClient, WsClient, served, ws_client
 
 pytestmark = pytest.mark.real_clock
 
-ROOT = Path(__file__).resolve().parent.parent
 ALICE, BOB, ROOT_TOKEN = "alice-token-0123456789", "bob-token-0123456789", "admin-token-0123456789"
 
 
@@ -38,7 +38,7 @@ def tokens_file(tmp_path: Path, mode: int = 0o600) -> Path:
 
 
 def test_a_tokens_file_names_each_principal_by_its_token(tmp_path: Path) -> None:
-    tokens = Tokens.read(tokens_file(tmp_path))
+    tokens = AccessTokens.read(tokens_file(tmp_path))
     assert tokens.principal(f"Bearer {ALICE}") == Principal("alice")
     assert tokens.principal(f"bearer {ROOT_TOKEN}") == Principal("root", admin=True)
     assert tokens.principal(f"Bearer {ALICE}x") is None
@@ -65,7 +65,7 @@ def test_a_tokens_file_that_cannot_be_used_is_refused_naming_why(
     path.write_text(text)
     path.chmod(mode)
     with pytest.raises(TokensError, match=why):
-        Tokens.read(path)
+        AccessTokens.read(path)
 
 
 def test_without_tokens_only_loopback_hosts_and_origins_are_served() -> None:
@@ -81,7 +81,7 @@ def test_without_tokens_only_loopback_hosts_and_origins_are_served() -> None:
 async def test_a_request_without_a_valid_token_is_401_with_nothing_said(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with (
-            served(tmp_path, tokens=Tokens.read(tokens_file(tmp_path))) as server,
+            served(tmp_path, tokens=AccessTokens.read(tokens_file(tmp_path))) as server,
             httpx2.AsyncClient(timeout=20) as http,
         ):
             body = b'{"jsonrpc":"2.0","id":1,"method":"initialize","params":{}}'
@@ -116,7 +116,7 @@ async def test_each_principal_sees_only_its_own_sessions_and_an_admin_sees_all(
 ) -> None:
     with trio.fail_after(60):
         async with (
-            served(tmp_path, tokens=Tokens.read(tokens_file(tmp_path))) as server,
+            served(tmp_path, tokens=AccessTokens.read(tokens_file(tmp_path))) as server,
             ws_client(server.ws_url, token=ALICE) as alice,
             ws_client(server.ws_url, token=BOB) as bob,
             ws_client(server.ws_url, token=ROOT_TOKEN) as admin,
@@ -168,7 +168,7 @@ async def test_each_principal_sees_only_its_own_sessions_and_an_admin_sees_all(
 async def test_an_http_connection_is_its_principals_alone(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with (
-            served(tmp_path, tokens=Tokens.read(tokens_file(tmp_path))) as server,
+            served(tmp_path, tokens=AccessTokens.read(tokens_file(tmp_path))) as server,
             httpx2.AsyncClient(timeout=20) as http,
         ):
             alice = HttpClient(http, server.url, ALICE)

@@ -1,4 +1,4 @@
-"""Limits of ``greenroom serve``: connections per principal, messages per second, a client
+"""ServeLimits of ``greenroom serve``: connections per principal, messages per second, a client
 that does not read, connections opened and dropped by the hundred."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 import trio
 from trio_websocket import ConnectionRejected, open_websocket_url
 
-from greenroom.acp.network import Limits
+from greenroom.acp.network import ServeLimits
 from greenroom.models.scripted import ScriptedModel
 from tests.serve_clients import INITIALIZE, HttpClient, said, served, ws_client
 
@@ -21,7 +21,7 @@ pytestmark = pytest.mark.real_clock
 async def test_connections_past_the_limit_are_refused_429_naming_it(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with (
-            served(tmp_path, limits=Limits(connections=2)) as server,
+            served(tmp_path, limits=ServeLimits(connections=2)) as server,
             httpx2.AsyncClient(timeout=20) as http,
         ):
             async with ws_client(server.ws_url) as first:
@@ -46,7 +46,7 @@ async def test_connections_past_the_limit_are_refused_429_naming_it(tmp_path: Pa
 async def test_posts_over_the_rate_are_refused_429_with_retry_after(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with (
-            served(tmp_path, limits=Limits(rate=5)) as server,
+            served(tmp_path, limits=ServeLimits(rate=5)) as server,
             httpx2.AsyncClient(timeout=20) as http,
         ):
             client = HttpClient(http, server.url)
@@ -67,7 +67,7 @@ async def test_posts_over_the_rate_are_refused_429_with_retry_after(tmp_path: Pa
 async def test_websocket_messages_over_the_rate_are_slowed_never_lost(tmp_path: Path) -> None:
     with trio.fail_after(30):
         async with (
-            served(tmp_path, limits=Limits(rate=20)) as server,
+            served(tmp_path, limits=ServeLimits(rate=20)) as server,
             ws_client(server.ws_url) as client,
         ):
             await client.call("initialize", INITIALIZE)
@@ -83,7 +83,7 @@ async def test_a_websocket_client_that_does_not_read_is_disconnected(tmp_path: P
     words = " ".join(["w"] * 40_000)  # 40,000 echoed chunks: megabytes of updates
     with trio.fail_after(60):
         async with served(
-            tmp_path, ScriptedModel(delay=0), limits=Limits(backlog=256 * 1024)
+            tmp_path, ScriptedModel(delay=0), limits=ServeLimits(backlog=256 * 1024)
         ) as server:
             async with open_websocket_url(server.ws_url) as socket:
 

@@ -18,11 +18,10 @@ from greenroom.acp.network import CONNECTION_HEADER, EVENTS_HEADER
 from greenroom.models.scripted import ScriptedModel
 from greenroom.protocol.events import Completed, TurnEnd
 from greenroom.session.persistence import JsonlPersistence
+from tests import ROOT
 from tests.serve_clients import INITIALIZE, HttpClient, said, served, ws_client
 
 pytestmark = pytest.mark.real_clock
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 async def test_a_prompt_over_websocket_streams_its_updates_then_its_answer(tmp_path: Path) -> None:

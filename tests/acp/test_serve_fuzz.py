@@ -1,7 +1,7 @@
 """The ACP reader's fuzz over the network: no frame, sent over WebSocket or posted over HTTP,
 ends the connection, and every frame with a usable id is answered exactly once.
 
-The hostile frames are `tests.test_acp_fuzz`'s (arbitrary bytes and JSON, nesting to
+The hostile frames are `tests.acp.test_fuzz`'s (arbitrary bytes and JSON, nesting to
 100,000 levels, frames over the size limit, real frames mutated). Each example runs a
 server of its own on loopback, so the counts stay modest.
 """
@@ -18,8 +18,8 @@ import trio
 
 from greenroom.acp.frames import MAX_FRAME
 from greenroom.models.scripted import ScriptedModel
+from tests.acp.test_fuzz import hostile
 from tests.serve_clients import INITIALIZE, HttpClient, served, ws_client
-from tests.test_acp_fuzz import hostile
 
 pytestmark = pytest.mark.real_clock
 
