@@ -209,6 +209,13 @@ def main(argv: list[str] | None = None) -> int:
         help="open connections per principal (default 64)",
     )
     network.add_argument(
+        "--max-sessions",
+        type=int,
+        default=256,
+        metavar="N",
+        help="sessions a principal holds open at once (default 256)",
+    )
+    network.add_argument(
         "--max-rate",
         type=float,
         default=200.0,
@@ -295,8 +302,8 @@ def main(argv: list[str] | None = None) -> int:
                 from greenroom.acp.network import ServeLimits
                 from greenroom.acp.serve import check_listen, run_serve
 
-                if args.max_connections < 1 or not args.max_rate > 0:
-                    parser.error("--max-connections and --max-rate must be positive")
+                if min(args.max_connections, args.max_sessions) < 1 or not args.max_rate > 0:
+                    parser.error("--max-connections, --max-sessions and --max-rate must be > 0")
 
                 if (args.cert is None) != (args.key is None):
                     parser.error("--cert and --key go together: TLS needs both")
@@ -314,7 +321,11 @@ def main(argv: list[str] | None = None) -> int:
                     key=args.key,
                     interrupted=args.interrupted,
                     prices=prices,
-                    limits=ServeLimits(connections=args.max_connections, rate=args.max_rate),
+                    limits=ServeLimits(
+                        connections=args.max_connections,
+                        sessions=args.max_sessions,
+                        rate=args.max_rate,
+                    ),
                 )
             from greenroom.acp.login import Login
             from greenroom.acp.stdio import run_stdio

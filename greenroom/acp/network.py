@@ -90,6 +90,8 @@ class ServeLimits:
 
     * ``connections``: open connections (WebSocket and HTTP) per principal (without
       tokens, all clients are one), past which a new one is refused 429;
+    * ``sessions``: sessions a principal holds open at once (`shared.Attachments`), past
+      which a new, load or resume of another is refused (-32603, naming the limit);
     * ``rate``: messages per second per connection, a second's worth at once: past it a
       WebSocket's messages wait to be read (the client is slowed, nothing is lost), an
       HTTP POST is refused 429 with ``Retry-After``;
@@ -99,6 +101,7 @@ class ServeLimits:
     """
 
     connections: int = 64
+    sessions: int = 256
     rate: float = 200.0
     backlog: int = 64 * 1024 * 1024
 

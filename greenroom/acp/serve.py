@@ -92,7 +92,7 @@ async def serve_acp(
             interrupted=interrupted,
             idle=idle,
             tokens=tokens,
-            attachments=Attachments(owner, runtime.bash, connections),
+            attachments=Attachments(owner, runtime.bash, connections, limits.sessions),
             limits=limits,
         )
         try:

@@ -31,6 +31,7 @@ owned by the server's supervisor, not by the connection that made it.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Any, TypeVar
@@ -38,9 +39,11 @@ from typing import Any, TypeVar
 import trio
 
 from greenroom.acp.client import ClientGone
+from greenroom.acp.params import RpcError
 from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import Agent, AskerGone, PermissionRequest, Question, SessionClient
+from greenroom.protocol.acp import INTERNAL_ERROR
 from greenroom.protocol.events import PermissionDecision
 from greenroom.tools.bash import BashExecutor
 from greenroom.tools.bash.tools import kill_owned
@@ -54,14 +57,20 @@ class Attachment:
     """One connection's hold on a shared session: its ``agent`` and ``resumed`` are the
     session's handle's; `dispose` lets go (the last to let go disposes the agent)."""
 
-    __slots__ = ("_busy", "_shared", "client", "key")
+    __slots__ = ("_busy", "_shared", "client", "key", "principal")
 
     def __init__(
-        self, shared: _Shared, key: int, client: SessionClient, busy: Callable[[], bool]
+        self,
+        shared: _Shared,
+        key: int,
+        client: SessionClient,
+        busy: Callable[[], bool],
+        principal: str | None,
     ) -> None:
         self._shared = shared
         self.key = key
         self.client = client
+        self.principal = principal  # whose connection holds it
         self._busy = busy  # whether its connection has a prompt of the session in flight
 
     @property
@@ -136,12 +145,16 @@ class _Shared:
 class Attachments:
     """The sessions of one server and who is attached to each (see the module docstring).
     Their agents are owned by `owner`; their tasks run in `bash`; a session whose turn
-    outlives its clients is watched from `nursery`."""
+    outlives its clients is watched from `nursery`. A principal (None: every client of a
+    server without tokens) holds at most `most` sessions at once."""
 
-    def __init__(self, owner: Owner, bash: BashExecutor, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, owner: Owner, bash: BashExecutor, nursery: trio.Nursery, most: float = math.inf
+    ) -> None:
         self.owner = owner
         self.bash = bash
         self.nursery = nursery
+        self.most = most
         self.shared: dict[str, _Shared] = {}
         self._keys = itertools.count(1)
 
@@ -151,11 +164,24 @@ class Attachments:
         start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]],
         client: SessionClient,
         busy: Callable[[], bool],
+        principal: str | None = None,
     ) -> Attachment:
-        """Attach to `session_id` if it is live here (waiting for a start under way);
-        else start it with `start` (given the owner and the session's shared client) and
-        attach first. Checkpoints while a start runs; a cancelled or failed start leaves
-        nothing."""
+        """Attach `principal`'s connection to `session_id` if it is live here (waiting for a
+        start under way); else start it with `start` (given the owner and the session's
+        shared client) and attach first. Checkpoints while a start runs; a cancelled or
+        failed start leaves nothing. `RpcError` if the principal holds `most` other
+        sessions already."""
+        held = {
+            shared.session_id
+            for shared in self.shared.values()
+            if any(a.principal == principal for a in shared.attached)
+        }
+        if session_id not in held and len(held) >= self.most:
+            who = "this client" if principal is None else f"principal {principal!r}"
+            raise RpcError(
+                INTERNAL_ERROR,
+                f"{who} has {len(held)} sessions open, the most it may: close one first",
+            )
         while (shared := self.shared.get(session_id)) is not None:
             if not shared.started.is_set():
                 await shared.started.wait()
@@ -164,7 +190,7 @@ class Attachments:
                 await shared.ended.wait()
                 continue
             if shared.live():
-                return self._join(shared, client, busy)
+                return self._join(shared, client, busy, principal)
             del self.shared[session_id]  # disposed under its clients (a hand-off)
         shared = self.shared[session_id] = _Shared(self, session_id, client)
         try:
@@ -174,11 +200,17 @@ class Attachments:
             raise
         finally:
             shared.started.set()
-        attachment = shared.first = self._join(shared, client, busy)
+        attachment = shared.first = self._join(shared, client, busy, principal)
         return attachment
 
-    def _join(self, shared: _Shared, client: SessionClient, busy: Callable[[], bool]) -> Attachment:
-        attachment = Attachment(shared, next(self._keys), client, busy)
+    def _join(
+        self,
+        shared: _Shared,
+        client: SessionClient,
+        busy: Callable[[], bool],
+        principal: str | None,
+    ) -> Attachment:
+        attachment = Attachment(shared, next(self._keys), client, busy, principal)
         shared.attached.append(attachment)
         return attachment
 

@@ -392,7 +392,8 @@ class SessionStarts:
             record = table.records.get(session_id)
             return record is not None and bool(record.prompts)
 
-        return await self._attachments.attach(session_id, start, client, busy)
+        principal = None if self._principal is None else self._principal.name
+        return await self._attachments.attach(session_id, start, client, busy, principal)
 
     async def _resume_stored(
         self,

@@ -127,3 +127,26 @@ async def test_hundreds_of_connections_opened_and_dropped_leave_the_server_up(
                 await stream.aclose()  # half a request, then gone
             async with ws_client(server.ws_url) as client:
                 assert "result" in await client.call("initialize", INITIALIZE)
+
+
+async def test_sessions_past_a_principals_limit_are_refused_naming_it(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, limits=ServeLimits(sessions=2)) as server,
+            ws_client(server.ws_url) as first,
+            ws_client(server.ws_url) as second,
+        ):
+            for client in (first, second):
+                await client.call("initialize", INITIALIZE)
+            new = {"cwd": str(tmp_path), "mcpServers": []}
+            one = (await first.call("session/new", new))["result"]["sessionId"]
+            await second.call("session/new", new)
+            refused = await first.call("session/new", new)
+            assert refused["error"]["code"] == -32603
+            assert "has 2 sessions open, the most it may" in refused["error"]["message"]
+            # One it holds already is no new one: the other client may attach to it.
+            load = {"sessionId": one, "cwd": str(tmp_path), "mcpServers": []}
+            assert "result" in await second.call("session/load", load)
+            await first.call("session/close", {"sessionId": one})
+            await second.call("session/close", {"sessionId": one})
+            assert "result" in await first.call("session/new", new)
