@@ -14,11 +14,12 @@ owned by the server's supervisor, not by the connection that made it.
   its own); a cancel from any cancels the session's turn.
 * **Asking.** The agent asks through one `SessionClient` made for the
   session (`_SharedClient`): a permission or a question goes to every
-  attached client that can be asked it, at once; the first answer wins and
-  the others' requests are withdrawn (``$/cancel_request``, as a cancelled
-  request always is). A client that cannot answer (its connection closing)
-  drops out; with nobody left to ask, the decision waits, parked
-  (`AskerGone`). File requests (``fs/*``) go to one client: the first
+  attached client that can be asked it, at once, and to each client that
+  attaches before it is answered; the first answer wins and the others'
+  requests are withdrawn (``$/cancel_request``, as a cancelled request always
+  is). A client that cannot answer (its connection closing) drops out; with
+  nobody left to ask, the question waits for a client to attach (or for
+  ``decide``). File requests (``fs/*``) go to one client: the first
   attached with a prompt of the session in flight, else the first attached.
 * **Detach.** `Attachment.dispose` (a close, a delete, a connection's end)
   lets go of the session. When the last lets go, its background bash tasks
@@ -107,6 +108,7 @@ class _Shared:
         self.started = trio.Event()  # its start is over (live, or failed)
         self.ending = False  # its agent is being disposed
         self.ended = trio.Event()  # and is gone: a load may take the session again
+        self.joined = trio.Event()  # set, and replaced, as each client attaches
         self.handle: AgentHandle  # set once started
         self.client = _shared_client(self, first)
 
@@ -212,6 +214,8 @@ class Attachments:
     ) -> Attachment:
         attachment = Attachment(shared, next(self._keys), client, busy, principal)
         shared.attached.append(attachment)
+        shared.joined.set()  # a question waiting for clients asks this one too
+        shared.joined = trio.Event()
         return attachment
 
 
@@ -222,8 +226,11 @@ class _FanOutPermissions:
         self._shared = shared
 
     async def decide(self, request: PermissionRequest) -> PermissionDecision:
-        asked = [a.client.permissions for a in self._shared.attached]
-        return await _first_answer([partial(p.decide, request) for p in asked if p is not None])
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[PermissionDecision]] | None:
+            permissions = attachment.client.permissions
+            return None if permissions is None else partial(permissions.decide, request)
+
+        return await _first_answer(self._shared, ask_of)
 
 
 class _FanOutQuestions:
@@ -233,8 +240,11 @@ class _FanOutQuestions:
         self._shared = shared
 
     async def ask(self, question: Question) -> str | None:
-        asked = [a.client.questions for a in self._shared.attached]
-        return await _first_answer([partial(q.ask, question) for q in asked if q is not None])
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[str | None]] | None:
+            questions = attachment.client.questions
+            return None if questions is None else partial(questions.ask, question)
+
+        return await _first_answer(self._shared, ask_of)
 
 
 class _RoutedFiles:
@@ -269,28 +279,44 @@ def _shared_client(shared: _Shared, first: SessionClient) -> SessionClient:
     )
 
 
-async def _first_answer(asks: list[Callable[[], Awaitable[T]]]) -> T:
-    """The first answer of `asks`, run at once; the others are cancelled (their requests
-    withdrawn). One that fails (its client gone, or answering an error) drops out; when
-    none answers, the last failure is raised, or `AskerGone` if there was no one to ask."""
+async def _first_answer(
+    shared: _Shared, ask_of: Callable[[Attachment], Callable[[], Awaitable[T]] | None]
+) -> T:
+    """The first answer of the session's attached clients, each asked at once (`ask_of`:
+    its ask, None if it cannot be asked), and each client that attaches while no answer
+    came; the others are cancelled (their requests withdrawn). One that fails drops out.
+    When every client asked failed: the last failure is raised if one answered an error;
+    if all went away (`AskerGone`), the question waits for a client to attach (the turn
+    waits with it, as on a decision nobody can answer yet)."""
     answers: list[T] = []
     failures: list[Exception] = []
+    asked: set[int] = set()
+    pending = 0
     async with trio.open_nursery() as nursery:
 
         async def one(ask: Callable[[], Awaitable[T]]) -> None:
+            nonlocal pending
             try:
                 answer = await ask()
             except Exception as exc:
                 failures.append(exc)
+                pending -= 1
+                if not pending and any(not isinstance(f, AskerGone) for f in failures):
+                    nursery.cancel_scope.cancel()  # no one left who could answer
                 return
             if not answers:
                 answers.append(answer)
                 nursery.cancel_scope.cancel()
 
-        for ask in asks:
-            nursery.start_soon(one, ask)
+        while True:
+            for attachment in shared.attached:
+                if attachment.key not in asked:
+                    asked.add(attachment.key)
+                    ask = ask_of(attachment)
+                    if ask is not None:
+                        pending += 1
+                        nursery.start_soon(one, ask)
+            await shared.joined.wait()
     if answers:
         return answers[0]
-    if failures:
-        raise failures[-1]
-    raise AskerGone("no attached client is left to answer")
+    raise failures[-1]

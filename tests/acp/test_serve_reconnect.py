@@ -136,3 +136,48 @@ async def test_a_load_after_a_seq_sends_the_sessions_state_again(tmp_path: Path)
                 assert "session_info_update" in kinds
                 assert "current_mode_update" in kinds
                 assert "agent_message_chunk" not in kinds
+
+
+async def test_a_question_left_by_a_client_that_went_is_asked_of_the_one_that_comes_back(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(30):
+        async with served(tmp_path, ScriptedModel(delay=0), tools=True) as server:
+            async with ws_client(server.ws_url) as first:
+                await first.call("initialize", INITIALIZE)
+                new = await first.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+                session = new["result"]["sessionId"]
+                prompt = [{"type": "text", "text": "bash: echo answered later"}]
+                await first.send(
+                    {
+                        "jsonrpc": "2.0",
+                        "id": "p",
+                        "method": "session/prompt",
+                        "params": {"sessionId": session, "prompt": prompt},
+                    }
+                )
+                await first.asked("session/request_permission")
+            # Gone without answering: the turn waits for someone who can.
+            agent = server.runtime.agents.get(session)
+            assert agent is not None
+            await trio.sleep(0.2)
+            assert agent.status == "waiting"
+            async with ws_client(server.ws_url) as again:
+                await again.call("initialize", INITIALIZE)
+                load = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+                assert "result" in await again.call("session/load", load)
+                (asked,) = await again.asked("session/request_permission")
+                allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+                await again.send({"jsonrpc": "2.0", "id": asked["id"], "result": allow})
+                await agent.when_idle()
+                await trio.sleep(0.1)
+                text = "".join(
+                    u["content"]["text"]
+                    for u in (
+                        f["params"]["update"]
+                        for f in again.frames
+                        if f.get("method") == "session/update"
+                    )
+                    if u["sessionUpdate"] == "agent_message_chunk"
+                )
+                assert "answered later\n[exit code: 0]" in text
