@@ -11,6 +11,13 @@ initialized, given 10 sessions and a few warm-up prompts on each, then measured 
   prompts one after another (10 x 100; 10 x 10 with ``--quick``), goal >= 0.8x stdio;
 * round trip: sequential prompts on one session, p99 in microseconds, goal <= 1.5x stdio.
 
+Then, ``greenroom serve`` alone (``--max-connections`` raised for it): its RSS (read off
+``/proc``) with 1,000 idle WebSocket connections held, each initialized (100 with
+``--quick``), against its RSS before them (goal: at most 50 MB more); and its RSS after
+10,000 connections opened (the WebSocket handshake and ``initialize``) and dropped, one
+after another (1,000 with ``--quick``), against its RSS before the storm (goal: at most
+10 MB more).
+
 Every prompt must answer ``end_turn``, or the run fails. The two alternate which goes
 first from one repeat to the next.
 """
@@ -171,16 +178,79 @@ async def _over_websocket(work: Path, n_throughput: int, n_latency: int) -> tupl
         await process.wait()
 
 
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError("no VmRSS")
+
+
+async def _connections(work: Path, held: int, storm: int) -> tuple[float, float, float, float]:
+    """RSS before and with `held` idle connections; before and after a storm of `storm`."""
+    listen = ("serve", "--listen", "127.0.0.1:0", "--store", f"jsonl:{work / 'idle'}")
+    limit = ("--max-connections", str(held + 10))
+    process = await trio.lowlevel.open_process(
+        _command(*listen, *limit), stderr=subprocess.PIPE, cwd=work, env=dict(os.environ)
+    )
+    try:
+        assert process.stderr is not None
+        said = b""
+        while b"/acp\n" not in said:
+            chunk = await process.stderr.receive_some()
+            if not chunk:
+                raise RuntimeError(f"greenroom serve did not start: {said.decode()}")
+            said += chunk
+        url = "ws" + said.decode().split("listening on ")[1].split()[0].removeprefix("http")
+        initialize = json.dumps(
+            {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": 1}}
+        )
+
+        async def one(task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+            async with open_websocket_url(url) as socket:
+                await socket.send_message(initialize)
+                await socket.get_message()
+                task_status.started()
+                await trio.sleep_forever()
+
+        # One connection first, so that what every connection shares is in the baseline.
+        async with trio.open_nursery() as warm:
+            await warm.start(one)
+            warm.cancel_scope.cancel()
+        await trio.sleep(0.5)
+        before = _rss_mb(process.pid)
+        async with trio.open_nursery() as idle:
+            for _ in range(held):
+                await idle.start(one)
+            await trio.sleep(0.5)
+            holding = _rss_mb(process.pid)
+            idle.cancel_scope.cancel()
+        await trio.sleep(1.0)
+        calm = _rss_mb(process.pid)
+        for _ in range(storm):
+            async with trio.open_nursery() as once:
+                await once.start(one)
+                once.cancel_scope.cancel()
+        await trio.sleep(1.0)
+        return before, holding, calm, _rss_mb(process.pid)
+    finally:
+        process.terminate()
+        await process.wait()
+
+
 def run(repeats: int, quick: bool) -> list[Row]:
     n_throughput = 100 if quick else 1000  # 10 sessions x 10 (x 100)
     n_latency = 50 if quick else 300
+    held, storm = (100, 1000) if quick else (1000, 10_000)
     stdio: list[tuple[float, float]] = []
     websocket: list[tuple[float, float]] = []
+    memory: list[tuple[float, float, float, float]] = []
     for repeat in range(repeats):
         order = [(stdio, _over_stdio), (websocket, _over_websocket)]
         for results, drive in order if repeat % 2 == 0 else reversed(order):
             with tempfile.TemporaryDirectory() as tmp:
                 results.append(trio.run(drive, Path(tmp), n_throughput, n_latency))
+        with tempfile.TemporaryDirectory() as tmp:
+            memory.append(trio.run(_connections, Path(tmp), held, storm))
     each = n_throughput // _SESSIONS
     return [
         compare(
@@ -200,5 +270,19 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="greenroom acp over stdio",
             raw=[p for _, p in stdio],
             max_ratio=1.5,
+        ),
+        compare(
+            SCENARIO,
+            f"RSS growth with {held:,} idle WebSocket connections held",
+            "MB",
+            [holding - before for before, holding, _, _ in memory],
+            max_value=50.0,
+        ),
+        compare(
+            SCENARIO,
+            f"RSS growth after {storm:,} connections opened and dropped",
+            "MB",
+            [after - calm for _, _, calm, after in memory],
+            max_value=10.0,
         ),
     ]
