@@ -152,6 +152,9 @@ class AcpConnection:
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
             runtime.bash.sandboxes.protections,
         )
+        #: The connection's reading: cancelled, the connection ends (`serve_frames`).
+        self.reading = trio.CancelScope()
+        self._shared = attachments is not None
         if attachments is not None:  # reconnects: every update tells its place in the log
             outbox.seq_of = self._latest_seq
         prompting = Prompting(table, outbox, nursery, presenter)
@@ -412,7 +415,8 @@ class AcpConnection:
         """A session of the client's ended under it, not by a request of its own nor the
         teardown (both drop the record first): another node asked for it (a hand-off).
         Its prompts are answered ``cancelled``, the client told; loading it again asks
-        for it back."""
+        for it back. Under ``greenroom serve`` the connection then ends (`reading`), so
+        that a client reconnects, to whichever node it chooses."""
         if self.table.closed:
             return
         del self.table.records[record.session_id]
@@ -422,6 +426,8 @@ class AcpConnection:
             "This session was handed to another node that asked for it; load it again to"
             " take it back.",
         )
+        if self._shared:
+            self.reading.cancel(reason="a session of the connection was handed off")
 
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
@@ -572,7 +578,8 @@ async def serve_frames(
                             attachments,
                         )
                         try:
-                            await read(connection.handle_frame)
+                            with connection.reading:
+                                await read(connection.handle_frame)
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()
