@@ -41,6 +41,7 @@ SCENARIOS = (
     "models",
     "content",
     "hosts",
+    "serve",
 )
 _DEFAULT_OUT = Path(__file__).resolve().parent / "results"
 _VERSIONS = (

@@ -105,22 +105,8 @@ def _add_state_dir(parser: argparse.ArgumentParser, *, nested: bool = False) -> 
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="greenroom", description="An actor runtime for AI agents on Trio."
-    )
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="tell the greenroom story on embedded defaults")
-    demo.add_argument("--plain", action="store_true", help="plain lines instead of a live view")
-    demo.add_argument(
-        "--state-dir",
-        type=Path,
-        default=None,
-        help="keep the sessions here (default: $GREENROOM_HOME/demo, emptied at each run)",
-    )
-    # Not from $GREENROOM_STORE: the demo keeps to its own sessions unless told otherwise.
-    _add_store(demo, "jsonl under the state dir", from_env=False)
-    acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
+def _add_agent_options(acp: argparse.ArgumentParser) -> None:
+    """The options `acp` and `serve` share: the models, prices, store and sync."""
     acp.add_argument(
         "--model",
         action="append",
@@ -171,6 +157,26 @@ def main(argv: list[str] | None = None) -> int:
         help="PostgreSQL: refuse another node's request for a session that is mid-turn"
         " (by default it is let go after its turn; an idle one at once)",
     )
+    _add_state_dir(acp)
+    _add_store(acp, "jsonl:STATE-DIR/sessions")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="greenroom", description="An actor runtime for AI agents on Trio."
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    demo = commands.add_parser("demo", help="tell the greenroom story on embedded defaults")
+    demo.add_argument("--plain", action="store_true", help="plain lines instead of a live view")
+    demo.add_argument(
+        "--state-dir",
+        type=Path,
+        default=None,
+        help="keep the sessions here (default: $GREENROOM_HOME/demo, emptied at each run)",
+    )
+    # Not from $GREENROOM_STORE: the demo keeps to its own sessions unless told otherwise.
+    _add_store(demo, "jsonl under the state dir", from_env=False)
+    acp = commands.add_parser("acp", help="serve the Agent Client Protocol on stdin/stdout")
     acp.add_argument(
         "--login",
         action="store_true",
@@ -178,8 +184,47 @@ def main(argv: list[str] | None = None) -> int:
         " provider asked for), keep it in $GREENROOM_HOME/keys.json (mode 0600), and"
         " exit; a key in the environment still comes first",
     )
-    _add_state_dir(acp)
-    _add_store(acp, "jsonl:STATE-DIR/sessions")
+    _add_agent_options(acp)
+    network = commands.add_parser(
+        "serve", help="serve the Agent Client Protocol over WebSocket and HTTP at /acp"
+    )
+    network.add_argument(
+        "--listen",
+        required=True,
+        metavar="HOST:PORT",
+        help="where to listen (port 0: any free port; the address is said on stderr)",
+    )
+    network.add_argument(
+        "--tokens",
+        type=Path,
+        metavar="FILE",
+        help="who may connect: one 'PRINCIPAL TOKEN' per line, 'admin' after the token for"
+        " an admin (mode 0600); each sees only its own sessions. Without it, loopback only",
+    )
+    network.add_argument(
+        "--max-connections",
+        type=int,
+        default=64,
+        metavar="N",
+        help="open connections per principal (default 64)",
+    )
+    network.add_argument(
+        "--max-sessions",
+        type=int,
+        default=256,
+        metavar="N",
+        help="sessions a principal holds open at once (default 256)",
+    )
+    network.add_argument(
+        "--max-rate",
+        type=float,
+        default=200.0,
+        metavar="PER_SECOND",
+        help="messages per second per connection (default 200)",
+    )
+    network.add_argument("--cert", type=Path, metavar="FILE", help="TLS: the certificate chain")
+    network.add_argument("--key", type=Path, metavar="FILE", help="TLS: the certificate's key")
+    _add_agent_options(network)
     sessions = commands.add_parser("sessions", help="list stored sessions or show one")
     _add_state_dir(sessions)
     _add_store(sessions, "jsonl:STATE-DIR/sessions")
@@ -217,12 +262,9 @@ def main(argv: list[str] | None = None) -> int:
             state = usable_state_dir(args.state_dir or demo_state_dir(), create=True)
             store = store_from_url(args.store) if args.store else None
             return run_demo(plain=args.plain, state_dir=state, fresh=fresh, store=store)
-        if args.command == "acp":
-            from greenroom.acp.login import Login
-            from greenroom.acp.stdio import run_stdio
-
+        if args.command in ("acp", "serve"):
             specs = args.model or ["scripted"]
-            if args.login:
+            if args.command == "acp" and args.login:
                 return _login(specs)
             models: dict[str, ModelAdapter] = {}
             waiting: dict[str, str] = {}
@@ -233,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                 try:
                     models[spec] = model_named(spec, os.environ, args.context_window)
                 except (MissingKey, KeyFileError) as exc:  # told to the editor, not an exit
-                    print(f"greenroom acp: {exc}", file=sys.stderr)
+                    print(f"greenroom {args.command}: {exc}", file=sys.stderr)
                     waiting[spec] = str(exc)
                     models[spec] = Unkeyed(str(exc))
                 except ValueError as exc:
@@ -255,6 +297,39 @@ def main(argv: list[str] | None = None) -> int:
             else:
                 state = usable_state_dir(args.state_dir or default_state_dir(), create=True)
                 store = JsonlPersistence(sessions_root(state), sync=args.sync)
+            if args.command == "serve":
+                from greenroom.acp.access import AccessTokens, TokensError
+                from greenroom.acp.network import ServeLimits
+                from greenroom.acp.serve import check_listen, run_serve
+
+                if min(args.max_connections, args.max_sessions) < 1 or not args.max_rate > 0:
+                    parser.error("--max-connections, --max-sessions and --max-rate must be > 0")
+
+                if (args.cert is None) != (args.key is None):
+                    parser.error("--cert and --key go together: TLS needs both")
+                try:
+                    tokens = None if args.tokens is None else AccessTokens.read(args.tokens)
+                    check_listen(args.listen, tokens)
+                except (TokensError, ValueError) as exc:
+                    parser.error(str(exc))
+                return run_serve(
+                    models,
+                    store,
+                    args.listen,
+                    tokens=tokens,
+                    cert=args.cert,
+                    key=args.key,
+                    interrupted=args.interrupted,
+                    prices=prices,
+                    limits=ServeLimits(
+                        connections=args.max_connections,
+                        sessions=args.max_sessions,
+                        rate=args.max_rate,
+                    ),
+                )
+            from greenroom.acp.login import Login
+            from greenroom.acp.stdio import run_stdio
+
             login = Login(specs, waiting, stored)
             return run_stdio(models, store, args.interrupted, prices, login)
         if args.store:  # only `decide` writes, and only beside the logs

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, NamedTuple
 
 import msgspec
@@ -45,6 +45,7 @@ import trio
 
 import greenroom
 from greenroom.acp import frames
+from greenroom.acp.access import Principal
 from greenroom.acp.client import session_client
 from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.login import Login
@@ -53,6 +54,7 @@ from greenroom.acp.params import RpcError, decode
 from greenroom.acp.presenter import Presenter
 from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.prompting import Prompting
+from greenroom.acp.shared import Attachments
 from greenroom.acp.starts import SessionStarted, SessionStarts
 from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
@@ -92,7 +94,14 @@ from greenroom.session.persistence import Interruption
 from greenroom.supervisor import Scope, Supervisor
 from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts
 
-__all__ = ["TEARDOWN_GRACE", "AcpConnection", "serve_connection"]
+__all__ = [
+    "TEARDOWN_GRACE",
+    "AcpConnection",
+    "FrameReader",
+    "FrameWriter",
+    "serve_connection",
+    "serve_frames",
+]
 
 logger = logging.getLogger("greenroom.acp")
 
@@ -112,6 +121,8 @@ class AcpConnection:
         outgoing: trio.MemorySendChannel[bytes],
         interrupted: Interruption = "close",
         login: Login | None = None,
+        principal: Principal | None = None,
+        attachments: Attachments | None = None,
     ) -> None:
         self.runtime = runtime
         self._login = login
@@ -141,9 +152,22 @@ class AcpConnection:
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
             runtime.bash.sandboxes.protections,
         )
+        #: The connection's reading: cancelled, the connection ends (`serve_frames`).
+        self.reading = trio.CancelScope()
+        self._shared = attachments is not None
+        if attachments is not None:  # reconnects: every update tells its place in the log
+            outbox.seq_of = self._latest_seq
         prompting = Prompting(table, outbox, nursery, presenter)
         starts = SessionStarts(
-            table, runtime, owner, presenter, outbox, self.client_for, interrupted
+            table,
+            runtime,
+            owner,
+            presenter,
+            outbox,
+            self.client_for,
+            interrupted,
+            principal,
+            attachments,
         )
         #: Each method served once `initialize` is answered: its params Struct, its handler.
         self._served: Final[dict[str, InlineRoute | WaitingRoute]] = {
@@ -320,6 +344,12 @@ class AcpConnection:
 
         return keyed
 
+    def _latest_seq(self, session_id: str) -> int | None:
+        record = self.table.records.get(session_id)
+        if record is None or record.handle is None:
+            return None
+        return len(record.handle.agent.session.events) - 1
+
     def client_for(self, session_id: str) -> SessionClient:
         """What the tools of `session_id` get from this client (`client.session_client`)."""
         read, write = self._files
@@ -385,7 +415,8 @@ class AcpConnection:
         """A session of the client's ended under it, not by a request of its own nor the
         teardown (both drop the record first): another node asked for it (a hand-off).
         Its prompts are answered ``cancelled``, the client told; loading it again asks
-        for it back."""
+        for it back. Under ``greenroom serve`` the connection then ends (`reading`), so
+        that a client reconnects, to whichever node it chooses."""
         if self.table.closed:
             return
         del self.table.records[record.session_id]
@@ -395,6 +426,8 @@ class AcpConnection:
             "This session was handed to another node that asked for it; load it again to"
             " take it back.",
         )
+        if self._shared:
+            self.reading.cancel(reason="a session of the connection was handed off")
 
     def _on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
@@ -481,13 +514,52 @@ async def serve_connection(
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
     """
+
+    async def read(on_frame: Callable[[frames.Frame], None]) -> None:
+        await frames.read_lines(stream, on_frame)
+
+    async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
+        await write_frames(queued, stream)
+
+    await serve_frames(runtime, read, write, interrupted=interrupted, login=login)
+
+
+#: A transport's reader: hands each frame it reads to its callback, returns at end of input.
+FrameReader = Callable[[Callable[[frames.Frame], None]], Awaitable[None]]
+#: A transport's writer: sends each encoded frame (newline-terminated) of its channel, in order,
+#: until the channel ends or the peer is gone.
+FrameWriter = Callable[[trio.MemoryReceiveChannel[bytes]], Awaitable[None]]
+
+
+async def serve_frames(
+    runtime: Runtime,
+    read: FrameReader,
+    write: FrameWriter,
+    *,
+    interrupted: Interruption = "close",
+    login: Login | None = None,
+    principal: Principal | None = None,
+    attachments: Attachments | None = None,
+) -> None:
+    """`serve_connection` on any transport: one connection whose frames come from `read` and
+    go out through `write` (started once, the connection's only writer), torn down when
+    `read` returns (the end of input) or the caller cancels. What `serve_connection`
+    guarantees holds whatever the transport. `principal`: who the client is, and so
+    which sessions it sees (`starts.SessionStarts`); None sees every session.
+    `attachments`: the sessions it shares with the server's other connections
+    (`shared.Attachments`); None: its sessions are its own."""
     frames_in, frames_out = trio.open_memory_channel[bytes](math.inf)
     # The writer outlives a cancel of the connection (a signal): the teardown's
     # answers must still reach the peer. It stops at the end of its channel, or
     # when its grace after the teardown runs out.
     writing = trio.CancelScope(shield=True)
+
+    async def writer() -> None:
+        with writing, frames_out:
+            await write(frames_out)
+
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write_frames, frames_out, stream, writing)
+        nursery.start_soon(writer)
         try:
             # Requests still in flight at the end (a load racing the teardown) finish
             # inside `handlers`, so their answers are written before the writer stops.
@@ -496,10 +568,18 @@ async def serve_connection(
                     # Sessions are independent: stopped together, in one grace.
                     async with Supervisor(name="acp-connection", stop_together=True) as owner:
                         connection = AcpConnection(
-                            runtime, owner, handlers, frames_in, interrupted, login
+                            runtime,
+                            owner,
+                            handlers,
+                            frames_in,
+                            interrupted,
+                            login,
+                            principal,
+                            attachments,
                         )
                         try:
-                            await frames.read_lines(stream, connection.handle_frame)
+                            with connection.reading:
+                                await read(connection.handle_frame)
                         finally:
                             with trio.CancelScope(shield=True), trio.move_on_after(TEARDOWN_GRACE):
                                 await connection.teardown()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Final
 
 import msgspec
@@ -43,11 +44,15 @@ class Outbox:
     """The frames out of one connection, and its requests to the client (``requests``),
     whose replies come back through the reader."""
 
-    __slots__ = ("_channel", "requests")
+    __slots__ = ("_channel", "requests", "seq_of")
 
     def __init__(self, channel: trio.MemorySendChannel[bytes]) -> None:
         self._channel = channel
         self.requests = ClientRequests(self.send)
+        #: Set (``greenroom serve``): every update carries ``_meta.greenroom.seq``, its
+        #: place in the session's log, and this gives, for an update that names none, the
+        #: session's latest (None: not a live session here).
+        self.seq_of: Callable[[str], int | None] | None = None
 
     def send(self, frame: msgspec.Struct) -> None:
         """Queue `frame`. One too large for a reader is replaced: an answer by an error
@@ -76,9 +81,17 @@ class Outbox:
     def fail(self, request_id: RequestId, code: int, message: str) -> None:
         self.send(ErrorResponse(request_id, ErrorObject(code, message)))
 
-    def update(self, session_id: str, update: SessionUpdate) -> None:
-        """A ``session/update`` of `session_id`."""
-        self.send(Notification("session/update", SessionNotificationParams(session_id, update)))
+    def update(self, session_id: str, update: SessionUpdate, seq: int | None = None) -> None:
+        """A ``session/update`` of `session_id`; `seq`: the log event it shows (None: the
+        latest), told only where `seq_of` is set."""
+        meta = None
+        if self.seq_of is not None:
+            if seq is None:
+                seq = self.seq_of(session_id)
+            if seq is not None:
+                meta = {"greenroom": {"seq": seq}}
+        params = SessionNotificationParams(session_id, update, meta)
+        self.send(Notification("session/update", params))
 
     def tell(self, session_id: str, text: str) -> None:
         """A notice in `session_id`: an ``agent_message_chunk`` of its own."""
@@ -102,19 +115,18 @@ class Outbox:
 
 
 async def write_frames(
-    queued: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream, scope: trio.CancelScope
+    queued: trio.MemoryReceiveChannel[bytes], stream: trio.abc.SendStream
 ) -> None:
-    """The connection's only writer, until the end of its channel, the peer's going, or
-    `scope`'s cancel."""
-    with scope, queued:
-        async for frame in queued:
-            batch = [frame]
-            while True:
-                try:
-                    batch.append(queued.receive_nowait())
-                except (trio.WouldBlock, trio.EndOfChannel):
-                    break
+    """The connection's only writer on a byte stream, until the end of its channel or the
+    peer's going."""
+    async for frame in queued:
+        batch = [frame]
+        while True:
             try:
-                await stream.send_all(b"".join(batch))
-            except (trio.BrokenResourceError, trio.ClosedResourceError):
-                return  # the peer is gone
+                batch.append(queued.receive_nowait())
+            except (trio.WouldBlock, trio.EndOfChannel):
+                break
+        try:
+            await stream.send_all(b"".join(batch))
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            return  # the peer is gone

@@ -16,9 +16,10 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Callable
-from typing import Final, NamedTuple
+from collections.abc import Awaitable, Callable
+from typing import Any, Final, NamedTuple
 
+from greenroom.acp.access import Principal
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import (
     RpcError,
@@ -28,15 +29,19 @@ from greenroom.acp.params import (
     servers_from_acp,
 )
 from greenroom.acp.presenter import Presenter, iso_time
-from greenroom.acp.table import SessionRecord, SessionTable
+from greenroom.acp.shared import Attachment, Attachments
+from greenroom.acp.table import LiveHandle, SessionRecord, SessionTable
 from greenroom.actors.decisions import open_decisions
-from greenroom.actors.life import AgentHandle
+from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.types import SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
     AgentMessageChunk,
+    AvailableCommandsUpdate,
+    ConfigOptionUpdate,
+    CurrentModeUpdate,
     Empty,
     ForkSessionParams,
     ListSessionsParams,
@@ -45,9 +50,13 @@ from greenroom.protocol.acp import (
     LoadSessionResult,
     NewSessionParams,
     NewSessionResult,
+    PlanUpdate,
     SessionInfo,
+    SessionInfoUpdate,
     SessionParams,
+    SessionUpdate,
     TextBlock,
+    UsageUpdate,
 )
 from greenroom.protocol.events import (
     DecisionRequested,
@@ -61,6 +70,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.mcp import McpServer
 from greenroom.runtime import Runtime
 from greenroom.session.persistence import (
+    HandOff,
     Interruption,
     PersistenceError,
     SessionLocked,
@@ -71,11 +81,44 @@ from greenroom.supervisor import Supervisor
 
 __all__ = ["LIST_PAGE", "SERVER_WAIT", "SessionStarted", "SessionStarts"]
 
+#: Seconds a load under ``greenroom serve`` waits for another node to let go of a session it
+#: holds (PostgreSQL's hand-off: at once when idle, after its turn when busy).
+HAND_OFF_WAIT: Final = 30.0
 #: Sessions per page of ``session/list``.
 LIST_PAGE: Final = 50
 #: Seconds ``session/new`` and ``load`` wait for the session's MCP servers before they
 #: answer; a server not ready by then goes on starting (the editor is told).
 SERVER_WAIT: Final = 2.0
+
+
+#: The updates that say a session's state (each replaces the one before): what a load with
+#: ``_meta.greenroom.after`` sends again of what came before, the latest of each kind.
+STATE_UPDATES: Final[frozenset[type[SessionUpdate]]] = frozenset(
+    {
+        CurrentModeUpdate,
+        ConfigOptionUpdate,
+        SessionInfoUpdate,
+        UsageUpdate,
+        PlanUpdate,
+        AvailableCommandsUpdate,
+    }
+)
+
+
+def _after(meta: dict[str, Any] | None) -> int | None:
+    """``_meta.greenroom.after`` of a load: the last log event the client has (None: it
+    has none, replay all); -32602 for anything but an integer >= -1."""
+    mine = (meta or {}).get("greenroom")
+    if not isinstance(mine, dict) or "after" not in mine:
+        return None
+    after = mine["after"]
+    if type(after) is not int or after < -1:
+        raise RpcError(
+            INVALID_PARAMS,
+            f"invalid params: _meta.greenroom.after must be the seq of a log event (an"
+            f" integer >= -1), got {str(after)[:40]!r}",
+        )
+    return after
 
 
 def unasked(session_id: str, request: DecisionRequested) -> str:
@@ -102,16 +145,27 @@ class SessionStarts:
 
     ``interrupted``: what a load or resume does with a turn a crash cut
     (`AgentFactory.resume`). ``client_for`` gives what a session's tools get
-    from the client (`AcpConnection.client_for`).
+    from the client (`AcpConnection.client_for`). ``principal``: who the client
+    is (``greenroom serve`` with tokens): the sessions it makes are its own, and
+    one it may not see (`Principal.sees`) is refused as unknown by load,
+    resume, fork and delete, and left out of list; None sees every session.
+    ``attachments``: the sessions this connection shares with others
+    (``greenroom serve``, `shared.Attachments`): a load or resume of one live
+    there attaches to it, and one live on another node (a `HandOff` store) is
+    asked for, waiting up to `HAND_OFF_WAIT`; None (stdio): the connection owns
+    its sessions, and one live elsewhere is refused.
     """
 
     __slots__ = (
+        "_attachments",
         "_client_for",
+        "_hand_off",
         "_interrupted",
         "_outbox",
         "_owner",
         "_persistence",
         "_presenter",
+        "_principal",
         "_runtime",
         "_table",
     )
@@ -125,8 +179,14 @@ class SessionStarts:
         outbox: Outbox,
         client_for: Callable[[str], SessionClient],
         interrupted: Interruption,
+        principal: Principal | None = None,
+        attachments: Attachments | None = None,
     ) -> None:
         self._table = table
+        self._principal = principal
+        self._attachments = attachments
+        #: A session live on another node is asked for (serve, on a store that hands off).
+        self._hand_off = attachments is not None and isinstance(runtime.persistence, HandOff)
         self._runtime = runtime
         self._persistence = runtime.persistence
         self._owner = owner
@@ -144,15 +204,19 @@ class SessionStarts:
         session_id = str(uuid.uuid4())
         record = await self._table.go_live(
             session_id,
-            lambda: self._runtime.agents.create(
-                agent_id=session_id,
-                session_id=session_id,
-                cwd=params.cwd,
-                additional_directories=params.additional_directories,
-                owner=self._owner,
-                client=self._client_for(session_id),
-                mcp_servers=servers,
-                wait_for_servers=SERVER_WAIT,
+            lambda: self._live(
+                session_id,
+                lambda owner, client: self._runtime.agents.create(
+                    agent_id=session_id,
+                    session_id=session_id,
+                    cwd=params.cwd,
+                    additional_directories=params.additional_directories,
+                    owner=owner,
+                    client=client,
+                    mcp_servers=servers,
+                    wait_for_servers=SERVER_WAIT,
+                    principal=None if self._principal is None else self._principal.name,
+                ),
             ),
         )
         return self._new_session_result(record)
@@ -167,15 +231,22 @@ class SessionStarts:
 
     async def _take_stored(self, params: LoadSessionParams, *, replay: bool) -> SessionStarted:
         session_id = params.session_id
+        after = _after(params.meta) if replay else None
         self._check_stored_id(session_id)
+        await self._check_seen(session_id)
         check_cwd(params.cwd, must_exist=False)
         check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
         self._table.require_open()
 
-        async def start() -> AgentHandle:
+        async def start() -> LiveHandle:
             # The roots are the ones sent now (none if omitted), never the stored ones.
-            handle = await self._resume_stored(session_id, servers, params.additional_directories)
+            handle = await self._live(
+                session_id,
+                lambda owner, client: self._resume_stored(
+                    session_id, owner, client, servers, params.additional_directories
+                ),
+            )
             stored_cwd = handle.agent.session.header.cwd
             if stored_cwd != params.cwd:
                 await handle.dispose()
@@ -210,9 +281,19 @@ class SessionStarts:
             with contextlib.suppress(PersistenceError):  # then each is a marker
                 await session.hold_blobs({})
         if replay:  # the log as it was stored: the cut turn as it stands
-            for event in events[:stored]:
+            shown = 0
+            if after is not None:  # the client has up to `after`: only the state again
+                shown = min(after + 1, stored)
+                state: dict[type[SessionUpdate], tuple[SessionUpdate, int]] = {}
+                for event in events[:shown]:
+                    for update in presenter.present(session, event, replay=True):
+                        if type(update) in STATE_UPDATES:
+                            state[type(update)] = (update, event.seq)
+                for update, seq in sorted(state.values(), key=lambda kept: kept[1]):
+                    self._outbox.update(session_id, update, seq)
+            for event in events[shown:stored]:
                 for update in presenter.present(session, event, replay=True):
-                    self._outbox.update(session_id, update)
+                    self._outbox.update(session_id, update, event.seq)
         answer = LoadSessionResult(presenter.modes(session), presenter.config_options(session))
         return SessionStarted(answer, record)
 
@@ -222,6 +303,7 @@ class SessionStarts:
         end of the turn that holds that message (-32602 for a message the log does not
         have, or whose turn has not ended)."""
         self._check_stored_id(params.session_id)
+        await self._check_seen(params.session_id)
         check_cwd(params.cwd, must_exist=True)
         check_roots(params.additional_directories)
         servers = servers_from_acp(params.mcp_servers)
@@ -239,13 +321,18 @@ class SessionStarts:
                 at_turn=at_turn,
                 cwd=params.cwd,
                 additional_directories=params.additional_directories,
+                principal=None if self._principal is None else self._principal.name,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
         except PersistenceError as exc:
             raise RpcError(INTERNAL_ERROR, str(exc)) from None
         record = await self._table.go_live(
-            session_id, lambda: self._resume_stored(session_id, servers)
+            session_id,
+            lambda: self._live(
+                session_id,
+                lambda owner, client: self._resume_stored(session_id, owner, client, servers),
+            ),
         )
         return self._new_session_result(record)
 
@@ -268,9 +355,51 @@ class SessionStarts:
         except ValueError as exc:
             raise RpcError(INVALID_PARAMS, f"invalid params: sessionId: {exc}") from None
 
+    async def _check_seen(self, session_id: str) -> None:
+        """Refuse (-32002, ``unknown session``) a session the principal may not see, or
+        that is not stored: both alike, so a refusal tells nothing of another's session."""
+        if not await self._seen(session_id):
+            raise RpcError(RESOURCE_NOT_FOUND, f"unknown session {session_id!r}")
+
+    async def _seen(self, session_id: str) -> bool:
+        """Whether the principal may see `session_id` (and it is stored, when there is a
+        principal to check). Only its header is read: nothing of it is touched."""
+        principal, persistence = self._principal, self._persistence
+        if principal is None or persistence is None:
+            return True
+        record = self._table.records.get(session_id)
+        if record is not None and record.handle is not None:
+            return True  # made or loaded by this connection: seen already
+        try:
+            header, _ = await persistence.load(session_id)
+        except SessionNotFound:
+            return False
+        except PersistenceError as exc:
+            raise RpcError(INTERNAL_ERROR, str(exc)) from None
+        return principal.sees(header.principal)
+
+    async def _live(
+        self, session_id: str, start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]]
+    ) -> LiveHandle:
+        """Start `session_id` with `start` (given its owner and the client its agent asks),
+        or, where sessions are shared, attach to it if it is live in this server."""
+        client = self._client_for(session_id)
+        if self._attachments is None:
+            return await start(self._owner, client)
+        table = self._table
+
+        def busy() -> bool:
+            record = table.records.get(session_id)
+            return record is not None and bool(record.prompts)
+
+        principal = None if self._principal is None else self._principal.name
+        return await self._attachments.attach(session_id, start, client, busy, principal)
+
     async def _resume_stored(
         self,
         session_id: str,
+        owner: Owner,
+        client: SessionClient,
         servers: list[McpServer],
         additional_directories: list[str] | None = None,
     ) -> AgentHandle:
@@ -280,12 +409,14 @@ class SessionStarts:
             return await self._runtime.agents.resume(
                 agent_id=session_id,
                 session_id=session_id,
-                owner=self._owner,
-                client=self._client_for(session_id),
+                owner=owner,
+                client=client,
                 mcp_servers=servers,
                 wait_for_servers=SERVER_WAIT,
                 additional_directories=additional_directories,
                 interrupted=self._interrupted,
+                take_over="ask" if self._hand_off else "refuse",
+                wait=HAND_OFF_WAIT if self._hand_off else 0.0,
             )
         except SessionNotFound as exc:
             raise RpcError(RESOURCE_NOT_FOUND, str(exc)) from None
@@ -299,7 +430,9 @@ class SessionStarts:
         stored = [
             s
             for s in await self._persistence.list()
-            if s.header.cwd is not None and params.cwd in (None, s.header.cwd)
+            if s.header.cwd is not None
+            and params.cwd in (None, s.header.cwd)
+            and (self._principal is None or self._principal.sees(s.header.principal))
         ]
         start = offset(params.cursor)
         page = stored[start : start + LIST_PAGE]
@@ -316,6 +449,8 @@ class SessionStarts:
     async def delete(self, params: SessionParams) -> Empty:
         """Idempotent: a session open here is closed first; one live elsewhere is refused."""
         self._check_stored_id(params.session_id)
+        if not await self._seen(params.session_id):
+            return Empty()  # as for a session that is not stored
         assert self._persistence is not None
         record = self._table.records.get(params.session_id)
         if record is not None and record.handle is not None:
@@ -327,8 +462,12 @@ class SessionStarts:
         return Empty()
 
     async def close(self, params: SessionParams) -> Empty:
-        """``session/close``: a live session here released (its log stays stored)."""
-        await self._table.release(self._table.live(params.session_id))
+        """``session/close``: a live session here released (its log stays stored); its
+        turn cancelled unless another connection holds it too."""
+        record = self._table.live(params.session_id)
+        if isinstance(record.handle, Attachment) and not record.handle.shared:
+            self._table.cancel(record)  # an attachment's last dispose lets a turn finish
+        await self._table.release(record)
         return Empty()
 
 

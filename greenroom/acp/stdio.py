@@ -30,7 +30,7 @@ from greenroom.acp.connection import serve_connection
 from greenroom.acp.login import Login
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
-from greenroom.runtime import open_runtime
+from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import Interruption, Persistence
 from greenroom.tools.ask import ask_plugin
 from greenroom.tools.bash.tools import bash_plugin
@@ -152,11 +152,7 @@ async def _serve(
     async with open_runtime(
         models=models, persistence=persistence, name="acp", prices=prices
     ) as runtime:
-        await runtime.plug("tool-bash", bash_plugin)
-        await runtime.plug("tool-files", files_plugin)
-        await runtime.plug("tool-task", task_plugin)
-        await runtime.plug("tool-todo", todo_plugin)
-        await runtime.plug("tool-ask", ask_plugin)
+        await plug_tools(runtime)
         with trio.open_signal_receiver(signal.SIGTERM, signal.SIGHUP) as signals:
             async with trio.open_nursery() as nursery:
 
@@ -168,6 +164,15 @@ async def _serve(
                 nursery.start_soon(stop_on_signal)
                 await serve_connection(runtime, stream, interrupted=interrupted, login=login)
                 nursery.cancel_scope.cancel(reason="end of input")
+
+
+async def plug_tools(runtime: Runtime) -> None:
+    """Plug the tools an ACP client's agents get: bash, files, task, todo, ask_user."""
+    await runtime.plug("tool-bash", bash_plugin)
+    await runtime.plug("tool-files", files_plugin)
+    await runtime.plug("tool-task", task_plugin)
+    await runtime.plug("tool-todo", todo_plugin)
+    await runtime.plug("tool-ask", ask_plugin)
 
 
 async def _close(fd: int) -> None:

@@ -37,14 +37,14 @@ session's start and its agent's disposal.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
 from greenroom.acp.commands import SessionCommands
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import RpcError
-from greenroom.actors.life import AgentHandle
+from greenroom.acp.shared import Attachment
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import Agent
 from greenroom.protocol.acp import (
@@ -62,13 +62,26 @@ from greenroom.protocol.acp import (
 from greenroom.tools.bash import BashExecutor
 from greenroom.tools.bash.tools import kill_owned
 
-__all__ = ["InFlight", "SessionRecord", "SessionTable"]
+__all__ = ["InFlight", "LiveHandle", "SessionRecord", "SessionTable"]
 
 #: What a prompt whose turn stays parked on a decision is answered when its session goes.
 PARKED = (
     "the turn waits on a decision and stays parked in the session's log:"
     " load the session again to be asked, and the turn goes on"
 )
+
+
+class LiveHandle(Protocol):
+    """What a record holds of a live session: an `AgentHandle`, or a connection's
+    `shared.Attachment` to a session several connections share."""
+
+    @property
+    def agent(self) -> Agent: ...
+
+    @property
+    def resumed(self) -> Prompt[None] | None: ...
+
+    async def dispose(self) -> None: ...
 
 
 class InFlight:
@@ -98,7 +111,7 @@ class SessionRecord:
         self.session_id = session_id
         #: Set once the answer that started it is sent: the client is asked nothing before.
         self.ready = trio.Event()
-        self.handle: AgentHandle | None = None  # set once it is live
+        self.handle: LiveHandle | None = None  # set once it is live
         #: What its servers did before the session was announced; None once told.
         self.notices: list[SessionUpdate] | None = []
         self.prompts: dict[RequestId, InFlight] = {}
@@ -219,7 +232,7 @@ class SessionTable:
     # -- a session's life ------------------------------------------------------------------
 
     async def go_live(
-        self, session_id: str, start: Callable[[], Awaitable[AgentHandle]]
+        self, session_id: str, start: Callable[[], Awaitable[LiveHandle]]
     ) -> SessionRecord:
         """Start `session_id` (`start`: a create or a resume) under a record of its own, kept
         once it is live; what its servers do meanwhile is told after the answer. A session
@@ -252,10 +265,12 @@ class SessionTable:
 
     def abandon(self, record: SessionRecord) -> None:
         """Settle its prompts (`SessionRecord.abandon`) and start killing its bash tasks, at
-        once."""
+        once; a session held through an `Attachment` keeps them (its last holder's
+        `dispose` kills them)."""
         self.stop_fetching(record.session_id)
         record.abandon(self._outbox)
-        kill_owned(self._bash, record.session_id)
+        if not isinstance(record.handle, Attachment):
+            kill_owned(self._bash, record.session_id)
 
     def close(self) -> list[SessionRecord]:
         """The teardown began: no session starts any more. Drops and returns the live

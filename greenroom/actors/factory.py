@@ -133,6 +133,7 @@ class AgentFactory:
         client: SessionClient | None = None,
         mcp_servers: Sequence[McpServer] = (),
         wait_for_servers: float = math.inf,
+        principal: str | None = None,
     ) -> AgentHandle:
         """Start an agent on a new session; returns its handle once it is live.
 
@@ -154,11 +155,14 @@ class AgentFactory:
         created, `ValueError` for a bad id, a relative `cwd` or a server spec
         that cannot start (naming it), before anything exists. A cancelled
         caller leaves no agent, no live session, no server and no hold (a
-        header it stored stays stored).
+        header it stored stays stored). ``principal`` is recorded in the header as
+        the session's owner (`SessionHeader.principal`).
         """
         self._check(session_id, mcp_servers)
         start = AgentStart(agent_id, options, owner, client, mcp_servers, wait=wait_for_servers)
-        return await self._launcher.create(session_id, cwd, additional_directories, start)
+        return await self._launcher.create(
+            session_id, cwd, additional_directories, start, principal
+        )
 
     async def resume(
         self,
@@ -256,10 +260,12 @@ class AgentFactory:
         at_turn: int | None = None,
         cwd: str | None = None,
         additional_directories: Sequence[str] | None = None,
+        principal: str | None = None,
     ) -> SessionHeader:
         """Store a new session holding `session_id`'s log up to the end of turn `at_turn`
         (default: all of it); returns its header (``forked_from`` names the original;
-        its directories are the original's unless `cwd`/`additional_directories` say).
+        its directories are the original's unless `cwd`/`additional_directories` say;
+        its owner is `principal`).
 
         The original is only read (as `Persistence.load` reads it: safe while it
         is live, an unfinished turn closed ``interrupted`` in the copy) and is
@@ -282,6 +288,7 @@ class AgentFactory:
             at_turn=at_turn,
             cwd=cwd,
             additional_directories=additional_directories,
+            principal=principal,
         )
 
     def _check(self, session_id: str, mcp_servers: Sequence[McpServer]) -> None:

@@ -22,6 +22,7 @@ async def fork_session(
     at_turn: int | None = None,
     cwd: str | None = None,
     additional_directories: Sequence[str] | None = None,
+    principal: str | None = None,
 ) -> SessionHeader:
     """Store `new_session_id` holding `session_id`'s log up to the end of turn `at_turn`
     (`AgentFactory.fork`, which checks the ids first; see there)."""
@@ -36,6 +37,7 @@ async def fork_session(
             else additional_directories,
             parent_session=header.parent_session,
             forked_from=session_id,
+            principal=principal,
         )
         log = await persistence.create(fork)
         try:

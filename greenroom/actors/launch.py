@@ -115,6 +115,7 @@ class Launcher:
         cwd: str | None,
         additional_directories: Sequence[str],
         launch: AgentStart,
+        principal: str | None = None,
     ) -> AgentHandle:
         with self._registry.reserved(launch.agent_id), self._sessions.reserved(session_id):
             parent = launch.parent.agent.session.header if launch.parent is not None else None
@@ -125,6 +126,7 @@ class Launcher:
                 if parent is None
                 else parent.additional_directories,
                 parent_session=None if parent is None else parent.id,
+                principal=principal if parent is None else parent.principal,
             )
             log = None if self._persistence is None else await self._persistence.create(header)
             return await self._start(header, (), log, launch)

@@ -204,6 +204,8 @@ class LoadSessionParams(_Wire, frozen=True):
     cwd: str
     mcp_servers: list[dict[str, Any]] = []
     additional_directories: list[str] = []
+    #: ``_meta``: ``{"greenroom": {"after": SEQ}}`` replays only what came after SEQ.
+    meta: dict[str, Any] | None = None
 
 
 class ForkSessionParams(_Wire, frozen=True):
@@ -619,9 +621,13 @@ SessionUpdate: TypeAlias = (
 )
 
 
-class SessionNotificationParams(_Wire, frozen=True):
+class SessionNotificationParams(_Sparse, frozen=True):
+    """``meta`` (``_meta``): under ``greenroom serve``, ``{"greenroom": {"seq": N}}``, the
+    update's place in its session's log."""
+
     session_id: str
     update: SessionUpdate
+    meta: dict[str, Any] | None = None
 
 
 # -- requests greenroom sends the client ------------------------------------------------------

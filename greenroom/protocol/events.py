@@ -623,6 +623,9 @@ class SessionHeader(
     """What a session is, kept outside its log. ``created_at`` is wall-clock milliseconds.
 
     Tagged ``"type": "session"`` so it can lead a log file beside the events.
+    ``principal``: who owns it, the name of the ``greenroom serve`` principal that made
+    it (a sub-agent's session, its parent's); None for one made without one (by
+    ``greenroom acp``, by an embedder, or before headers recorded it).
     """
 
     version: int = SESSION_VERSION
@@ -632,3 +635,4 @@ class SessionHeader(
     additional_directories: list[str] = []
     parent_session: str | None = None
     forked_from: str | None = None
+    principal: str | None = None

@@ -98,6 +98,7 @@ def new_header(
     additional_directories: Sequence[str] = (),
     parent_session: str | None = None,
     forked_from: str | None = None,
+    principal: str | None = None,
 ) -> SessionHeader:
     """The header of a new session, created now. Rejects a bad id and a relative directory."""
     check_session_id(session_id)
@@ -112,6 +113,7 @@ def new_header(
         additional_directories=list(additional_directories),
         parent_session=parent_session,
         forked_from=forked_from,
+        principal=principal,
     )
 
 

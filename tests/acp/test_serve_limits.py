@@ -1,0 +1,152 @@
+"""ServeLimits of ``greenroom serve``: connections per principal, messages per second, a client
+that does not read, connections opened and dropped by the hundred."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+import trio
+from trio_websocket import ConnectionRejected, open_websocket_url
+
+from greenroom.acp.network import ServeLimits
+from greenroom.models.scripted import ScriptedModel
+from tests.serve_clients import INITIALIZE, HttpClient, said, served, ws_client
+
+pytestmark = pytest.mark.real_clock
+
+
+async def test_connections_past_the_limit_are_refused_429_naming_it(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, limits=ServeLimits(connections=2)) as server,
+            httpx2.AsyncClient(timeout=20) as http,
+        ):
+            async with ws_client(server.ws_url) as first:
+                await first.call("initialize", INITIALIZE)
+                over_http = HttpClient(http, server.url)
+                await over_http.call("initialize", INITIALIZE)  # the second connection
+                with pytest.raises(ConnectionRejected) as rejected:
+                    async with ws_client(server.ws_url):
+                        pass
+                assert rejected.value.status_code == 429
+                third = await HttpClient(http, server.url).post(
+                    {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
+                )
+                assert third.status_code == 429
+                assert "2 connections open" in third.text
+                await http.delete(server.url, headers=over_http.headers())
+            # Both gone: room again.
+            async with ws_client(server.ws_url) as again:
+                assert "result" in await again.call("initialize", INITIALIZE)
+
+
+async def test_posts_over_the_rate_are_refused_429_with_retry_after(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, limits=ServeLimits(rate=5)) as server,
+            httpx2.AsyncClient(timeout=20) as http,
+        ):
+            client = HttpClient(http, server.url)
+            await client.call("initialize", INITIALIZE)
+            statuses = []
+            for n in range(10):
+                response = await client.post(
+                    {"jsonrpc": "2.0", "id": n, "method": "session/list", "params": {}}
+                )
+                statuses.append(response.status_code)
+                if response.status_code == 429:
+                    assert int(response.headers["retry-after"]) >= 1
+                    assert "5 messages a second" in response.text
+            assert 200 in statuses
+            assert 429 in statuses
+
+
+async def test_websocket_messages_over_the_rate_are_slowed_never_lost(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, limits=ServeLimits(rate=20)) as server,
+            ws_client(server.ws_url) as client,
+        ):
+            await client.call("initialize", INITIALIZE)
+            started = trio.current_time()
+            for n in range(40):
+                await client.send({"jsonrpc": "2.0", "id": n, "method": "session/list"})
+            for n in range(40):
+                assert "result" in await client.answer(n)
+            assert trio.current_time() - started >= 0.9  # 20 a second past the first 20
+
+
+async def test_a_websocket_client_that_does_not_read_is_disconnected(tmp_path: Path) -> None:
+    words = " ".join(["w"] * 40_000)  # 40,000 echoed chunks: megabytes of updates
+    with trio.fail_after(60):
+        async with served(
+            tmp_path, ScriptedModel(delay=0), limits=ServeLimits(backlog=256 * 1024)
+        ) as server:
+            async with open_websocket_url(server.ws_url) as socket:
+
+                async def call(request_id: str, method: str, params: object) -> None:
+                    frame = {"jsonrpc": "2.0", "id": request_id, "method": method}
+                    await socket.send_message(json.dumps({**frame, "params": params}))
+
+                await call("i", "initialize", INITIALIZE)
+                await call("n", "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+                session = None
+                while session is None:
+                    frame = json.loads(await socket.get_message())
+                    if frame.get("id") == "n":
+                        session = frame["result"]["sessionId"]
+                prompt = [{"type": "text", "text": words}]
+                await call("p", "session/prompt", {"sessionId": session, "prompt": prompt})
+                # Never read again: the server lets go of the client's session.
+                while server.runtime.agents.get(session) is not None:
+                    await trio.sleep(0.05)
+            # The server is still up for everyone else.
+            async with ws_client(server.ws_url) as other:
+                assert "result" in await other.call("initialize", INITIALIZE)
+                load = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+                await other.call("session/resume", load)
+                await other.call(
+                    "session/prompt",
+                    {"sessionId": session, "prompt": [{"type": "text", "text": "still"}]},
+                )
+                assert "still" in said(other.updates(session))
+
+
+async def test_hundreds_of_connections_opened_and_dropped_leave_the_server_up(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(60):
+        async with served(tmp_path) as server:
+            host, port = server.url.removeprefix("http://").removesuffix("/acp").split(":")
+            for _ in range(300):
+                stream = await trio.open_tcp_stream(host, int(port))
+                await stream.send_all(b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nUpgrade: websock")
+                await stream.aclose()  # half a request, then gone
+            async with ws_client(server.ws_url) as client:
+                assert "result" in await client.call("initialize", INITIALIZE)
+
+
+async def test_sessions_past_a_principals_limit_are_refused_naming_it(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, limits=ServeLimits(sessions=2)) as server,
+            ws_client(server.ws_url) as first,
+            ws_client(server.ws_url) as second,
+        ):
+            for client in (first, second):
+                await client.call("initialize", INITIALIZE)
+            new = {"cwd": str(tmp_path), "mcpServers": []}
+            one = (await first.call("session/new", new))["result"]["sessionId"]
+            await second.call("session/new", new)
+            refused = await first.call("session/new", new)
+            assert refused["error"]["code"] == -32603
+            assert "has 2 sessions open, the most it may" in refused["error"]["message"]
+            # One it holds already is no new one: the other client may attach to it.
+            load = {"sessionId": one, "cwd": str(tmp_path), "mcpServers": []}
+            assert "result" in await second.call("session/load", load)
+            await first.call("session/close", {"sessionId": one})
+            await second.call("session/close", {"sessionId": one})
+            assert "result" in await first.call("session/new", new)

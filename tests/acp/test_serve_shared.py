@@ -1,0 +1,188 @@
+"""Several clients on one session of ``greenroom serve``: attach, updates to all, the first
+answer wins, the session lives while any client is attached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import httpx2
+import pytest
+import trio
+
+from greenroom.models.scripted import ScriptedModel
+from tests.serve_clients import INITIALIZE, HttpClient, WsClient, said, served, ws_client
+
+pytestmark = pytest.mark.real_clock
+
+
+def text(words: str) -> list[dict[str, Any]]:
+    return [{"type": "text", "text": words}]
+
+
+async def _two_on_one(a: WsClient, b: WsClient, cwd: Path) -> str:
+    for client in (a, b):
+        await client.call("initialize", INITIALIZE)
+    session: str = (await a.call("session/new", {"cwd": str(cwd), "mcpServers": []}))["result"][
+        "sessionId"
+    ]
+    await a.call("session/prompt", {"sessionId": session, "prompt": text("before b")})
+    loaded = await b.call("session/load", {"sessionId": session, "cwd": str(cwd), "mcpServers": []})
+    assert "result" in loaded, loaded
+    assert "before b" in said(b.updates(session))  # the load replayed the log to b
+    return session
+
+
+async def test_a_load_of_a_live_session_attaches_and_every_client_sees_every_turn(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path) as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as b,
+        ):
+            session = await _two_on_one(a, b, tmp_path)
+            seen_by_a = len(a.updates(session))
+            answer = await b.call(
+                "session/prompt", {"sessionId": session, "prompt": text("from b")}
+            )
+            assert answer["result"] == {"stopReason": "end_turn"}
+            while "from b" not in said(a.updates(session)[seen_by_a:]):
+                await trio.sleep(0.01)
+            # b's answer went to b alone.
+            assert not [f for f in a.frames if f.get("id") == answer["id"] and "result" in f]
+            assert server.runtime.agents.get(session) is not None
+
+
+async def test_any_attached_client_cancels_the_turn(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0.5)) as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as b,
+        ):
+            session = await _two_on_one(a, b, tmp_path)
+            await a.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "long",
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": text("a b c d e f g h i j")},
+                }
+            )
+            while len(said(b.updates(session))) <= len("before b"):
+                await trio.sleep(0.01)
+            await b.send(
+                {"jsonrpc": "2.0", "method": "session/cancel", "params": {"sessionId": session}}
+            )
+            assert (await a.answer("long"))["result"] == {"stopReason": "cancelled"}
+
+
+async def test_a_permission_goes_to_every_client_and_the_first_answer_wins(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0), tools=True) as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as b,
+        ):
+            session = await _two_on_one(a, b, tmp_path)
+            await a.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "run",
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": text("bash: echo from a turn")},
+                }
+            )
+            (to_a,) = await a.asked("session/request_permission")
+            (to_b,) = await b.asked("session/request_permission")
+            assert to_a["params"]["toolCall"] == to_b["params"]["toolCall"]
+            await b.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": to_b["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}},
+                }
+            )
+            (withdrawn,) = await a.asked("$/cancel_request")
+            assert withdrawn["params"] == {"requestId": to_a["id"]}
+            assert (await a.answer("run"))["result"] == {"stopReason": "end_turn"}
+            assert "from a turn\n[exit code: 0]" in said(a.updates(session))
+            assert not await b.asked("$/cancel_request", 0)
+
+
+async def test_the_session_lives_while_any_client_is_attached(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with served(tmp_path) as server, ws_client(server.ws_url) as a:
+            async with ws_client(server.ws_url) as b:
+                session = await _two_on_one(a, b, tmp_path)
+            # b is gone: a goes on with the same live session.
+            answer = await a.call("session/prompt", {"sessionId": session, "prompt": text("on")})
+            assert answer["result"] == {"stopReason": "end_turn"}
+            agent = server.runtime.agents.get(session)
+            assert agent is not None
+            await a.call("session/close", {"sessionId": session})
+            while server.runtime.agents.get(session) is not None:  # the last let go
+                await trio.sleep(0.01)
+            assert agent.status == "disposed"
+
+
+async def test_a_websocket_client_and_an_http_client_share_a_session(tmp_path: Path) -> None:
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path) as server,
+            ws_client(server.ws_url) as a,
+            httpx2.AsyncClient(timeout=20) as http,
+            trio.open_nursery() as nursery,
+        ):
+            await a.call("initialize", INITIALIZE)
+            new = await a.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session = new["result"]["sessionId"]
+            b = HttpClient(http, server.url)
+            await b.call("initialize", INITIALIZE)
+            await nursery.start(b.listen)
+            load = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+            assert "result" in await b.call("session/resume", load)
+            await a.call("session/prompt", {"sessionId": session, "prompt": text("to both")})
+            while "to both" not in said(b.updates(session)):
+                await b.wait_for(len(b.events) + 1)
+            nursery.cancel_scope.cancel()
+
+
+async def test_a_client_that_leaves_does_not_kill_the_background_tasks_of_a_shared_session(
+    tmp_path: Path,
+) -> None:
+    from greenroom.tools.bash.tools import owned_tasks
+
+    start = 'tool: bash {"command": "sleep 30", "description": "wait", "run_in_background": true}'
+    with trio.fail_after(30):
+        async with served(tmp_path, ScriptedModel(delay=0), tools=True) as server:
+            bash = server.runtime.bash
+            async with ws_client(server.ws_url) as a:
+                async with ws_client(server.ws_url) as b:
+                    session = await _two_on_one(a, b, tmp_path)
+                    await b.send(
+                        {
+                            "jsonrpc": "2.0",
+                            "id": "bg",
+                            "method": "session/prompt",
+                            "params": {"sessionId": session, "prompt": text(start)},
+                        }
+                    )
+                    with trio.move_on_after(1):  # asked unless the mode allows it
+                        (asked,) = await b.asked("session/request_permission")
+                        allow = {"outcome": {"outcome": "selected", "optionId": "allow_once"}}
+                        await b.send({"jsonrpc": "2.0", "id": asked["id"], "result": allow})
+                    answered = await b.answer("bg")
+                    assert "started background task" in said(b.updates(session)), answered
+                    (task,) = owned_tasks(bash, session)
+                    assert task.status == "running"
+                # b left: a still holds the session, and its task runs on.
+                await trio.sleep(0.2)
+                assert [t.status for t in owned_tasks(bash, session)] == ["running"]
+            # The last client left: killed with the session.
+            while any(t.status == "running" for t in owned_tasks(bash, session)):
+                await trio.sleep(0.02)
