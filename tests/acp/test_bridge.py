@@ -749,7 +749,7 @@ _entry = st.fixed_dictionaries(
 )
 
 
-@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.settings(max_examples=200, deadline=None)
 @hypothesis.given(st.lists(_entry, max_size=4))
 def test_any_mcp_servers_entry_is_a_spec_or_invalid_params(entries: list[dict[str, Any]]) -> None:
     """What an editor sends as ``mcpServers`` becomes specs or -32602, never anything else."""
