@@ -211,7 +211,9 @@ class Session:
         self.compaction: Compacted | None = None
         self._events: list[SessionEvent] = []
         self._messages: list[Message] = []
-        self._blobs: dict[str, bytes] = {}  # the parts' bytes by SHA-256 (`hold_blobs`)
+        #: The parts' bytes by SHA-256 (`hold_blobs`), made by the first held: a session
+        #: without images or blob resources holds no table.
+        self._blobs: dict[str, bytes] | None = None
         self._wanted: set[str] | None = None  # blobs the log names and `_blobs` lacks
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
         #: The input and output tokens the model reported for its latest reply (0 when none
@@ -309,8 +311,15 @@ class Session:
     @property
     def blobs(self) -> Mapping[str, bytes]:
         """The bytes of the images and blob resources its prompts' parts name, by SHA-256,
-        as far as `hold_blobs` has them (a live view: do not mutate)."""
-        return self._blobs
+        as far as `hold_blobs` has them (do not mutate; read it afresh: the first blobs
+        held replace the shared empty mapping of a session that held none)."""
+        return _NOTHING if self._blobs is None else self._blobs
+
+    def _hold(self, blobs: Mapping[str, bytes]) -> None:
+        if blobs:
+            if self._blobs is None:
+                self._blobs = {}
+            self._blobs.update(blobs)
 
     @property
     def blobs_wanted(self) -> bool:
@@ -323,14 +332,14 @@ class Session:
         read through the sink those the log names that `blobs` lacks (a resumed
         session's). One the store does not hold stays missing: the model is sent a
         marker naming it. Raises what the sink raised (`blobs` are held all the same)."""
-        self._blobs.update(blobs)
+        self._hold(blobs)
         wanted, self._wanted = self._wanted, None
         if self._sink is None:
             return
         if blobs:
             await self._sink.put_blobs(blobs)
         if wanted:
-            self._blobs.update(await self._sink.read_blobs(sorted(wanted - self._blobs.keys())))
+            self._hold(await self._sink.read_blobs(sorted(wanted - self.blobs.keys())))
 
     async def write_ahead(self) -> None:
         """Get everything appended so far to the OS, before the side effect the caller is
@@ -461,7 +470,7 @@ class Session:
                 self.added_bytes += message_size(other)
 
     def _want(self, parts: Sequence[Part]) -> None:
-        wanted = [digest for digest in referenced(parts) if digest not in self._blobs]
+        wanted = [digest for digest in referenced(parts) if digest not in self.blobs]
         if wanted:
             if self._wanted is None:
                 self._wanted = set()
