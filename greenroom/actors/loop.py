@@ -19,7 +19,7 @@ the owner's cancel).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Generator, Mapping
 from typing import Any, Final, TypeVar
 
 import trio
@@ -82,11 +82,23 @@ _NO_ANSWERS: Final[Mapping[str, tuple[str, str]]] = {}
 _NO_OPTIONS: Final = AgentOptions()
 
 
+class _Now:
+    """Awaited, returns at once, with no checkpoint."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        return
+        yield  # a generator: one that never yields
+
+
+_NOW: Final = _Now()
+
+
 class LoopAgent:
     """An agent whose turns run in its own Trio task (see the module docstring)."""
 
     __slots__ = (
-        "_client",
         "_compaction",
         "_compactor",
         "_decisions",
@@ -115,7 +127,6 @@ class LoopAgent:
         tools: ToolExecutor,
         hooks: Hooks,
         options: AgentOptions | None = None,
-        client: SessionClient | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
         prices: Prices,
         resumed: Prompt[None] | None = None,
@@ -126,10 +137,9 @@ class LoopAgent:
         self._life = life
         self._options = options = options or _NO_OPTIONS
         self._models = models  # by id; the first is the default
-        self._client = client
         self._hooks = hooks
         self._inbox = Inbox()
-        self._status = AgentStatus(self, life, hooks)
+        self._status = AgentStatus(life, hooks)
         self._marker = CancelMarker()
         self._decisions: Decisions | None = None  # made by the first need (`decisions`)
         for decision_id, (answer, by) in answers.items():  # kept by the store while stored
@@ -162,7 +172,7 @@ class LoopAgent:
 
     @property
     def client(self) -> SessionClient | None:
-        return self._client
+        return self._life.client
 
     @property
     def status(self) -> StatusName:
@@ -365,22 +375,23 @@ class LoopAgent:
 
     # -- the task --------------------------------------------------------------
 
+    def wait_for_work(self) -> Awaitable[None]:
+        """Awaited by the life before `drive`, returns once the agent has work, or is
+        stopped: a fresh agent parks here, in its life's frame, so that an agent that
+        never had work holds no frame of its loop's (~250 B). At once, with no
+        checkpoint, for a turn a crash cut (``resumed``): it is carried on first."""
+        if self._resumed is not None:
+            return _NOW
+        return self._inbox.wait()
+
     async def drive(self) -> None:
-        """Run turns until `stop` (then it returns) or the owner's cancel (re-raised).
-
-        A turn a crash cut (``resumed``) is carried on first, before any prompt.
-
-        Whatever an earlier drain failed to write, or an idle inject the cancel
-        overtook, gets a last flush on the way out; prompts still queued settle
-        ``disposed``.
-        """
+        """Run turns from the first work on (`wait_for_work` waited for it) until `stop`
+        (then it returns) or the owner's cancel (re-raised). A turn a crash cut
+        (``resumed``) is carried on first, before any prompt. What is left to do once it
+        ends is `close`'s."""
         inbox, marker = self._inbox, self._marker
         try:
-            while True:
-                if self._resumed is None:  # a fresh agent parks outside any scope: none held
-                    await inbox.wait()
-                    if inbox.closed:  # stopped: the life goes on with its teardown
-                        return
+            while not inbox.closed:  # else stopped: the life goes on with its teardown
                 # The turns' scope: one for every turn from here on, and the idle waits
                 # between them, until a cancel uses it up (its `Cancelled` raised out of
                 # the turn it cut, or at the next wait). One per turn cost more than
@@ -399,14 +410,20 @@ class LoopAgent:
                 marker.turns = None
                 if scope.cancelled_caught:  # a cancel or `stop` cut a turn short
                     self._after_turn()
-                if inbox.closed:
-                    return
+                if not inbox.closed:  # the scope used up: park outside any until work
+                    await inbox.wait()
         finally:
             marker.turns = None
-            self._status.set("disposed")
-            self._drop_queued("disposed")
-            if inbox.flush_requested or (self._driver is not None and self._driver.unflushed):
-                await self._turns().flush(0)
+
+    async def close(self) -> None:
+        """The loop's last word, from its life's teardown once `drive` returned or raised
+        (or the first wait was cut): the agent is ``disposed``, prompts still queued
+        settle ``disposed``, and whatever an earlier drain failed to write, or an idle
+        inject the cancel overtook, gets a last flush (shielded by the sink)."""
+        self._status.set("disposed")
+        self._drop_queued("disposed")
+        if self._inbox.flush_requested or (self._driver is not None and self._driver.unflushed):
+            await self._turns().flush(0)
 
     async def _carry_on(self, resumed: Prompt[None]) -> None:
         """The cut turn `resumed` is the prompt of, carried on (`CarriedOn`) before any
@@ -476,7 +493,7 @@ class LoopAgent:
                 tools=self._tools,
                 hooks=hooks,
                 compactor=self._compacting(),
-                calls=ToolCalls(self, session, hooks, marker, self._client, life, decisions),
+                calls=ToolCalls(self, session, hooks, marker, life.client, life, decisions),
                 limits=options.limits,
                 decisions=decisions,
             )

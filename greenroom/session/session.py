@@ -210,7 +210,9 @@ class Session:
         #: The latest ``context/compacted``: the history starts with its summary.
         self.compaction: Compacted | None = None
         self._events: list[SessionEvent] = []
-        self._messages: list[Message] = []
+        #: The model's history (see `messages`), made by its first message: a session
+        #: that never had a turn holds no list.
+        self._messages: list[Message] | None = None
         #: The parts' bytes by SHA-256 (`hold_blobs`), made by the first held: a session
         #: without images or blob resources holds no table.
         self._blobs: dict[str, bytes] | None = None
@@ -360,7 +362,8 @@ class Session:
         """The model-facing history derived from the log, as it stands now (a snapshot):
         the latest compaction's summary, if any, then the messages of the events after the
         part it stands for (docs/semantics.md, "Compaction")."""
-        return History(self._messages, len(self._messages))
+        messages = self._messages
+        return History(messages, len(messages)) if messages is not None else History([], 0)
 
     def _record(self, event: SessionEvent) -> None:
         """Log a seed event (stamped already)."""
@@ -377,7 +380,8 @@ class Session:
         start = len(events) - 1
         while start > 0 and not isinstance(events[start], TurnStart):
             start -= 1
-        self._messages = self._messages[: self._turn_messages] + _context_of(events[start:])
+        kept = (self._messages or [])[: self._turn_messages]
+        self._messages = kept + _context_of(events[start:])
 
     def _compact(self, compaction: Compacted) -> None:
         """Start the history anew at `compaction`: its summary, then the events it carries
@@ -427,7 +431,7 @@ class Session:
         must be what `message_of` gives (tests/session/test_message_of.py holds them to it)."""
         if type(event) is TurnStart:
             self._open_turn = self._last_turn = event.turn
-            self._turn_messages = len(self._messages)
+            self._turn_messages = len(self._messages or ())
         elif type(event) is TurnEnd:
             self._open_turn = None
             if self.decisions:  # an ended turn's decisions are void
@@ -436,6 +440,8 @@ class Session:
                 self._forget_refused_turn()
         elif type(event) is UserMessage:
             message: Message = UserTurn(event.content, event.parts)
+            if self._messages is None:
+                self._messages = []
             self._messages.append(message)
             self.added_bytes += message_size(message)
             if event.parts:
@@ -446,6 +452,8 @@ class Session:
             if not event.content and not event.tool_calls:
                 return
             message = AssistantTurn(event.content, event.tool_calls, event.thoughts)
+            if self._messages is None:
+                self._messages = []
             self._messages.append(message)
             usage = event.usage
             if usage is not None:  # the reply and everything before it, as counted
@@ -466,6 +474,8 @@ class Session:
         else:
             other = message_of(event)
             if other is not None:
+                if self._messages is None:
+                    self._messages = []
                 self._messages.append(other)
                 self.added_bytes += message_size(other)
 
