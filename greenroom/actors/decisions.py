@@ -252,7 +252,8 @@ async def _answer(
                     waiting.answer, waiting.by = answer, asker_name
                     if waiting.parked is not None:
                         waiting.parked.wake()
-    await _answered(waiting)
+    if waiting.answer is None:  # no call more when the asker answered
+        await _answered(waiting)
 
 
 async def _answered(waiting: _Waiting) -> None:

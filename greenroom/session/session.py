@@ -468,7 +468,11 @@ class Session:
         elif type(event) is DecisionRequested:
             self.decisions = {**self.decisions, event.decision_id: event}
         elif type(event) is DecisionMade:
-            self.decisions = {k: v for k, v in self.decisions.items() if k != event.decision_id}
+            decisions = self.decisions
+            if len(decisions) == 1 and event.decision_id in decisions:  # no comprehension
+                self.decisions = _NOTHING
+            else:
+                self.decisions = {k: v for k, v in decisions.items() if k != event.decision_id}
         elif type(event) is Compacted:
             self._compact(event)
         else:

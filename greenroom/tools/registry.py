@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 import trio
@@ -374,12 +374,13 @@ class ToolRegistry:
             arguments=invocation.arguments,
             once=once,
         )
+        decision: str  # a `PermissionDecision`: the policy's, or an option the decision offered
         try:
             if agent is None or (type(permissions) is AllowAll and not agent.session.decisions):
                 decision = await permissions.decide(request)
             else:
                 by = client.name if client is not None and client.permissions else "policy"
-                answer, _ = await agent.decisions.ask(
+                decision, _ = await agent.decisions.ask(
                     invocation.call_id,
                     "permission",
                     None if type(permissions) is Defer else partial(permissions.decide, request),
@@ -389,7 +390,6 @@ class ToolRegistry:
                     arguments=invocation.arguments,
                     options=_ONCE if once else _EVERY,
                 )
-                decision = _decision(answer)
         except (StepFailed, TurnStopped, trio.Cancelled):
             raise
         except Exception as exc:
@@ -407,12 +407,6 @@ class ToolRegistry:
 #: or every one.
 _ONCE: Final = ("allow_once", "reject_once")
 _EVERY: Final = ("allow_once", "allow_always", "reject_once", "reject_always")
-
-
-def _decision(answer: str) -> PermissionDecision:
-    """An answer `Decisions.decide` checked against the options, as the decision it is."""
-    assert answer in _EVERY
-    return cast(PermissionDecision, answer)
 
 
 def session_mode(session: Session | None) -> str:
