@@ -127,6 +127,7 @@ class ToolEntry:
         "idempotent",
         "kind",
         "name",
+        "plain",
         "run",
         "schema",
         "view",
@@ -152,6 +153,10 @@ class ToolEntry:
         self.concurrent = concurrent
         self.idempotent = idempotent
         self.confined = confined
+        #: Its view of any call when it has no `view` of its own (or that fails): made once.
+        self.plain = ToolView(
+            kind=kind, title=self.name, concurrent=concurrent, idempotent=idempotent
+        )
 
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
@@ -452,18 +457,12 @@ def _family(session: Session | None) -> list[Session]:
 
 
 def _view(entry: ToolEntry, arguments: str) -> ToolView:
-    plain = ToolView(
-        kind=entry.kind,
-        title=entry.name,
-        concurrent=entry.concurrent,
-        idempotent=entry.idempotent,
-    )
     if entry.view is None:
-        return plain
+        return entry.plain
     try:
         shown = entry.view(decode_arguments(arguments, entry.decode))
     except (ValueError, TypeError):  # msgspec's errors are ValueErrors
-        return plain
+        return entry.plain
     return msgspec.structs.replace(
         shown, kind=entry.kind, concurrent=entry.concurrent, idempotent=entry.idempotent
     )
