@@ -9,12 +9,19 @@ are synchronous: they change the inbox and the `CancelMarker`
 and the loop acts on it at its next turn-decision point. A turn a crash cut
 is carried on first (``actors/carry.py``).
 
+An agent that never had work holds only what waiting takes: it waits for its
+first work in its life's frame (`wait_for_work`, Trio's awaitable), and its
+loop's frame (`drive`), its turn driver (with its `Requests` and `ToolCalls`),
+its `Compactor` and its `Decisions` are made at their first need, as the
+inbox's FIFOs are (``bench agents``: traced bytes per idle agent).
+
 Disposal is `stop` (from `AgentHandle.dispose`: the inbox is closed, which
 wakes a parked loop, and the turns' scope of a turn in flight is cancelled with
 reason ``"disposed"``) or the owner's cancel reaching the task: either way the
 turn in flight ends ``disposed``, its closing events are appended and the
 flush runs shielded, and `drive` returns (on `stop`) or unwinds (re-raising
-the owner's cancel).
+the owner's cancel); the life's teardown then calls `close` (``disposed``,
+the prompts still queued settled, the last flush).
 """
 
 from __future__ import annotations
