@@ -711,7 +711,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             max_value=1024,
             note="beyond an idle agent that never took a turn: the prompt, the turn's events"
             " so far, the open decision, the turns' scope, the driver, and the parked task's"
-            " 14 frames (~4.7 KB: drive to the decision's park; the goal needs them unwound,"
+            " 12 frames (~4.2 KB: drive to the decision's park; the goal needs them unwound,"
             " and the log alone is more than 1 KB, see the next row)",
         ),
         compare(
