@@ -108,8 +108,8 @@ class ToolCalls:
                 self.log_call(turn, step, call, view)
             results: list[str] = []  # the batch's calls with a result (a set is 4x the size)
             try:
-                names = ", ".join(repr(call.name) for call in batch)
                 if self._session.persistent:  # the calls: before they run
+                    names = ", ".join(repr(call.name) for call in batch)
                     await write_ahead(self._session, f"tool call {names}")
                 if len(batch) == 1:
                     await self.run_one(turn, step, batch[0], results, tools)
