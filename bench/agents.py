@@ -691,7 +691,9 @@ def run(repeats: int, quick: bool) -> list[Row]:
             memory["_our_memory"],
             baseline="bare task in sleep_forever",
             raw=memory["_raw_memory"],
-            max_value=4096,
+            max_value=3500,
+            note="its turn driver, compactor, decisions, history list and loop frame are made"
+            " at the first work: an agent that never had work holds none",
         ),
         compare(
             SCENARIO,
@@ -708,7 +710,22 @@ def run(repeats: int, quick: bool) -> list[Row]:
             [p - i for p, i in zip(memory["_parked_memory"], memory["_our_memory"], strict=True)],
             max_value=1024,
             note="beyond an idle agent that never took a turn: the prompt, the turn's events"
-            " so far, the open decision, the parked task's frames",
+            " so far, the open decision, the turns' scope, the driver, and the parked task's"
+            " 12 frames (~4.2 KB: drive to the decision's park; the goal needs them unwound,"
+            " and the log alone is more than 1 KB, see the next row)",
+        ),
+        compare(
+            SCENARIO,
+            f"traced memory per agent whose turn is parked, beyond one after a turn (N={n_mem})",
+            "B",
+            [
+                p - i
+                for p, i in zip(
+                    memory["_parked_memory"], memory["_our_memory_after_turn"], strict=True
+                )
+            ],
+            note="beyond an idle agent that took one one-step turn (its log, driver and"
+            " turns' scope kept): what parking itself costs, the frames the larger part",
         ),
         compare(
             SCENARIO,

@@ -65,7 +65,7 @@ _TIMEOUT = 600.0
 #: At and above this N, only the first repeat traces memory.
 _TRACE_ONCE = 100_000
 #: Bytes per idle agent at the largest N (the goal).
-_MEMORY_GOAL = 4096
+_MEMORY_GOAL = 3500
 _ROOT = Path(__file__).resolve().parent.parent
 
 _RAW = "nursery.start task parked in own CancelScope"

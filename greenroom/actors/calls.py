@@ -11,9 +11,9 @@ as its log stands, for the session's next holder to go on with.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from functools import partial
+from collections.abc import Container, Sequence
 
+import msgspec
 import trio
 
 from greenroom.actors.decisions import Decisions
@@ -106,10 +106,10 @@ class ToolCalls:
             batch = calls[done:end]
             for call, view in zip(batch, views[done:end], strict=True):
                 self.log_call(turn, step, call, view)
-            results: set[str] = set()
+            results: list[str] = []  # the batch's calls with a result (a set is 4x the size)
             try:
-                names = ", ".join(repr(call.name) for call in batch)
                 if self._session.persistent:  # the calls: before they run
+                    names = ", ".join(repr(call.name) for call in batch)
                     await write_ahead(self._session, f"tool call {names}")
                 if len(batch) == 1:
                     await self.run_one(turn, step, batch[0], results, tools)
@@ -137,7 +137,7 @@ class ToolCalls:
                     if call.call_id not in results:
                         ran = call.call_id in started
                         self.log_result(turn, step, call, aborted if ran else unrun)
-                        results.add(call.call_id)
+                        results.append(call.call_id)
                 self._settle_rest(turn, step, calls, views, end, end, results, unrun)
                 raise
             if reached is not None:  # the batch ran as far as the limit let it
@@ -150,10 +150,11 @@ class ToolCalls:
         turn: int,
         step: int,
         call: ToolCallChunk,
-        results: set[str],
+        results: list[str],
         tools: ToolExecutor,
     ) -> None:
         """Run one logged call through `tools` and log its result (its id joins `results`)."""
+        running = _Running(self, turn, step, call.call_id)
         outcome = await tools.execute(
             ToolInvocation(
                 call.call_id,
@@ -162,13 +163,13 @@ class ToolCalls:
                 self._agent,
                 self._marker.running,
                 self._client,
-                partial(self._log_start, turn, step, call.call_id),
-                partial(self._spawn, call.call_id),
-                partial(self._show_progress, turn, step, call.call_id),
+                running.log_start,
+                running.spawn,
+                running.show_progress,
             )
         )
         self.log_result(turn, step, call, outcome)
-        results.add(call.call_id)
+        results.append(call.call_id)
 
     async def _spawn(
         self,
@@ -203,7 +204,7 @@ class ToolCalls:
         views: list[ToolView],
         done: int,
         end: int,
-        results: set[str],
+        results: Container[str],
         outcome: ToolOutcome,
     ) -> None:
         """Give `outcome` to the batch's calls without a result, then log and settle the rest."""
@@ -251,14 +252,53 @@ class ToolCalls:
                 break
         return started
 
-    def _log_start(self, turn: int, step: int, call_id: str) -> None:
-        self._session.append(ToolStart(turn=turn, step=step, call_id=call_id))
-
-    def _show_progress(self, turn: int, step: int, call_id: str, output: str, total: int) -> None:
-        progress = ToolProgress(turn=turn, step=step, call_id=call_id, output=output, total=total)
+    def show_progress(self, progress: ToolProgress) -> None:
+        """A running call's progress (`ToolInvocation.progress`): shown, never logged."""
         self._session.show_progress(progress)
         if AGENT_TOOL_PROGRESS in self._hooks.listened:
             self._hooks.emit(AGENT_TOOL_PROGRESS, self._agent, progress)
+
+
+class _Running(msgspec.Struct, frozen=True):
+    """One call as it runs: its invocation's callbacks, each a bound method of this one
+    object (three partials cost twice as much, held while the call runs or waits on a
+    decision). A Struct: made with no Python call."""
+
+    calls: ToolCalls
+    turn: int
+    step: int
+    call_id: str
+
+    def log_start(self) -> None:
+        self.calls._session.append(ToolStart(turn=self.turn, step=self.step, call_id=self.call_id))
+
+    def show_progress(self, output: str, total: int) -> None:
+        self.calls.show_progress(
+            ToolProgress(
+                turn=self.turn, step=self.step, call_id=self.call_id, output=output, total=total
+            )
+        )
+
+    async def spawn(
+        self,
+        spec: object = None,
+        /,
+        *,
+        agent_id: str | None = None,
+        session_id: str | None = None,
+        options: AgentOptions | None = None,
+        tools: Sequence[str] | None = None,
+        mcp_servers: Sequence[McpServer] = (),
+    ) -> ChildHandle:
+        return await self.calls._spawn(
+            self.call_id,
+            spec,
+            agent_id=agent_id,
+            session_id=session_id,
+            options=options,
+            tools=tools,
+            mcp_servers=mcp_servers,
+        )
 
 
 def _unrun(reached: LimitReached) -> ToolOutcome:

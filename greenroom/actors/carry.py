@@ -153,12 +153,12 @@ class CarriedOn:
             )
         )
         driver.open_step = cut.step
-        logged, results = cut.logged, set(cut.answered)
+        logged, results = cut.logged, list(cut.answered)
         try:
             for call, view in zip(calls, views, strict=True):
                 if call.call_id in logged and call.call_id not in safe:
                     calls_log.log_result(turn, cut.step, call, CUT_CALL)
-                    results.add(call.call_id)
+                    results.append(call.call_id)
                     continue
                 if call.call_id not in logged:
                     calls_log.log_call(turn, cut.step, call, view)

@@ -32,6 +32,7 @@ import contextlib
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from types import MappingProxyType
 from typing import Final
 
 import msgspec
@@ -107,6 +108,8 @@ TASK_TOOL: Final = "task"
 MAX_INSTRUCTIONS: Final = 10_000
 #: The ``config/set`` key of a window learned from a refusal, the model's id after it.
 WINDOW_KEY: Final = "context_window:"
+#: What a compactor that has measured against no window yet reads.
+_NO_WINDOWS: Final[Mapping[str, int]] = MappingProxyType({})
 
 SUMMARY_SYSTEM: Final = """\
 You write the summary that replaces the older part of a conversation between a user and \
@@ -189,8 +192,9 @@ class Compactor:
         self.requested = False
         self._instructions: str | None = None
         self._schemas: tuple[list[ToolSchema], int] | None = None  # the last tools' bytes
-        self._windows: dict[str, int] = {}  # by model id: the window measured against, 0: none
-        self._rates: dict[str, float] = {}  # by model id: bytes a token, once corrected
+        # Made by their first entries: an agent that never took a step holds neither.
+        self._windows: dict[str, int] | None = None  # by model id: the window, 0: none
+        self._rates: dict[str, float] | None = None  # by model id: bytes a token, corrected
 
     def request(self, agent_id: str, instructions: object) -> None:
         """Compact before the next model call (the last instructions asked for win; blank
@@ -222,7 +226,7 @@ class Compactor:
         added = session.added_bytes
         if not session.reported_tokens:
             added += len((request.system or "").encode()) + self._schema_bytes(request.tools)
-        rate = self._rates.get(model_id, BYTES_PER_TOKEN)
+        rate = self._rate(model_id)
         return session.reported_tokens + math.ceil(added / rate)
 
     def due(self, request: ModelRequest, model: ModelAdapter, model_id: str) -> bool:
@@ -233,14 +237,14 @@ class Compactor:
         needs no compaction, nearly every one, need not enter `fit` at all."""
         if self.requested:
             return True
-        window = self._windows.get(model_id)
+        window = (self._windows or _NO_WINDOWS).get(model_id)
         if window is None:
             window = self._window(model, model_id)
         if not window:
             return False
         session = self._session
         if session.reported_tokens:
-            rate = self._rates.get(model_id, BYTES_PER_TOKEN)
+            rate = self._rate(model_id)
             added = session.added_bytes / rate
             return session.reported_tokens + added > self._policy.threshold * window
         limit = self._policy.threshold * (1 - UNANCHORED_MARGIN) * window
@@ -261,7 +265,9 @@ class Compactor:
         if added < SAMPLE_BYTES or grown <= 0:
             return
         measured = min(max(added / grown, MIN_BYTES_PER_TOKEN), BYTES_PER_TOKEN)
-        rate = self._rates.get(model_id, BYTES_PER_TOKEN)
+        rate = self._rate(model_id)
+        if self._rates is None:
+            self._rates = {}
         self._rates[model_id] = measured if measured < rate else (rate + measured) / 2
 
     async def fit(
@@ -293,7 +299,7 @@ class Compactor:
         if overflow is None and not self.due(request, model, model_id):
             return request
         session = self._session
-        window = self._windows.get(model_id)
+        window = (self._windows or _NO_WINDOWS).get(model_id)
         if window is None:
             window = self._window(model, model_id)
         estimate = self.estimate(request, model_id)
@@ -303,7 +309,8 @@ class Compactor:
             cause = "overflow"
             named = overflow.window
             if named and (not window or named < window):  # the window was wrong: learn it
-                window = self._windows[model_id] = named
+                window = named
+                self._learn(model_id, named)
                 session.append(ConfigSet(key=WINDOW_KEY + model_id, value=str(named)))
             else:  # the estimate was wrong: `estimate` tokens (as counted here) were too many
                 window = min(window, estimate) if window else estimate
@@ -319,7 +326,7 @@ class Compactor:
                 turn,
                 step,
                 max(window, 1),
-                self._rates.get(model_id, BYTES_PER_TOKEN),
+                self._rate(model_id),
                 (keep, self._policy.summary),
                 len((request.system or "").encode()) + self._schema_bytes(request.tools),
                 estimate,
@@ -440,8 +447,18 @@ class Compactor:
             given = 0
         learned = learned_window(self._session.config, model_id)
         window = min(given, learned) if given and learned else given or learned
-        self._windows[model_id] = window
+        self._learn(model_id, window)
         return window
+
+    def _learn(self, model_id: str, window: int) -> None:
+        if self._windows is None:
+            self._windows = {}
+        self._windows[model_id] = window
+
+    def _rate(self, model_id: str) -> float:
+        """`model_id`'s bytes per token: as corrected, else `BYTES_PER_TOKEN`."""
+        rates = self._rates
+        return BYTES_PER_TOKEN if rates is None else rates.get(model_id, BYTES_PER_TOKEN)
 
     def _schema_bytes(self, tools: list[ToolSchema]) -> int:
         """UTF-8 bytes of `tools` as JSON, remembered for the same list."""

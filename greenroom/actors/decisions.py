@@ -182,7 +182,14 @@ class Decisions:
         status.set("waiting")
         try:
             if waiting.answer is None:
-                if self.wait is None:
+                if self.wait is None and asker is None:
+                    # No one to ask: the turn parks here, in this frame, as it does until
+                    # `decide`; what it parks holds its task's frames (``bench agents``).
+                    while waiting.answer is None:
+                        if waiting.parked is None:
+                            waiting.parked = Parking()
+                        await waiting.parked.park()
+                elif self.wait is None:
                     await _answer(waiting, asker, asker_name)
                 else:  # the asker asks on past the deadline; the prompts are settled at it
                     async with trio.open_nursery() as asking:
@@ -252,7 +259,8 @@ async def _answer(
                     waiting.answer, waiting.by = answer, asker_name
                     if waiting.parked is not None:
                         waiting.parked.wake()
-    await _answered(waiting)
+    if waiting.answer is None:  # no call more when the asker answered
+        await _answered(waiting)
 
 
 async def _answered(waiting: _Waiting) -> None:

@@ -21,31 +21,39 @@ class Inbox:
     output (a synchronous burst becomes one turn; prompts asking for
     different outputs never share one). Writers never block and never
     checkpoint.
+
+    An empty FIFO is None, not a list: an idle agent holds neither.
     """
 
     __slots__ = ("_queued", "_reader", "_steering", "closed", "flush_requested")
 
     def __init__(self) -> None:
-        self._queued: list[Prompt[Any]] = []
-        self._steering: list[Prompt[Any]] = []
+        self._queued: list[Prompt[Any]] | None = None
+        self._steering: list[Prompt[Any]] | None = None
         self._reader = Parking()
         self.flush_requested = False
         self.closed = False
 
     @property
     def queued(self) -> int:
-        return len(self._queued)
+        return len(self._queued or ())
 
     @property
     def steering(self) -> int:
-        return len(self._steering)
+        return len(self._steering or ())
 
     def push(self, prompt: Prompt[Any]) -> None:
-        self._queued.append(prompt)
+        if self._queued is None:
+            self._queued = [prompt]
+        else:
+            self._queued.append(prompt)
         self._wake()
 
     def push_steering(self, prompt: Prompt[Any]) -> None:
-        self._steering.append(prompt)
+        if self._steering is None:
+            self._steering = [prompt]
+        else:
+            self._steering.append(prompt)
 
     def request_flush(self) -> None:
         self.flush_requested = True
@@ -58,15 +66,16 @@ class Inbox:
 
     def withdraw(self, message_id: str) -> Prompt[Any] | None:
         """Take a prompt back out of the queued FIFO; None if it is not there (any more)."""
-        for index, prompt in enumerate(self._queued):
+        queued = self._queued or []
+        for index, prompt in enumerate(queued):
             if prompt.id == message_id:
-                del self._queued[index]
+                del queued[index]
                 return prompt
         return None
 
     def remove(self, prompt: Prompt[Any]) -> bool:
         """Take `prompt` out of whichever FIFO holds it; False if neither does (any more)."""
-        for fifo in (self._queued, self._steering):
+        for fifo in (self._queued or [], self._steering or []):
             for index, held in enumerate(fifo):
                 if held is prompt:
                     del fifo[index]
@@ -76,12 +85,14 @@ class Inbox:
     def drain(self) -> list[Prompt[Any]]:
         """The next turn's prompts: the leading run of those asking for the same output."""
         queued = self._queued
-        output = queued[0].output if queued else None
+        if not queued:
+            return []
+        output = queued[0].output
         end = 1
         while end < len(queued) and queued[end].output is output:
             end += 1
         if end >= len(queued):
-            self._queued = []
+            self._queued = None
             return queued
         drained, self._queued = queued[:end], queued[end:]
         return drained
@@ -92,19 +103,20 @@ class Inbox:
         drained = self._steering
         if not drained:
             return ()
-        self._steering = []
+        self._steering = None
         return drained
 
     def requeue_steering(self) -> None:
         """Steering left when a turn ends leads the queued work of the next turn."""
-        if self._steering:
-            self._queued[:0] = self.drain_steering()
+        steering = self._steering
+        if steering:
+            self._steering = None
+            self._queued = steering + (self._queued or [])
 
     def clear(self) -> list[Prompt[Any]]:
         """Empty both FIFOs; what they held, steering first."""
-        cleared = self._steering + self._queued
-        self._queued.clear()
-        self._steering.clear()
+        cleared = (self._steering or []) + (self._queued or [])
+        self._queued = self._steering = None
         return cleared
 
     def wait(self) -> Awaitable[None]:

@@ -20,7 +20,7 @@ import msgspec
 
 from greenroom.actors.carry import continued_prompt
 from greenroom.actors.compaction import CompactionPolicy
-from greenroom.actors.life import AgentHandle, AgentLife, Owner, ReleaseOwned, Spawner
+from greenroom.actors.life import AgentHandle, AgentLife, Lives, Owner, ReleaseOwned, Spawner
 from greenroom.actors.loop import CLOSING_GRACE, LoopAgent
 from greenroom.actors.registry import AgentRegistry
 from greenroom.actors.releases import ReleaseDesk
@@ -60,16 +60,15 @@ class Launcher:
         "_default_owner",
         "_desk",
         "_hooks",
+        "_lives",
         "_models",
         "_persistence",
         "_prices",
         "_registry",
-        "_release_owned",
         "_servers",
         "_sessions",
         "_tools",
         "_watch_guards",
-        "spawner",
     )
 
     def __init__(
@@ -96,13 +95,11 @@ class Launcher:
         self._tools = tools
         self._default_owner = default_owner
         self._persistence = persistence
-        self._release_owned = release_owned
         self._servers = servers
         self._compaction = compaction  # an agent's own options may say otherwise
         self._prices = prices
         self._watch_guards = watch_guards  # told each agent's guards as it starts
-        #: The factory's half of a parent's spawn, shared by every life.
-        self.spawner = spawner
+        self._lives = Lives(sessions, registry, release_owned, spawner)  # shared by each life
         self._desk = (
             ReleaseDesk(hooks, persistence, default_owner)
             if isinstance(persistence, HandOff)
@@ -213,9 +210,7 @@ class Launcher:
         owner = launch.owner or self._default_owner
         agent_tools, models = tools, launch.models or self._models
         life = AgentLife(
-            self._sessions,
-            self._registry,
-            self._release_owned,
+            self._lives,
             log,
             servers,
             lambda life: LoopAgent(
@@ -226,13 +221,11 @@ class Launcher:
                 tools=agent_tools,
                 hooks=self._hooks,
                 options=launch.options,
-                client=launch.client,
                 compaction=self._compaction,
                 prices=self._prices,
                 resumed=resumed,
                 answers=kept,
             ),
-            spawner=self.spawner,
             owner=owner,
             client=launch.client,
             parent=launch.parent,

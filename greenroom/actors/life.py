@@ -10,7 +10,8 @@ says it with nesting::
             the session's owned processes      (released third: killed, reaped)
               the agent's children             (disposed second, at the latest)
                 the agent's loop               (stopped first; its closing turn/end
-                                                is appended and flushed, unstoppable)
+                                                is appended and flushed, unstoppable;
+                                                then its `close`: disposed, last flush)
 
 `AgentHandle.dispose` stops the loop (`LiveAgent.stop`: the inbox wakes the
 parked loop to return, and a turn in flight has its turns' scope cancelled
@@ -19,7 +20,9 @@ supervisor owner closing stops it the same way (`stop` is its child spec's
 ``stop``, so it runs with no cancel scope of the supervisor's either); a
 nursery owner closing cancels the task from outside. Python unwinds the
 same nesting either way. The life has no cancel scope of its own: an idle
-agent pays for none (a `trio.CancelScope` and its status are ~700 B).
+agent pays for none (a `trio.CancelScope` and its status are ~700 B). Nor
+does a fresh agent hold its loop's frame: it waits for its first work in the
+life's own (`LiveAgent.wait_for_work`), and `drive` starts then.
 
 Children (`AgentHandle.spawn`, the ``task`` tool) are lives of their own,
 started under their parent's owner beside it, so that an idle agent pays
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, TypeAlias
 
 import trio
@@ -69,13 +73,22 @@ Spawner: TypeAlias = Callable[["AgentLife", SpawnArgs], Awaitable["AgentHandle"]
 class LiveAgent(Agent, Protocol):
     """An agent as its life runs it."""
 
+    def wait_for_work(self) -> Awaitable[None]:
+        """Awaited, returns once there is work for `drive` (or `stop` was called)."""
+        ...
+
     async def drive(self) -> None:
         """Run turns until `stop` (then it returns) or the owner's cancel (re-raised)."""
         ...
 
+    async def close(self) -> None:
+        """What is left once `drive` ended (or was never reached): the agent disposed,
+        the last flush. Unstoppable."""
+        ...
+
     def stop(self) -> None:
-        """Make `drive` return: a turn in flight ends ``disposed``, a parked loop wakes.
-        Never checkpoints; idempotent."""
+        """Make `drive` return: a turn in flight ends ``disposed``, a parked loop (or
+        `wait_for_work`) wakes. Never checkpoints; idempotent."""
         ...
 
 
@@ -157,6 +170,18 @@ class AgentHandle:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class Lives:
+    """What every life a launcher starts shares, held once: the store its session enters,
+    the registry its agent joins, the release of its session's owned processes, and the
+    factory's half of its spawns."""
+
+    sessions: SessionStore
+    registry: AgentRegistry
+    release_owned: ReleaseOwned
+    spawner: Spawner
+
+
 class AgentLife:
     """One agent's life: its stop, the exit, and the nesting its task unwinds.
 
@@ -170,18 +195,14 @@ class AgentLife:
     __slots__ = (
         "_children",
         "_exited",
+        "_lives",
         "_log",
         "_parent",
-        "_registry",
-        "_release_owned",
         "_servers",
-        "_sessions",
-        "_spawner",
         "_spawning",
         "_spawns_settled",
         "agent",
         "client",
-        "depth",
         "disposing",
         "handle",
         "owner",
@@ -189,31 +210,24 @@ class AgentLife:
 
     def __init__(
         self,
-        sessions: SessionStore,
-        registry: AgentRegistry,
-        release_owned: ReleaseOwned,
+        lives: Lives,
         log: SessionLog | None,
         servers: SessionServers | None,
         build: Callable[[AgentLife], LiveAgent],
         *,
-        spawner: Spawner,
         owner: Owner,
         client: SessionClient | None,
         parent: AgentLife | None = None,
     ) -> None:
         self._log = log
         self._servers = servers
-        self._sessions = sessions
-        self._registry = registry
-        self._release_owned = release_owned
+        self._lives = lives
         self._exited: trio.Event | bool = False  # an Event once someone waits (it is 216 B)
         self.disposing = False
         #: For the factory's spawner: where this life runs, whom its session asks.
         self.owner = owner
         self.client = client
-        self._spawner = spawner
         self._parent = parent
-        self.depth: int = 0 if parent is None else parent.depth + 1
         self._children: list[AgentHandle] | None = None  # made on the first spawn
         self._spawning: set[trio.CancelScope] | None = None  # the spawns in flight, once any
         self._spawns_settled: trio.Event | None = None  # made when `end_children` waits
@@ -221,6 +235,14 @@ class AgentLife:
         self.handle = AgentHandle(self.agent, self)
 
     # -- children -----------------------------------------------------------------
+
+    @property
+    def depth(self) -> int:
+        """How deep it nests: 0 for a top-level agent, its parent's depth + 1 for a child."""
+        depth, parent = 0, self._parent
+        while parent is not None:
+            depth, parent = depth + 1, parent._parent
+        return depth
 
     @property
     def children(self) -> Sequence[AgentHandle]:
@@ -243,7 +265,7 @@ class AgentLife:
         self._spawning.add(scope)
         try:
             with scope:
-                handle = await self._spawner(self, child)
+                handle = await self._lives.spawner(self, child)
         finally:
             self._spawning.discard(scope)
             if not self._spawning and self._spawns_settled is not None:
@@ -317,37 +339,48 @@ class AgentLife:
         agent, session = self.agent, self.agent.session
         try:
             try:
-                self._sessions.enter(session)
+                self._lives.sessions.enter(session)
                 try:
-                    self._registry.register(agent)
+                    self._lives.registry.register(agent)
                     try:
-                        servers = self._servers
                         try:
-                            if servers is not None:
-                                await servers.start(agent)
+                            if self._servers is not None:
+                                await self._servers.start(agent)
                             try:
                                 try:
                                     task_status.started(self.handle)
                                     # Trio's status holds its start's nursery (~800 B).
                                     del task_status
+                                    # A fresh agent parks here: no frame of its loop's
+                                    # until its first work.
+                                    await agent.wait_for_work()
                                     await agent.drive()
                                 finally:
-                                    await self.end_children()
+                                    try:
+                                        await agent.close()
+                                    finally:
+                                        await self.end_children()
                             finally:
-                                await self._release_owned(session.id)
+                                await self._lives.release_owned(session.id)
                         finally:
-                            if servers is not None:
-                                await servers.stop()  # shields itself
+                            if self._servers is not None:
+                                await self._servers.stop()  # shields itself
                     finally:
-                        self._registry.unregister(agent)
+                        self._lives.registry.unregister(agent)
                 finally:
-                    self._sessions.leave(session)
+                    self._lives.sessions.leave(session)
             finally:
                 await self._close_log(session.id)
         finally:
-            self.disposing = True
-            if self._parent is not None:
-                self._parent._left(self.handle)
-            exited, self._exited = self._exited, True
-            if isinstance(exited, trio.Event):
-                exited.set()
+            self._exit()
+
+    def _exit(self) -> None:
+        """The life's last word: its parent forgets it, and whoever waits for it is told.
+        A method, not inline: the life's frame, held for its whole life, keeps fewer
+        locals."""
+        self.disposing = True
+        if self._parent is not None:
+            self._parent._left(self.handle)
+        exited, self._exited = self._exited, True
+        if isinstance(exited, trio.Event):
+            exited.set()

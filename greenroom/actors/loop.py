@@ -9,17 +9,24 @@ are synchronous: they change the inbox and the `CancelMarker`
 and the loop acts on it at its next turn-decision point. A turn a crash cut
 is carried on first (``actors/carry.py``).
 
+An agent that never had work holds only what waiting takes: it waits for its
+first work in its life's frame (`wait_for_work`, Trio's awaitable), and its
+loop's frame (`drive`), its turn driver (with its `Requests` and `ToolCalls`),
+its `Compactor` and its `Decisions` are made at their first need, as the
+inbox's FIFOs are (``bench agents``: traced bytes per idle agent).
+
 Disposal is `stop` (from `AgentHandle.dispose`: the inbox is closed, which
 wakes a parked loop, and the turns' scope of a turn in flight is cancelled with
 reason ``"disposed"``) or the owner's cancel reaching the task: either way the
 turn in flight ends ``disposed``, its closing events are appended and the
 flush runs shielded, and `drive` returns (on `stop`) or unwinds (re-raising
-the owner's cancel).
+the owner's cancel); the life's teardown then calls `close` (``disposed``,
+the prompts still queued settled, the last flush).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Mapping
+from collections.abc import Awaitable, Generator, Mapping
 from typing import Any, Final, TypeVar
 
 import trio
@@ -78,13 +85,28 @@ CLOSING_GRACE: Final = 10.0
 T = TypeVar("T")
 
 _NO_ANSWERS: Final[Mapping[str, tuple[str, str]]] = {}
+#: The options of an agent given none (frozen: one for all of them).
+_NO_OPTIONS: Final = AgentOptions()
+
+
+class _Now:
+    """Awaited, returns at once, with no checkpoint."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, Any, None]:
+        return
+        yield  # a generator: one that never yields
+
+
+_NOW: Final = _Now()
 
 
 class LoopAgent:
     """An agent whose turns run in its own Trio task (see the module docstring)."""
 
     __slots__ = (
-        "_client",
+        "_compaction",
         "_compactor",
         "_decisions",
         "_driver",
@@ -95,9 +117,11 @@ class LoopAgent:
         "_marker",
         "_models",
         "_options",
+        "_prices",
         "_resumed",
         "_session",
         "_status",
+        "_tools",
     )
 
     def __init__(
@@ -110,7 +134,6 @@ class LoopAgent:
         tools: ToolExecutor,
         hooks: Hooks,
         options: AgentOptions | None = None,
-        client: SessionClient | None = None,
         compaction: CompactionPolicy = DEFAULT_POLICY,
         prices: Prices,
         resumed: Prompt[None] | None = None,
@@ -119,32 +142,20 @@ class LoopAgent:
         self._id = agent_id
         self._session = session
         self._life = life
-        self._options = options = options or AgentOptions()
+        self._options = options = options or _NO_OPTIONS
         self._models = models  # by id; the first is the default
-        self._client = client
         self._hooks = hooks
-        self._inbox = inbox = Inbox()
-        self._status = status = AgentStatus(self, life, hooks)
-        self._marker = marker = CancelMarker()
-        self._decisions = decisions = Decisions(session, status, marker, options.decision_wait)
+        self._inbox = Inbox()
+        self._status = AgentStatus(life, hooks)
+        self._marker = CancelMarker()
+        self._decisions: Decisions | None = None  # made by the first need (`decisions`)
         for decision_id, (answer, by) in answers.items():  # kept by the store while stored
-            decisions.answered(decision_id, answer, by)
-        self._compactor = compactor = Compactor(session, options.compaction or compaction)
-        calls = ToolCalls(self, session, hooks, marker, client, life, decisions)
-        self._driver = TurnDriver(
-            self,
-            session,
-            inbox=inbox,
-            marker=marker,
-            life=life,
-            requests=Requests(session, options, models, prices),
-            tools=tools,
-            hooks=hooks,
-            compactor=compactor,
-            calls=calls,
-            limits=options.limits,
-            decisions=decisions,
-        )
+            self.decisions.answered(decision_id, answer, by)
+        self._compaction = options.compaction or compaction
+        self._compactor: Compactor | None = None  # made by the first need (`_compacting`)
+        self._tools = tools
+        self._prices = prices
+        self._driver: TurnDriver | None = None  # made by the first turn (`_turns`)
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
         if resumed is not None:
             adopt(resumed, self)
@@ -168,7 +179,7 @@ class LoopAgent:
 
     @property
     def client(self) -> SessionClient | None:
-        return self._client
+        return self._life.client
 
     @property
     def status(self) -> StatusName:
@@ -266,11 +277,11 @@ class LoopAgent:
         message = ContextMessage(
             content=checked_text(self._id, content), source=source, message_id=new_message_id()
         )
-        held = self._driver.held
-        if held is not None:  # tool calls are running: after their results
-            held.append(message)
+        driver = self._turns()
+        if driver.held is not None:  # tool calls are running: after their results
+            driver.held.append(message)
         else:
-            self._driver.one_shot(InjectionTrigger(source), message)
+            driver.one_shot(InjectionTrigger(source), message)
         return message.message_id
 
     def compact(self, instructions: str | None = None) -> None:
@@ -283,7 +294,7 @@ class LoopAgent:
         """
         if self.status == "disposed":
             raise AgentDisposed(self._id)
-        self._compactor.request(self._id, instructions)
+        self._compacting().request(self._id, instructions)
         # Wakes the task when idle; when a running turn ends before another step, the
         # task finds it on its way back and runs the one-shot turn then.
         self._inbox.request_flush()
@@ -306,9 +317,10 @@ class LoopAgent:
             self._status.name in ("running", "waiting")
             or self._inbox.queued
             or self._inbox.steering
-            or self._compactor.requested
+            or (self._compactor is not None and self._compactor.requested)
         )
-        self._compactor.withdraw()
+        if self._compactor is not None:
+            self._compactor.withdraw()
         if not pending:
             return
         self._drop_queued("aborted", reason)
@@ -331,12 +343,12 @@ class LoopAgent:
         if self.status == "disposed":
             raise AgentDisposed(self._id)
         check_setting(self._id, key, value, self._models)
-        self._driver.one_shot(ConfigTrigger(USER), ConfigSet(key=key, value=value))
+        self._turns().one_shot(ConfigTrigger(USER), ConfigSet(key=key, value=value))
 
     @property
     def model(self) -> str:
         """The id of the model that answers the next step."""
-        return self._driver.requests.model_id
+        return self._turns().requests.model_id
 
     def when_idle(self) -> Awaitable[None]:
         """Wait for quiescence; the wait is registered now, at the call.
@@ -346,37 +358,47 @@ class LoopAgent:
         On a disposed agent it resolves once the agent's task has exited
         (after its unregister and session detach).
         """
-        return self._status.when_idle(bool(self._inbox.queued) or self._compactor.requested)
+        compactor = self._compactor
+        asked = compactor is not None and compactor.requested
+        return self._status.when_idle(bool(self._inbox.queued) or asked)
 
     def history(self) -> list[HistoryEntry]:
         return history_of(self._session.events)
 
     @property
     def decisions(self) -> Decisions:
-        return self._decisions
+        """Its decisions, made at the first need of them: an agent that never asked one,
+        nor was asked to answer one, holds none."""
+        decisions = self._decisions
+        if decisions is None:
+            decisions = self._decisions = Decisions(
+                self._session, self._status, self._marker, self._options.decision_wait
+            )
+        return decisions
 
     def decide(self, decision_id: str, answer: str, by: str = EMBEDDER) -> None:
         """Answer the open decision `decision_id` (see `Decisions.decide`)."""
-        self._decisions.decide(decision_id, answer, by)
+        self.decisions.decide(decision_id, answer, by)
 
     # -- the task --------------------------------------------------------------
 
+    def wait_for_work(self) -> Awaitable[None]:
+        """Awaited by the life before `drive`, returns once the agent has work, or is
+        stopped: a fresh agent parks here, in its life's frame, so that an agent that
+        never had work holds no frame of its loop's (~250 B). At once, with no
+        checkpoint, for a turn a crash cut (``resumed``): it is carried on first."""
+        if self._resumed is not None:
+            return _NOW
+        return self._inbox.wait()
+
     async def drive(self) -> None:
-        """Run turns until `stop` (then it returns) or the owner's cancel (re-raised).
-
-        A turn a crash cut (``resumed``) is carried on first, before any prompt.
-
-        Whatever an earlier drain failed to write, or an idle inject the cancel
-        overtook, gets a last flush on the way out; prompts still queued settle
-        ``disposed``.
-        """
-        inbox, marker, driver = self._inbox, self._marker, self._driver
+        """Run turns from the first work on (`wait_for_work` waited for it) until `stop`
+        (then it returns) or the owner's cancel (re-raised). A turn a crash cut
+        (``resumed``) is carried on first, before any prompt. What is left to do once it
+        ends is `close`'s."""
+        inbox, marker = self._inbox, self._marker
         try:
-            while True:
-                if self._resumed is None:  # a fresh agent parks outside any scope: none held
-                    await inbox.wait()
-                    if inbox.closed:  # stopped: the life goes on with its teardown
-                        return
+            while not inbox.closed:  # else stopped: the life goes on with its teardown
                 # The turns' scope: one for every turn from here on, and the idle waits
                 # between them, until a cancel uses it up (its `Cancelled` raised out of
                 # the turn it cut, or at the next wait). One per turn cost more than
@@ -384,12 +406,7 @@ class LoopAgent:
                 with trio.CancelScope() as scope:
                     marker.turns = scope
                     if self._resumed is not None:
-                        resumed, self._resumed = self._resumed, None
-                        turn, start = open_turn_of(self._session)
-                        self._status.set("running")
-                        body = CarriedOn(self, self._session, self._hooks, driver, resumed)
-                        await driver.run(turn, start, [resumed], None, body)
-                        self._after_turn()
+                        await self._carry_on(self._resumed)
                     else:
                         await self._wake()
                     while True:
@@ -400,23 +417,42 @@ class LoopAgent:
                 marker.turns = None
                 if scope.cancelled_caught:  # a cancel or `stop` cut a turn short
                     self._after_turn()
-                if inbox.closed:
-                    return
+                if not inbox.closed:  # the scope used up: park outside any until work
+                    await inbox.wait()
         finally:
             marker.turns = None
-            self._status.set("disposed")
-            self._drop_queued("disposed")
-            if inbox.flush_requested or driver.unflushed:
-                await driver.flush(0)
+
+    async def close(self) -> None:
+        """The loop's last word, from its life's teardown once `drive` returned or raised
+        (or the first wait was cut): the agent is ``disposed``, prompts still queued
+        settle ``disposed``, and whatever an earlier drain failed to write, or an idle
+        inject the cancel overtook, gets a last flush (shielded by the sink)."""
+        self._status.set("disposed")
+        self._drop_queued("disposed")
+        if self._inbox.flush_requested or (self._driver is not None and self._driver.unflushed):
+            await self._turns().flush(0)
+
+    async def _carry_on(self, resumed: Prompt[None]) -> None:
+        """The cut turn `resumed` is the prompt of, carried on (`CarriedOn`) before any
+        other. A method, not inline: the loop's frame, held while idle, keeps fewer
+        locals."""
+        self._resumed = None
+        turn, start = open_turn_of(self._session)
+        self._status.set("running")
+        driver = self._turns()
+        body = CarriedOn(self, self._session, self._hooks, driver, resumed)
+        await driver.run(turn, start, [resumed], None, body)
+        self._after_turn()
 
     async def _wake(self) -> None:
         """What one wake-up of the loop does: a flush asked for, a compaction asked for
         while nothing is queued, or the next turn, past cancel windows 1 and 2."""
         inbox, marker = self._inbox, self._marker
+        driver = self._driver or self._turns()  # no call but the first time
         if inbox.flush_requested:
             inbox.flush_requested = False
-            await self._driver.flush(0)
-        if self._compactor.requested and not inbox.queued:
+            await driver.flush(0)
+        if self._compactor is not None and self._compactor.requested and not inbox.queued:
             await self._compaction_turn()
             return
         # Each window looks at the marker before it takes it: no call while it is not armed.
@@ -434,7 +470,7 @@ class LoopAgent:
         kind = prompts[0].output
         output = None if kind is None else OutputTurn(output_spec(kind))
         session = self._session
-        await self._driver.run(session.last_turn + 1, session.next_seq, prompts, output)
+        await driver.run(session.last_turn + 1, session.next_seq, prompts, output)
         self._after_turn()
 
     async def _compaction_turn(self) -> None:
@@ -442,15 +478,46 @@ class LoopAgent:
         if self._cancelled_before_turn():
             return
         self._status.set("running")
-        session, driver = self._session, self._driver
+        session, driver = self._session, self._turns()
         await driver.run(session.last_turn + 1, session.next_seq, [], None, driver.compaction)
         if not self._inbox.queued:
             self._status.set("idle")
 
+    def _turns(self) -> TurnDriver:
+        """The turn driver, made at the first need of it (a wake-up, an inject, a setting):
+        an agent that never had work holds none (with its requests and calls, ~300 B)."""
+        driver = self._driver
+        if driver is None:
+            session, options, marker = self._session, self._options, self._marker
+            decisions, hooks, life = self.decisions, self._hooks, self._life
+            driver = self._driver = TurnDriver(
+                self,
+                session,
+                inbox=self._inbox,
+                marker=marker,
+                life=life,
+                requests=Requests(session, options, self._models, self._prices),
+                tools=self._tools,
+                hooks=hooks,
+                compactor=self._compacting(),
+                calls=ToolCalls(self, session, hooks, marker, life.client, life, decisions),
+                limits=options.limits,
+                decisions=decisions,
+            )
+        return driver
+
+    def _compacting(self) -> Compactor:
+        """The compactor, made at the first need of it (a turn, `compact`)."""
+        compactor = self._compactor
+        if compactor is None:
+            compactor = self._compactor = Compactor(self._session, self._compaction)
+        return compactor
+
     def _after_turn(self) -> None:
         """Steering left leads the queued work; with none left, the agent is idle."""
         self._inbox.requeue_steering()
-        if not self._inbox.queued and not self._compactor.requested:
+        compactor = self._compactor  # inline: no call more at every turn's end
+        if not self._inbox.queued and not (compactor is not None and compactor.requested):
             self._status.set("idle")
 
     def _drop_queued(self, stop_reason: StopReason, reason: str | None = None) -> None:

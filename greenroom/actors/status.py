@@ -12,7 +12,6 @@ import trio
 
 from greenroom.actors.events import AGENT_STATUS
 from greenroom.actors.life import AgentLife
-from greenroom.actors.types import Agent
 from greenroom.hooks import Hooks
 from greenroom.parking import Parking
 from greenroom.protocol.events import StatusName
@@ -26,11 +25,10 @@ class AgentStatus:
     moment a dispose began (the life's ``disposing``), before the loop has stopped.
     """
 
-    __slots__ = ("_agent", "_hooks", "_life", "_waits", "name")
+    __slots__ = ("_hooks", "_life", "_waits", "name")
 
-    def __init__(self, agent: Agent, life: AgentLife, hooks: Hooks) -> None:
-        self._agent = agent
-        self._life = life
+    def __init__(self, life: AgentLife, hooks: Hooks) -> None:
+        self._life = life  # and through it, its agent
         self._hooks = hooks
         self.name: StatusName = "idle"
         self._waits: list[IdleWait] | None = None  # made by the first wait
@@ -52,7 +50,7 @@ class AgentStatus:
         if status == "idle" or status == "disposed":  # not waiting: a turn waits on a decision
             self.release()
         if AGENT_STATUS in self._hooks.listened:
-            self._hooks.emit(AGENT_STATUS, self._agent, status)
+            self._hooks.emit(AGENT_STATUS, self._life.agent, status)
 
     def when_idle(self, pending: bool) -> Awaitable[None]:
         """A wait registered now: released at once when idle with nothing `pending`;

@@ -447,6 +447,7 @@ class TurnDriver:
             self._session.append(message)
         if not message.tool_calls:
             return False, reason, message.content
+        del request, reply  # not held while the tools run, nor while a decision waits
         self.held = []
         try:
             await self.calls.run(turn, step, message.tool_calls, tools, self.budget)

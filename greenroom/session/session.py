@@ -210,8 +210,12 @@ class Session:
         #: The latest ``context/compacted``: the history starts with its summary.
         self.compaction: Compacted | None = None
         self._events: list[SessionEvent] = []
-        self._messages: list[Message] = []
-        self._blobs: dict[str, bytes] = {}  # the parts' bytes by SHA-256 (`hold_blobs`)
+        #: The model's history (see `messages`), made by its first message: a session
+        #: that never had a turn holds no list.
+        self._messages: list[Message] | None = None
+        #: The parts' bytes by SHA-256 (`hold_blobs`), made by the first held: a session
+        #: without images or blob resources holds no table.
+        self._blobs: dict[str, bytes] | None = None
         self._wanted: set[str] | None = None  # blobs the log names and `_blobs` lacks
         self._turn_messages = 0  # where the open turn's messages begin in `_messages`
         #: The input and output tokens the model reported for its latest reply (0 when none
@@ -309,8 +313,15 @@ class Session:
     @property
     def blobs(self) -> Mapping[str, bytes]:
         """The bytes of the images and blob resources its prompts' parts name, by SHA-256,
-        as far as `hold_blobs` has them (a live view: do not mutate)."""
-        return self._blobs
+        as far as `hold_blobs` has them (do not mutate; read it afresh: the first blobs
+        held replace the shared empty mapping of a session that held none)."""
+        return _NOTHING if self._blobs is None else self._blobs
+
+    def _hold(self, blobs: Mapping[str, bytes]) -> None:
+        if blobs:
+            if self._blobs is None:
+                self._blobs = {}
+            self._blobs.update(blobs)
 
     @property
     def blobs_wanted(self) -> bool:
@@ -323,14 +334,14 @@ class Session:
         read through the sink those the log names that `blobs` lacks (a resumed
         session's). One the store does not hold stays missing: the model is sent a
         marker naming it. Raises what the sink raised (`blobs` are held all the same)."""
-        self._blobs.update(blobs)
+        self._hold(blobs)
         wanted, self._wanted = self._wanted, None
         if self._sink is None:
             return
         if blobs:
             await self._sink.put_blobs(blobs)
         if wanted:
-            self._blobs.update(await self._sink.read_blobs(sorted(wanted - self._blobs.keys())))
+            self._hold(await self._sink.read_blobs(sorted(wanted - self.blobs.keys())))
 
     async def write_ahead(self) -> None:
         """Get everything appended so far to the OS, before the side effect the caller is
@@ -351,7 +362,8 @@ class Session:
         """The model-facing history derived from the log, as it stands now (a snapshot):
         the latest compaction's summary, if any, then the messages of the events after the
         part it stands for (docs/semantics.md, "Compaction")."""
-        return History(self._messages, len(self._messages))
+        messages = self._messages
+        return History(messages, len(messages)) if messages is not None else History([], 0)
 
     def _record(self, event: SessionEvent) -> None:
         """Log a seed event (stamped already)."""
@@ -368,7 +380,8 @@ class Session:
         start = len(events) - 1
         while start > 0 and not isinstance(events[start], TurnStart):
             start -= 1
-        self._messages = self._messages[: self._turn_messages] + _context_of(events[start:])
+        kept = (self._messages or [])[: self._turn_messages]
+        self._messages = kept + _context_of(events[start:])
 
     def _compact(self, compaction: Compacted) -> None:
         """Start the history anew at `compaction`: its summary, then the events it carries
@@ -418,7 +431,7 @@ class Session:
         must be what `message_of` gives (tests/session/test_message_of.py holds them to it)."""
         if type(event) is TurnStart:
             self._open_turn = self._last_turn = event.turn
-            self._turn_messages = len(self._messages)
+            self._turn_messages = len(self._messages or ())
         elif type(event) is TurnEnd:
             self._open_turn = None
             if self.decisions:  # an ended turn's decisions are void
@@ -427,6 +440,8 @@ class Session:
                 self._forget_refused_turn()
         elif type(event) is UserMessage:
             message: Message = UserTurn(event.content, event.parts)
+            if self._messages is None:
+                self._messages = []
             self._messages.append(message)
             self.added_bytes += message_size(message)
             if event.parts:
@@ -437,6 +452,8 @@ class Session:
             if not event.content and not event.tool_calls:
                 return
             message = AssistantTurn(event.content, event.tool_calls, event.thoughts)
+            if self._messages is None:
+                self._messages = []
             self._messages.append(message)
             usage = event.usage
             if usage is not None:  # the reply and everything before it, as counted
@@ -451,17 +468,23 @@ class Session:
         elif type(event) is DecisionRequested:
             self.decisions = {**self.decisions, event.decision_id: event}
         elif type(event) is DecisionMade:
-            self.decisions = {k: v for k, v in self.decisions.items() if k != event.decision_id}
+            decisions = self.decisions
+            if len(decisions) == 1 and event.decision_id in decisions:  # no comprehension
+                self.decisions = _NOTHING
+            else:
+                self.decisions = {k: v for k, v in decisions.items() if k != event.decision_id}
         elif type(event) is Compacted:
             self._compact(event)
         else:
             other = message_of(event)
             if other is not None:
+                if self._messages is None:
+                    self._messages = []
                 self._messages.append(other)
                 self.added_bytes += message_size(other)
 
     def _want(self, parts: Sequence[Part]) -> None:
-        wanted = [digest for digest in referenced(parts) if digest not in self._blobs]
+        wanted = [digest for digest in referenced(parts) if digest not in self.blobs]
         if wanted:
             if self._wanted is None:
                 self._wanted = set()

@@ -480,13 +480,11 @@ class Supervisor:
         if not asked:  # `cleanup_scope` finds its child (an asked child bounds its own)
             _current_child.set(child)
         error: Exception | None = None
-        status = _ChildStatus(task_status, child, home)
-        del task_status  # only `status` may keep it, and only until started()
+        # The child's frames alone hold its status: they can drop it once started (an
+        # agent's life does), so a long-lived child does not keep it (~120 B), nor Trio's.
+        starting = child.spec.start(task_status=_ChildStatus(task_status, child, home))
+        del task_status, home
         try:
-            # The child's frames alone hold its status: they can drop it once started
-            # (an agent's life does), so a long-lived child does not keep it (~120 B).
-            starting = child.spec.start(task_status=status)
-            del status
             if asked:
                 await starting
             else:
@@ -509,22 +507,25 @@ class Supervisor:
             child.finish()
             raise
         if child.state == "starting":
-            child.state = "exited"
-            child.finish()
-            name = child.spec.name
-            if error is not None:
-                raise RuntimeError(
-                    f"supervisor {self.name!r}: child {name!r} failed to start: {error!r}"
-                ) from error
-            if child.scope is not None and child.scope.cancelled_caught:
-                raise RuntimeError(
-                    f"supervisor {self.name!r}: start of child {name!r} was cancelled"
-                )
-            raise RuntimeError(
-                f"supervisor {self.name!r}: child {name!r} returned without calling"
-                " task_status.started()"
-            )
+            raise self._start_failed(child, error) from error
         self._child_exited(child, error)
+
+    def _start_failed(self, child: _Child, error: Exception | None) -> RuntimeError:
+        """What a child that ended before it started is raised as (and it is exited).
+        A method: `_run_child`'s frame, held for the child's whole life, is kept small."""
+        child.state = "exited"
+        child.finish()
+        name = child.spec.name
+        if error is not None:
+            return RuntimeError(
+                f"supervisor {self.name!r}: child {name!r} failed to start: {error!r}"
+            )
+        if child.scope is not None and child.scope.cancelled_caught:
+            return RuntimeError(f"supervisor {self.name!r}: start of child {name!r} was cancelled")
+        return RuntimeError(
+            f"supervisor {self.name!r}: child {name!r} returned without calling"
+            " task_status.started()"
+        )
 
     def _child_exited(self, child: _Child, error: Exception | None) -> None:
         now = trio.current_time()

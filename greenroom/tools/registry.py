@@ -32,7 +32,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from types import MappingProxyType
-from typing import Any, Final, Generic, TypeVar, cast
+from typing import Any, Final, Generic, TypeVar
 
 import msgspec
 import trio
@@ -127,6 +127,7 @@ class ToolEntry:
         "idempotent",
         "kind",
         "name",
+        "plain",
         "run",
         "schema",
         "view",
@@ -152,6 +153,10 @@ class ToolEntry:
         self.concurrent = concurrent
         self.idempotent = idempotent
         self.confined = confined
+        #: Its view of any call when it has no `view` of its own (or that fails): made once.
+        self.plain = ToolView(
+            kind=kind, title=self.name, concurrent=concurrent, idempotent=idempotent
+        )
 
     @classmethod
     def of(cls, tool: Tool[Any]) -> ToolEntry:
@@ -374,12 +379,13 @@ class ToolRegistry:
             arguments=invocation.arguments,
             once=once,
         )
+        decision: str  # a `PermissionDecision`: the policy's, or an option the decision offered
         try:
             if agent is None or (type(permissions) is AllowAll and not agent.session.decisions):
                 decision = await permissions.decide(request)
             else:
                 by = client.name if client is not None and client.permissions else "policy"
-                answer, _ = await agent.decisions.ask(
+                decision, _ = await agent.decisions.ask(
                     invocation.call_id,
                     "permission",
                     None if type(permissions) is Defer else partial(permissions.decide, request),
@@ -389,7 +395,6 @@ class ToolRegistry:
                     arguments=invocation.arguments,
                     options=_ONCE if once else _EVERY,
                 )
-                decision = _decision(answer)
         except (StepFailed, TurnStopped, trio.Cancelled):
             raise
         except Exception as exc:
@@ -407,12 +412,6 @@ class ToolRegistry:
 #: or every one.
 _ONCE: Final = ("allow_once", "reject_once")
 _EVERY: Final = ("allow_once", "allow_always", "reject_once", "reject_always")
-
-
-def _decision(answer: str) -> PermissionDecision:
-    """An answer `Decisions.decide` checked against the options, as the decision it is."""
-    assert answer in _EVERY
-    return cast(PermissionDecision, answer)
 
 
 def session_mode(session: Session | None) -> str:
@@ -458,18 +457,12 @@ def _family(session: Session | None) -> list[Session]:
 
 
 def _view(entry: ToolEntry, arguments: str) -> ToolView:
-    plain = ToolView(
-        kind=entry.kind,
-        title=entry.name,
-        concurrent=entry.concurrent,
-        idempotent=entry.idempotent,
-    )
     if entry.view is None:
-        return plain
+        return entry.plain
     try:
         shown = entry.view(decode_arguments(arguments, entry.decode))
     except (ValueError, TypeError):  # msgspec's errors are ValueErrors
-        return plain
+        return entry.plain
     return msgspec.structs.replace(
         shown, kind=entry.kind, concurrent=entry.concurrent, idempotent=entry.idempotent
     )
