@@ -4,13 +4,15 @@ the next client."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import httpx2
 import pytest
 import trio
 
-from greenroom.acp.access import AccessTokens
+from greenroom.acp.access import AccessTokens, Principal, TokensError
+from greenroom.models.scripted import ScriptedModel
 from tests.serve_clients import INITIALIZE, HttpClient, Served, served, ws_client
 
 pytestmark = pytest.mark.real_clock
@@ -36,7 +38,18 @@ async def raw(server: Served, head: bytes, body: bytes = b"") -> tuple[int, byte
         while chunk := await stream.receive_some():
             data += chunk
     answer_head, _, answer_body = data.partition(b"\r\n\r\n")
+    if b"transfer-encoding: chunked" in answer_head.lower():
+        answer_body = dechunk(answer_body)
     return int(answer_head.split(b" ", 2)[1]), answer_head, answer_body
+
+
+def dechunk(data: bytes) -> bytes:
+    body = b""
+    while True:
+        size, _, data = data.partition(b"\r\n")
+        if not int(size, 16):
+            return body
+        body, data = body + data[: int(size, 16)], data[int(size, 16) + 2 :]
 
 
 async def still_serves(server: Served, token: str | None = None) -> None:
@@ -64,3 +77,156 @@ async def test_a_last_event_id_that_is_no_number_is_400(tmp_path: Path, last: by
             assert status == 400
             assert b"Last-Event-ID must be an event's number" in body
             await still_serves(server)
+
+
+async def test_no_route_reaches_a_live_session_of_another_principal(tmp_path: Path) -> None:
+    """Bob names alice's live session, mid-turn, in every request that takes a session id:
+    each is refused, and alice's turn, mode and log are untouched."""
+    with trio.fail_after(20):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0.02), tokens=tokens(tmp_path)) as server,
+            ws_client(server.ws_url, token=ALICE) as alice,
+            ws_client(server.ws_url, token=BOB) as bob,
+        ):
+            for client in (alice, bob):
+                await client.call("initialize", INITIALIZE)
+            where = {"cwd": str(tmp_path), "mcpServers": []}
+            session = (await alice.call("session/new", where))["result"]["sessionId"]
+            words = " ".join(["word"] * 100)  # a turn of about 2 s
+            turn = {"sessionId": session, "prompt": [{"type": "text", "text": words}]}
+            await alice.send(
+                {"jsonrpc": "2.0", "id": "turn", "method": "session/prompt", "params": turn}
+            )
+            await alice.asked("session/update")  # the turn runs
+            named = {"sessionId": session}
+            await bob.send({"jsonrpc": "2.0", "method": "session/cancel", "params": named})
+            for method, params in [
+                ("session/load", {**named, **where}),
+                ("session/resume", {**named, **where}),
+                ("session/fork", {**named, **where}),
+                ("session/prompt", turn),
+                ("session/set_mode", {**named, "modeId": "read-only"}),
+                ("session/set_config_option", {**named, "configId": "mode", "value": "plan"}),
+                ("session/close", named),
+            ]:
+                answer = await bob.call(method, params)
+                assert answer["error"]["code"] == -32002, (method, answer)
+                assert answer["error"]["message"] == f"unknown session {session!r}"
+            assert (await bob.call("session/delete", named))["result"] == {}
+            assert (await bob.call("session/list", {}))["result"]["sessions"] == []
+            assert bob.updates(session) == []
+            done = await alice.answer("turn")
+            assert done["result"]["stopReason"] == "end_turn"
+            changed = {u["sessionUpdate"] for u in alice.updates(session)}
+            assert not changed & {"current_mode_update", "config_option_update"}
+            header, _ = await server.runtime.persistence.load(session)  # type: ignore[union-attr]
+            assert header.principal == "alice"
+            await still_serves(server, BOB)
+
+
+UPGRADE = (
+    b"Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\n"
+    b"Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ=="
+)
+
+
+async def handshake(server: Served, headers: bytes) -> tuple[int, bytes]:
+    """A WebSocket handshake with `headers`: the answer's status and what came with it."""
+    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+        await stream.send_all(b"GET /acp HTTP/1.1\r\n" + headers + b"\r\n" + UPGRADE + b"\r\n\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data and (chunk := await stream.receive_some()):
+            data += chunk
+        with trio.move_on_after(0.2):  # a refusal's body
+            while chunk := await stream.receive_some():
+                data += chunk
+    return int(data.split(b" ", 2)[1]), data
+
+
+@pytest.mark.parametrize(
+    ("headers", "refused"),
+    [
+        (b"Host: evil.example", b"Host 'evil.example'"),
+        (b"Host: localhost.evil.example", b"Host 'localhost.evil.example'"),
+        (b"Host: 127.0.0.1.nip.io", b"Host '127.0.0.1.nip.io'"),
+        (b"Host: 2130706433", b"Host '2130706433'"),
+        (b"Host: 127.0.0.1\r\nOrigin: http://evil.example", b"Origin 'http://evil.example'"),
+        (b"Host: 127.0.0.1\r\nOrigin: null", b"Origin 'null'"),
+        (b"Host: [::1]\r\nOrigin: http://localhost.evil.example", b"Origin 'http://localh"),
+        (b"Host: 127.0.0.1\r\nOrigin: http://[::ffff:7f00:1]", b"Origin 'http://[::ffff"),
+        (b"Host: [::1]", None),
+        (b"Host: LOCALHOST:1\r\nOrigin: http://127.3.2.1:8080", None),
+    ],
+)
+async def test_without_tokens_only_a_loopback_host_and_origin_reach_either_transport(
+    tmp_path: Path, headers: bytes, refused: bytes | None
+) -> None:
+    with trio.fail_after(10):
+        async with served(tmp_path) as server:
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
+            ).encode()
+            length = b"\r\nContent-Type: application/json\r\nContent-Length: %d" % len(body)
+            status, _, answer = await raw(
+                server, b"POST /acp HTTP/1.1\r\n" + headers + length, body
+            )
+            upgraded, said = await handshake(server, headers)
+            if refused is None:
+                assert (status, upgraded) == (200, 101)
+            else:
+                assert (status, upgraded) == (403, 403)
+                assert refused in answer
+                assert refused in said
+            await still_serves(server)
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [
+        b"Bearer " + ALICE[:-1].encode(),
+        b"Bearer " + ALICE.encode() + b"x",
+        b"Bearer " + ALICE.upper().encode(),
+        b"Bearer\t" + ALICE.encode(),
+        b"Basic " + ALICE.encode(),
+        b"Bearer alice",
+        b"Bearer ",
+        b"Bearer " + ALICE.encode() + b"\xa0",
+        b"Bearer wrong-token-0123456789\r\nAuthorization: Bearer " + ALICE.encode(),
+    ],
+)
+async def test_a_token_that_is_not_exactly_a_principals_is_401_with_nothing_said(
+    tmp_path: Path, authorization: bytes
+) -> None:
+    with trio.fail_after(10):
+        async with served(tmp_path, tokens=tokens(tmp_path)) as server:
+            headers = b"Host: 127.0.0.1\r\nAuthorization: " + authorization
+            status, head, body = await raw(server, b"GET /acp HTTP/1.1\r\n" + headers)
+            assert (status, body) == (401, b"")
+            assert b"www-authenticate: Bearer" in head.lower().replace(b"bearer", b"Bearer")
+            upgraded, said = await handshake(server, headers)
+            assert upgraded == 401
+            assert said.endswith(b"\r\n\r\n")  # nothing after the head
+            await still_serves(server, ALICE)
+
+
+def test_a_token_no_client_could_present_is_refused_at_start(tmp_path: Path) -> None:
+    """A header is read as Latin-1 and the file as UTF-8: a non-ASCII token would be taken
+    and never match, a principal nobody can be."""
+    path = tmp_path / "tokens"
+    path.write_text(f"alice {ALICE}\ncarol tökén-0123456789abcdef\n", encoding="utf-8")
+    path.chmod(0o600)
+    with pytest.raises(TokensError, match="line 2: a token is printable ASCII"):
+        AccessTokens.read(path)
+
+
+def test_a_tokens_file_through_a_symlink_is_held_to_its_targets_mode(tmp_path: Path) -> None:
+    target = tmp_path / "real"
+    target.write_text(f"alice {ALICE}\n")
+    link = tmp_path / "tokens"
+    link.symlink_to(target)
+    target.chmod(0o644)
+    with pytest.raises(TokensError, match="chmod 600"):
+        AccessTokens.read(link)
+    target.chmod(0o600)
+    assert AccessTokens.read(link).principal(f"Bearer {ALICE}") == Principal("alice")
