@@ -4,6 +4,7 @@ the next client."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 
@@ -230,3 +231,150 @@ def test_a_tokens_file_through_a_symlink_is_held_to_its_targets_mode(tmp_path: P
         AccessTokens.read(link)
     target.chmod(0o600)
     assert AccessTokens.read(link).principal(f"Bearer {ALICE}") == Principal("alice")
+
+
+async def test_a_chunked_body_past_the_limit_is_413_and_not_read_on(tmp_path: Path) -> None:
+    with trio.fail_after(15):
+        async with served(tmp_path) as server:
+            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                await stream.send_all(
+                    b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                    b"\r\nTransfer-Encoding: chunked\r\n\r\n"
+                )
+                chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
+                answer = b""
+
+                async def flood() -> None:
+                    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                        for _ in range(64):  # 64 MiB, far past the 8 MiB read
+                            await stream.send_all(chunk)
+
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(flood)
+                    while b"\r\n\r\n" not in answer:
+                        answer += await stream.receive_some()
+                    nursery.cancel_scope.cancel()
+            assert answer.startswith(b"HTTP/1.1 413 ")
+            await still_serves(server)
+
+
+async def test_streams_that_pile_up_on_one_connection_end_and_let_it_idle_out(
+    tmp_path: Path,
+) -> None:
+    """Twenty streams opened at once on one connection: each new one ends the one before,
+    none is left holding the connection, which then ends when idle as any does."""
+    with trio.fail_after(15):
+        async with served(tmp_path, idle=0.5) as server, httpx2.AsyncClient(timeout=5) as http:
+            client = HttpClient(http, server.url)
+            await client.call("initialize", INITIALIZE)
+            new = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session_id = new["result"]["sessionId"]
+            ended = 0
+
+            async def stream(task_status: trio.TaskStatus[None]) -> None:
+                nonlocal ended
+                await client.listen(task_status=task_status)
+                ended += 1
+
+            async with trio.open_nursery() as nursery:
+                for _ in range(20):
+                    await nursery.start(stream)
+                while ended < 19:  # each ended by the next; the last one open
+                    await trio.sleep(0.05)
+                nursery.cancel_scope.cancel()  # the client drops the last one
+            # Nothing holds the connection: it idles out.
+            while server.runtime.agents.get(session_id) is not None:
+                await trio.sleep(0.05)
+            assert (
+                await client.post({"jsonrpc": "2.0", "id": 9, "method": "x"})
+            ).status_code == 404
+            await still_serves(server)
+
+
+async def test_a_request_id_reused_while_it_waits_is_409_and_the_first_is_answered(
+    tmp_path: Path,
+) -> None:
+    with trio.fail_after(15):
+        model = ScriptedModel(delay=0.01)
+        async with served(tmp_path, model) as server, httpx2.AsyncClient(timeout=5) as http:
+            client = HttpClient(http, server.url)
+            await client.call("initialize", INITIALIZE)
+            new = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            words = " ".join(["word"] * 100)
+            prompt = {
+                "jsonrpc": "2.0",
+                "id": "same",
+                "method": "session/prompt",
+                "params": {
+                    "sessionId": new["result"]["sessionId"],
+                    "prompt": [{"type": "text", "text": words}],
+                },
+            }
+            answers: list[httpx2.Response] = []
+
+            async def first() -> None:
+                answers.append(await client.post(prompt))
+
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(first)
+                await trio.sleep(0.3)
+                again = await client.post(prompt)
+                assert again.status_code == 409
+                assert "'same' is already waiting" in again.text
+            assert answers[0].json()["result"]["stopReason"] == "end_turn"
+
+
+def frame(opcode: int, payload: bytes, *, fin: bool = True, length: int | None = None) -> bytes:
+    """A client's WebSocket frame (masked with a zero key, so the payload reads as is)."""
+    size = len(payload) if length is None else length
+    head = bytes([(0x80 if fin else 0) | opcode])
+    if size < 126:
+        head += bytes([0x80 | size])
+    elif size < 1 << 16:
+        head += bytes([0x80 | 126]) + size.to_bytes(2, "big")
+    else:
+        head += bytes([0x80 | 127]) + size.to_bytes(8, "big")
+    return head + b"\0\0\0\0" + payload
+
+
+@pytest.mark.parametrize(
+    "frames",
+    [
+        pytest.param(
+            frame(1, b'{"jsonrpc":"2.0","id":1,"\xff"}'), id="invalid UTF-8 in a text message"
+        ),
+        pytest.param(frame(2, b"", length=(1 << 63) - 1), id="a length past any message"),
+        pytest.param(frame(3, b"x"), id="an unknown opcode"),
+        pytest.param(frame(0, b"x"), id="a continuation with no message"),
+        pytest.param(frame(9, b"p" * 125) * 20_000, id="a ping flood, no pong read"),
+        pytest.param(frame(2, b"\0" * 1000) * 2_000, id="a binary flood"),
+        pytest.param(frame(9, b"p" * 200), id="a control frame past 125 bytes"),
+        pytest.param(
+            frame(1, b" ", fin=False) * 10_000 + frame(0, b"{"), id="a message in 10,000 fragments"
+        ),
+    ],
+)
+async def test_a_websocket_that_breaks_the_protocol_ends_itself_only(
+    tmp_path: Path, frames: bytes
+) -> None:
+    with trio.fail_after(15):
+        async with served(tmp_path) as server:
+            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                await stream.send_all(
+                    b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\n" + UPGRADE + b"\r\n\r\n"
+                )
+                head = b""
+                while b"\r\n\r\n" not in head:
+                    head += await stream.receive_some()
+                assert head.startswith(b"HTTP/1.1 101 ")
+                # A client that reads nothing back is held up by TCP once the server's
+                # answers (pongs, errors) fill the socket: the others are served meanwhile.
+                with (
+                    trio.move_on_after(2),
+                    contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+                ):
+                    await stream.send_all(frames)
+                await still_serves(server)
+            await still_serves(server)
