@@ -13,6 +13,7 @@ import pytest
 import trio
 
 from greenroom.acp.access import AccessTokens, Principal, TokensError
+from greenroom.acp.serve import check_listen
 from greenroom.models.scripted import ScriptedModel
 from tests.serve_clients import INITIALIZE, HttpClient, Served, served, ws_client
 
@@ -378,3 +379,22 @@ async def test_a_websocket_that_breaks_the_protocol_ends_itself_only(
                     await stream.send_all(frames)
                 await still_serves(server)
             await still_serves(server)
+
+
+@pytest.mark.parametrize("cursor", ["\u00b2", "\u0669", "9" * 5000, "-1", "1.0"])
+async def test_a_list_cursor_that_is_not_ours_is_refused_and_the_connection_stays(
+    tmp_path: Path, cursor: str
+) -> None:
+    with trio.fail_after(10):
+        async with served(tmp_path) as server, ws_client(server.ws_url) as client:
+            await client.call("initialize", INITIALIZE)
+            answer = await client.call("session/list", {"cursor": cursor})
+            assert answer["error"]["code"] == -32602, answer
+            assert "is not ours" in answer["error"]["message"]
+            assert "result" in await client.call("session/list", {})
+
+
+@pytest.mark.parametrize("port", ["\u00b2", "9" * 5000, "-1", "65536"])
+def test_a_listen_port_that_is_no_port_is_refused_naming_the_form(port: str) -> None:
+    with pytest.raises(ValueError, match="--listen takes HOST:PORT"):
+        check_listen(f"127.0.0.1:{port}", None)
