@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import socket
 from pathlib import Path
 
 import httpx2
@@ -13,6 +14,7 @@ import pytest
 import trio
 
 from greenroom.acp.access import AccessTokens, Principal, TokensError
+from greenroom.acp.network import ServeLimits
 from greenroom.acp.serve import check_listen
 from greenroom.models.scripted import ScriptedModel
 from tests.serve_clients import INITIALIZE, HttpClient, Served, served, ws_client
@@ -398,3 +400,78 @@ async def test_a_list_cursor_that_is_not_ours_is_refused_and_the_connection_stay
 def test_a_listen_port_that_is_no_port_is_refused_naming_the_form(port: str) -> None:
     with pytest.raises(ValueError, match="--listen takes HOST:PORT"):
         check_listen(f"127.0.0.1:{port}", None)
+
+
+async def test_connections_opened_and_walked_away_from_are_given_back(tmp_path: Path) -> None:
+    """A client that initializes over HTTP and goes (its POST dropped before the answer,
+    or after) holds a connection until it idles out, then the slot is free again; one that
+    drops a WebSocket mid-handshake or mid-initialize frees it at once."""
+    limits = ServeLimits(connections=3)
+    with trio.fail_after(15):
+        async with served(tmp_path, idle=0.5, limits=limits) as server:
+            body = json.dumps(
+                {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
+            ).encode()
+            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+            for _ in range(3):
+                async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                    await stream.send_all(
+                        b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
+                        b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )  # and gone without reading
+            async with httpx2.AsyncClient(timeout=5) as http:
+                refused = await HttpClient(http, server.url).post(body)
+                assert refused.status_code == 429
+                assert "has 3 connections open, the most it may" in refused.text
+                while (await HttpClient(http, server.url).post(body)).status_code == 429:
+                    await trio.sleep(0.1)  # each walked-away connection idles out
+            for _ in range(50):
+                async with ws_client(server.ws_url) as client:
+                    await client.send({"jsonrpc": "2.0", "id": 1, "method": "initialize"})
+            await still_serves(server)
+
+
+async def test_an_event_stream_nobody_reads_holds_no_turn(tmp_path: Path) -> None:
+    """A stream opened and never read while a long turn streams thousands of updates: the
+    turn ends on time and its answer comes; the server serves others meanwhile."""
+    with trio.fail_after(20):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0)) as server,
+            httpx2.AsyncClient(timeout=10) as http,
+        ):
+            client = HttpClient(http, server.url)
+            await client.call("initialize", INITIALIZE)
+            new = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            assert client.connection is not None
+            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
+            async with await trio.open_tcp_stream("127.0.0.1", port) as stalled:
+                stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+                await stalled.send_all(
+                    b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: "
+                    + client.connection.encode()
+                    + b"\r\n\r\n"
+                )  # and never read
+                words = " ".join(["word" * 250] * 8000)  # about 8 MB of updates
+                prompt = {
+                    "sessionId": new["result"]["sessionId"],
+                    "prompt": [{"type": "text", "text": words}],
+                }
+                answer = await client.call("session/prompt", prompt)
+                assert answer["result"]["stopReason"] == "end_turn"
+                assert int(client.last_response.headers["acp-last-event-id"]) > 8000  # type: ignore[union-attr]
+                await still_serves(server)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a WebSocket lives as long as its socket: one that never initializes (or whose"
+    " peer vanished without a FIN: no ping is sent) holds a connection slot forever, and"
+    " without tokens all clients share one principal's slots",
+)
+async def test_a_websocket_that_never_initializes_is_ended_when_idle(tmp_path: Path) -> None:
+    with trio.fail_after(10):
+        async with served(tmp_path, idle=0.5) as server, ws_client(server.ws_url) as client:
+            with trio.move_on_after(3):
+                while not client.closed:
+                    await trio.sleep(0.05)
+            assert client.closed
