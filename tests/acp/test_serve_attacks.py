@@ -31,11 +31,14 @@ def tokens(tmp_path: Path) -> AccessTokens:
     return AccessTokens.read(path)
 
 
+def port(server: Served) -> int:
+    return int(server.url.removeprefix("http://").removesuffix("/acp").rsplit(":", 1)[1])
+
+
 async def raw(server: Served, head: bytes, body: bytes = b"") -> tuple[int, bytes, bytes]:
     """Send `head` (request line and headers, no blank line) and `body` on a fresh socket;
     the answer's status, head and body, read until the server closes."""
-    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    stream = await trio.open_tcp_stream("127.0.0.1", port(server))
     async with stream:
         await stream.send_all(head + b"\r\nConnection: close\r\n\r\n" + body)
         data = b""
@@ -136,8 +139,7 @@ UPGRADE = (
 
 async def handshake(server: Served, headers: bytes) -> tuple[int, bytes]:
     """A WebSocket handshake with `headers`: the answer's status and what came with it."""
-    port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-    async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+    async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stream:
         await stream.send_all(b"GET /acp HTTP/1.1\r\n" + headers + b"\r\n" + UPGRADE + b"\r\n\r\n")
         data = b""
         while b"\r\n\r\n" not in data and (chunk := await stream.receive_some()):
@@ -207,7 +209,7 @@ async def test_a_token_that_is_not_exactly_a_principals_is_401_with_nothing_said
             headers = b"Host: 127.0.0.1\r\nAuthorization: " + authorization
             status, head, body = await raw(server, b"GET /acp HTTP/1.1\r\n" + headers)
             assert (status, body) == (401, b"")
-            assert b"www-authenticate: Bearer" in head.lower().replace(b"bearer", b"Bearer")
+            assert b"\r\nwww-authenticate: Bearer\r\n" in head
             upgraded, said = await handshake(server, headers)
             assert upgraded == 401
             assert said.endswith(b"\r\n\r\n")  # nothing after the head
@@ -239,8 +241,7 @@ def test_a_tokens_file_through_a_symlink_is_held_to_its_targets_mode(tmp_path: P
 async def test_a_chunked_body_past_the_limit_is_413_and_not_read_on(tmp_path: Path) -> None:
     with trio.fail_after(15):
         async with served(tmp_path) as server:
-            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stream:
                 await stream.send_all(
                     b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
                     b"\r\nTransfer-Encoding: chunked\r\n\r\n"
@@ -363,8 +364,7 @@ async def test_a_websocket_that_breaks_the_protocol_ends_itself_only(
 ) -> None:
     with trio.fail_after(15):
         async with served(tmp_path) as server:
-            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stream:
                 await stream.send_all(
                     b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\n" + UPGRADE + b"\r\n\r\n"
                 )
@@ -396,10 +396,10 @@ async def test_a_list_cursor_that_is_not_ours_is_refused_and_the_connection_stay
             assert "result" in await client.call("session/list", {})
 
 
-@pytest.mark.parametrize("port", ["\u00b2", "9" * 5000, "-1", "65536"])
-def test_a_listen_port_that_is_no_port_is_refused_naming_the_form(port: str) -> None:
+@pytest.mark.parametrize("number", ["\u00b2", "9" * 5000, "-1", "65536"])
+def test_a_listen_port_that_is_no_port_is_refused_naming_the_form(number: str) -> None:
     with pytest.raises(ValueError, match="--listen takes HOST:PORT"):
-        check_listen(f"127.0.0.1:{port}", None)
+        check_listen(f"127.0.0.1:{number}", None)
 
 
 async def test_connections_opened_and_walked_away_from_are_given_back(tmp_path: Path) -> None:
@@ -412,9 +412,8 @@ async def test_connections_opened_and_walked_away_from_are_given_back(tmp_path: 
             body = json.dumps(
                 {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": INITIALIZE}
             ).encode()
-            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
             for _ in range(3):
-                async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+                async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stream:
                     await stream.send_all(
                         b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
                         b"\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
@@ -448,8 +447,7 @@ async def test_an_event_stream_nobody_reads_holds_no_turn(tmp_path: Path) -> Non
             await client.call("initialize", INITIALIZE)
             new = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
             assert client.connection is not None
-            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-            async with await trio.open_tcp_stream("127.0.0.1", port) as stalled:
+            async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stalled:
                 stalled.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
                 await stalled.send_all(
                     b"GET /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nAcp-Connection-Id: "
@@ -490,8 +488,7 @@ async def test_a_websocket_that_never_initializes_is_ended_when_idle(tmp_path: P
 async def test_a_post_whose_body_never_comes_is_ended(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with served(tmp_path, idle=0.5) as server:
-            port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-            async with await trio.open_tcp_stream("127.0.0.1", port) as stream:
+            async with await trio.open_tcp_stream("127.0.0.1", port(server)) as stream:
                 await stream.send_all(
                     b"POST /acp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json"
                     b"\r\nContent-Length: 1000\r\n\r\n{"
