@@ -4,8 +4,8 @@
   line, ``admin`` after the token for an admin; blank lines and ``#`` comments
   are skipped. The file must be its owner's alone (no group or other
   permission bits: mode 0600 or stricter) and every name and token unique,
-  each token at least `MIN_TOKEN` characters; anything else is refused at
-  start, naming the line. A request carries its token as ``Authorization:
+  each token at least `MIN_TOKEN` characters of printable ASCII; anything
+  else is refused at start, naming the line. A request carries its token as ``Authorization:
   Bearer TOKEN``; tokens are looked up by their SHA-256, never compared as
   text.
 * **Sessions** (`Principal.sees`): a session records the principal that made
@@ -90,6 +90,9 @@ class AccessTokens:
             name, token = words[0], words[1]
             if len(token) < MIN_TOKEN:
                 raise TokensError(f"{where}: a token needs at least {MIN_TOKEN} characters")
+            if not (token.isascii() and token.isprintable()):
+                # A header is read as Latin-1, this file as UTF-8: another would never match.
+                raise TokensError(f"{where}: a token is printable ASCII (as a bearer token is)")
             digest = _digest(token)
             if name in names:
                 raise TokensError(f"{where}: principal {name!r} is named twice")
@@ -104,9 +107,10 @@ class AccessTokens:
     def principal(self, authorization: str) -> Principal | None:
         """Who an ``Authorization`` header's bearer token names; None for any other header."""
         scheme, _, token = authorization.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = token.strip(" \t")  # the spaces HTTP allows, never any other
+        if scheme.lower() != "bearer" or not token:
             return None
-        return self._by_digest.get(_digest(token.strip()))
+        return self._by_digest.get(_digest(token))
 
 
 def _digest(token: str) -> bytes:

@@ -341,7 +341,8 @@ class AcpServer:
             await _plain(send, 404, f"GET /acp needs the {CONNECTION_HEADER} of a connection here")
             return
         last = _header(scope, b"last-event-id") or "0"
-        if not last.isdigit() or len(last) > 18:
+        # ASCII digits only: str.isdigit also takes '²', which int() refuses.
+        if not (last.isascii() and last.isdigit()) or len(last) > 18:
             await _plain(send, 400, f"Last-Event-ID must be an event's number, got {last[:40]!r}")
             return
         started = False

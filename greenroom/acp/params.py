@@ -119,7 +119,8 @@ def offset(cursor: str | None) -> int:
     """A ``session/list`` cursor (ours are offsets) as an offset."""
     if cursor is None:
         return 0
-    if not cursor.isdigit():
+    # ASCII digits, few enough for an offset: str.isdigit takes '²', which int() refuses.
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 18):
         raise RpcError(INVALID_PARAMS, f"invalid params: cursor {cursor!r:.40} is not ours")
     return int(cursor)
 

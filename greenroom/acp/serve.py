@@ -41,7 +41,9 @@ def check_listen(listen: str, tokens: AccessTokens | None) -> None:
     tokens, a host that is not loopback: nobody but this machine may reach a server that
     does not know who is asking."""
     host, colon, port = listen.rpartition(":")
-    if not colon or not host or not port.isdigit() or int(port) > 65535:
+    # ASCII digits only: str.isdigit also takes '²', which int() refuses.
+    number = port.isascii() and port.isdigit() and len(port) <= 5
+    if not colon or not host or not number or int(port) > 65535:
         raise ValueError(f"--listen takes HOST:PORT (IPv6 as [ADDRESS]:PORT), got {listen!r}")
     if tokens is None and not loopback_host(host):
         raise ValueError(
