@@ -34,6 +34,7 @@ answered with its HTTP status and a line that names it.
 from __future__ import annotations
 
 import logging
+import math
 import secrets
 from collections import deque
 from collections.abc import Awaitable, Callable, MutableMapping, Sequence
@@ -196,13 +197,18 @@ class AcpServer:
         reading = trio.CancelScope()  # cancelled: the client reads no more, the end
 
         async def read(on_frame: Callable[[frames.Frame], None]) -> None:
+            # One that says nothing within `idle` of its opening is ended: it would hold one
+            # of its principal's connections for as long as its socket stays open.
+            first_by = trio.current_time() + self._idle
             while True:
                 if pause := bucket.wait():
                     await trio.sleep(pause)  # over the rate: read later, lose nothing
                     bucket.wait()
-                message = await receive()
-                if message["type"] == "websocket.disconnect":
+                with trio.move_on_at(first_by) as waiting:
+                    message = await receive()
+                if waiting.cancelled_caught or message["type"] == "websocket.disconnect":
                     return
+                first_by = math.inf
                 text = message.get("text")
                 if text is None:
                     on_frame(frames.Bad(None, INVALID_REQUEST, "send each frame as a text message"))
@@ -243,7 +249,11 @@ class AcpServer:
         if _header(scope, b"content-type").split(";")[0].strip().lower() != "application/json":
             await _plain(send, 415, "POST /acp takes one JSON-RPC message as application/json")
             return
-        body = await _body(receive)
+        with trio.move_on_after(self._idle) as waiting:  # else it holds its socket forever
+            body = await _body(receive)
+        if waiting.cancelled_caught:
+            await _plain(send, 408, f"the body did not come whole within {self._idle:g} s")
+            return
         if body is None:
             await _plain(send, 413, f"a body over {frames.MAX_FRAME:,} bytes, the most read")
             return

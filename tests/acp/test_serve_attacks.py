@@ -465,12 +465,6 @@ async def test_an_event_stream_nobody_reads_holds_no_turn(tmp_path: Path) -> Non
                 await still_serves(server)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a WebSocket lives as long as its socket: one that never initializes (or whose"
-    " peer vanished without a FIN: no ping is sent) holds a connection slot forever, and"
-    " without tokens all clients share one principal's slots",
-)
 async def test_a_websocket_that_never_initializes_is_ended_when_idle(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with served(tmp_path, idle=0.5) as server, ws_client(server.ws_url) as client:
@@ -480,11 +474,6 @@ async def test_a_websocket_that_never_initializes_is_ended_when_idle(tmp_path: P
             assert client.closed
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a POST whose body never comes is waited for without end (Hypercorn's"
-    " read_timeout would end an event stream too), and such POSTs are counted by no limit",
-)
 async def test_a_post_whose_body_never_comes_is_ended(tmp_path: Path) -> None:
     with trio.fail_after(10):
         async with served(tmp_path, idle=0.5) as server:
