@@ -586,7 +586,7 @@ def _alternate(
 def run(repeats: int, quick: bool) -> list[Row]:
     m = 300 if quick else 2_000  # turns
     n_life = 2_000 if quick else 10_000  # create + dispose
-    n_mem = 2_000 if quick else 10_000  # idle agents
+    n_mem = 500 if quick else 10_000  # idle agents
     k = 100 if quick else 500  # cancels
 
     turns = _alternate((_raw_turns, _our_turns, _run_turns), m, repeats)

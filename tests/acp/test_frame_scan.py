@@ -128,7 +128,7 @@ def _kept(expected: tuple[object, ...]) -> tuple[object, ...]:
     return expected
 
 
-@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.settings(max_examples=150, deadline=None)
 @hypothesis.given(frames(), st.data())
 def test_the_scan_finds_what_the_decoder_finds_in_any_pieces(
     text: str, data: st.DataObject
@@ -165,7 +165,7 @@ def test_nested_too_deep_to_decode_it_finds_the_same_and_names_the_deep_member(
         assert (frame.id, frame.code) == (expected[0], -32602 if member == "params" else -32600)
 
 
-@hypothesis.settings(max_examples=500, deadline=None)
+@hypothesis.settings(max_examples=200, deadline=None)
 @hypothesis.given(st.binary(max_size=2000) | frames().map(str.encode), st.data())
 def test_any_bytes_in_any_pieces_scan_alike_and_never_raise(
     line: bytes, data: st.DataObject

@@ -23,7 +23,7 @@ from greenroom.acp.frames import MAX_FRAME
 from greenroom.models import ScriptedModel
 from tests.acp_peer import bridge
 
-EXAMPLES = 400
+EXAMPLES = 240
 SHARDS = 4
 STILL_HERE = [{"type": "text", "text": "still here"}]
 SLOW_EXAMPLES = 20_000

@@ -371,7 +371,7 @@ async def test_a_setting_is_told_only_when_the_client_does_not_have_it(tmp_path:
         assert await told("session/set_config_option", back) == []
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(message_id=st.text(max_size=80) | st.from_regex(r"s1/[0-9]{1,3}/[0-9]{1,2}", fullmatch=True))
 def test_any_message_id_is_a_turn_or_a_clear_refusal(message_id: str) -> None:
     events: list[Any] = [

@@ -318,7 +318,7 @@ def test_logout_leaves_a_file_that_is_not_its_own(home: Path, tmp_path: Path) ->
 
 
 @settings(
-    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+    max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
 )
 @given(content=st.binary(max_size=2000) | st.text(max_size=500).map(str.encode))
 def test_any_stored_content_is_keys_or_a_clear_error(home: Path, content: bytes) -> None:

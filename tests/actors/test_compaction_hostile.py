@@ -106,7 +106,7 @@ def test_a_summary_past_its_budget_is_cut_at_a_line_with_a_marker() -> None:
     limit=st.integers(min_value=200, max_value=2_000),
     limited=st.booleans(),
 )
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 def test_any_summary_leaves_within_its_budget(summary: str, limit: int, limited: bool) -> None:
     text, why = bounded_summary(summary, limit, limited)
     if why is None:

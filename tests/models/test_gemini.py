@@ -491,7 +491,7 @@ CHUNK = st.fixed_dictionaries(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(CHUNK | st.text(max_size=10), max_size=6))
 def test_any_stream_ends_in_a_finish_or_a_model_error(chunks: list[Any]) -> None:
     """Whatever the server sends, the reader yields chunks and a finish, or raises a

@@ -465,7 +465,7 @@ JSON = st.recursive(
 )
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(st.tuples(st.sampled_from(KINDS), JSON | st.text(max_size=10)), max_size=8))
 def test_any_stream_ends_in_a_finish_or_a_model_error(events: list[tuple[str, Any]]) -> None:
     """Whatever the server sends, the reader yields chunks and a finish, or raises a
