@@ -30,8 +30,12 @@ LIMIT = 30.0
 EXIT = {"shutdown_timeout": 5.0}
 
 
-def _agent() -> tuple[str, ...]:
-    return (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+def _spawn(recorder: Recorder, home: Path) -> Any:
+    """``greenroom acp`` under the SDK client, given our exit bound (`EXIT`) to end in."""
+    command = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
+    return acp.spawn_agent_process(
+        recorder, *command, env={"GREENROOM_HOME": str(home)}, cwd=home, transport_kwargs=EXIT
+    )
 
 
 def _served(name: str, record: Path) -> schema.McpServerStdio:
@@ -60,14 +64,7 @@ async def _gone(pid: int) -> None:
 def test_an_editors_mcp_server_is_called_and_rendered(tmp_path: Path) -> None:
     async def scenario() -> None:
         recorder = Recorder()
-        command, *args = _agent()
-        env = {"GREENROOM_HOME": str(tmp_path)}
-        async with acp.spawn_agent_process(
-            recorder, command, *args, env=env, cwd=tmp_path, transport_kwargs=EXIT
-        ) as (
-            conn,
-            _,
-        ):
+        async with _spawn(recorder, tmp_path) as (conn, _):
             init = await conn.initialize(protocol_version=1)
             assert init.agent_capabilities is not None
             mcp = init.agent_capabilities.mcp_capabilities
@@ -102,14 +99,7 @@ def test_an_editors_mcp_server_is_called_and_rendered(tmp_path: Path) -> None:
 def test_a_server_that_fails_to_start_is_told_to_the_editor(tmp_path: Path) -> None:
     async def scenario() -> None:
         recorder = Recorder()
-        command, *args = _agent()
-        env = {"GREENROOM_HOME": str(tmp_path)}
-        async with acp.spawn_agent_process(
-            recorder, command, *args, env=env, cwd=tmp_path, transport_kwargs=EXIT
-        ) as (
-            conn,
-            _,
-        ):
+        async with _spawn(recorder, tmp_path) as (conn, _):
             await conn.initialize(protocol_version=1)
             missing = schema.McpServerStdio(
                 name="missing", command=str(tmp_path / "no-such-server"), args=[], env=[]
@@ -131,15 +121,8 @@ def test_no_server_outlives_its_session_by_close_eof_or_sigterm(tmp_path: Path) 
 
     async def scenario() -> None:
         recorder = Recorder()
-        command, *args = _agent()
-        env = {"GREENROOM_HOME": str(tmp_path)}
         # session/close, then the end of stdin.
-        async with acp.spawn_agent_process(
-            recorder, command, *args, env=env, cwd=tmp_path, transport_kwargs=EXIT
-        ) as (
-            conn,
-            process,
-        ):
+        async with _spawn(recorder, tmp_path) as (conn, process):
             await conn.initialize(protocol_version=1)
             closed = await _new(conn, tmp_path, "closed", record)
             (closed_pid,) = pids(record)
@@ -151,12 +134,7 @@ def test_no_server_outlives_its_session_by_close_eof_or_sigterm(tmp_path: Path) 
         assert await asyncio.wait_for(process.wait(), 10) == 0
         assert not alive(eof_pid)
         # SIGTERM.
-        async with acp.spawn_agent_process(
-            recorder, command, *args, env=env, cwd=tmp_path, transport_kwargs=EXIT
-        ) as (
-            conn,
-            process,
-        ):
+        async with _spawn(recorder, tmp_path) as (conn, process):
             await conn.initialize(protocol_version=1)
             await _new(conn, tmp_path, "at-sigterm", record)
             term_pid = pids(record)[-1]
