@@ -5,7 +5,8 @@ decision, ``<directory>/<decision id>``, the first answer written wins.
 table) when the session is not live in the process; the session's next holder reads
 them and logs each as its ``decision/made``. The log is never written by anyone but its
 holder. A file is written whole (a temporary file, then linked into place, which fails
-if another answer got there first). Blocking: call from a worker thread.
+if another answer got there first). The functions block: `AnswersBeside`, the file stores'
+`put_answer` and `read_answers`, calls them from a worker thread.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ import contextlib
 import os
 import re
 import secrets
+from functools import partial
 from typing import Final
 
 import msgspec
+import trio
 
-from greenroom.session.persistence.base import PersistenceError
+from greenroom.session.persistence.base import PersistenceError, SyncPolicy
 
 #: What a decision id may be (it names a file): greenroom's own are ``dec-<hex>-<n>``.
 _ID: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
@@ -33,6 +36,30 @@ class StoredAnswer(msgspec.Struct, frozen=True):
 
 _encode = msgspec.json.Encoder().encode
 _decode = msgspec.json.Decoder(StoredAnswer).decode
+
+
+class AnswersBeside:
+    """`Persistence.put_answer` and `read_answers` of a file store (JSONL, SQLite): each
+    answer a side file in the store's `answer_dir` for the session, fsynced unless the
+    store's `sync` is ``os``."""
+
+    sync: SyncPolicy
+
+    def answer_dir(self, session_id: str) -> str:
+        raise NotImplementedError
+
+    async def put_answer(
+        self, session_id: str, decision_id: str, answer: str, by: str
+    ) -> tuple[str, str]:
+        directory, durable = self.answer_dir(session_id), self.sync != "os"
+        kept = await trio.to_thread.run_sync(
+            partial(put_answer, directory, decision_id, answer, by, durable=durable)
+        )
+        return kept.answer, kept.by
+
+    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
+        kept = await trio.to_thread.run_sync(read_answers, self.answer_dir(session_id))
+        return {decision: (k.answer, k.by) for decision, k in kept.items()}
 
 
 def check_decision_id(decision_id: str) -> None:

@@ -35,7 +35,7 @@ from greenroom.protocol.events import (
     TurnEnd,
     UserMessage,
 )
-from greenroom.session.persistence.answers import put_answer, read_answers
+from greenroom.session.persistence.answers import AnswersBeside
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
@@ -105,7 +105,7 @@ def encode_session_id(session_id: str) -> str:
     return stem
 
 
-class JsonlPersistence:
+class JsonlPersistence(AnswersBeside):
     """Session logs as ``<root>/<encoded id>.jsonl`` (see the module docstring).
 
     ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``);
@@ -185,19 +185,6 @@ class JsonlPersistence:
     def answer_dir(self, session_id: str) -> str:
         """Where answers to the session's decisions wait for its next holder (`answers`)."""
         return os.path.join(self._directory, encode_session_id(session_id) + ANSWERS_SUFFIX)
-
-    async def put_answer(
-        self, session_id: str, decision_id: str, answer: str, by: str
-    ) -> tuple[str, str]:
-        directory, durable = self.answer_dir(session_id), self.sync != "os"
-        kept = await trio.to_thread.run_sync(
-            partial(put_answer, directory, decision_id, answer, by, durable=durable)
-        )
-        return kept.answer, kept.by
-
-    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
-        kept = await trio.to_thread.run_sync(read_answers, self.answer_dir(session_id))
-        return {decision: (k.answer, k.by) for decision, k in kept.items()}
 
     # -- in a worker thread ------------------------------------------------------
 

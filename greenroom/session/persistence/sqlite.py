@@ -46,7 +46,7 @@ import msgspec
 import trio
 
 from greenroom.protocol.events import SessionHeader
-from greenroom.session.persistence.answers import put_answer, read_answers
+from greenroom.session.persistence.answers import AnswersBeside
 from greenroom.session.persistence.base import (
     DEADLINE,
     SYNC_POLICIES,
@@ -121,7 +121,7 @@ _encoder = msgspec.json.Encoder()
 _header_decoder = msgspec.json.Decoder(SessionHeader)
 
 
-class SqlitePersistence:
+class SqlitePersistence(AnswersBeside):
     """Session logs in the SQLite database at `path` (created if missing; see the module docstring).
 
     ``sync`` is the `SyncPolicy` of every log it opens (default ``"turn"``);
@@ -266,19 +266,6 @@ class SqlitePersistence:
         """Where answers to the session's decisions wait for its next holder: side files in
         ``<path>.answers/<sha256 of the id>`` (`answers`), beside the database."""
         return os.path.join(self.path + ".answers", hashlib.sha256(session_id.encode()).hexdigest())
-
-    async def put_answer(
-        self, session_id: str, decision_id: str, answer: str, by: str
-    ) -> tuple[str, str]:
-        directory, durable = self.answer_dir(session_id), self.sync != "os"
-        kept = await trio.to_thread.run_sync(
-            partial(put_answer, directory, decision_id, answer, by, durable=durable)
-        )
-        return kept.answer, kept.by
-
-    async def read_answers(self, session_id: str) -> dict[str, tuple[str, str]]:
-        kept = await trio.to_thread.run_sync(read_answers, self.answer_dir(session_id))
-        return {decision: (k.answer, k.by) for decision, k in kept.items()}
 
     # -- the Trio side ---------------------------------------------------------------
 
