@@ -17,6 +17,7 @@ from pathlib import Path
 
 import trio
 
+from greenroom.acp.frames import MAX_FRAME, MIN_FRAME
 from greenroom.actors.decisions import decide_stored, stored_decisions
 from greenroom.keys import KeyFileError, greenroom_home, store_key
 from greenroom.models import ModelAdapter
@@ -222,6 +223,13 @@ def main(argv: list[str] | None = None) -> int:
         metavar="PER_SECOND",
         help="messages per second per connection (default 200)",
     )
+    network.add_argument(
+        "--max-frame",
+        type=int,
+        default=MAX_FRAME,
+        metavar="BYTES",
+        help=f"bytes of one frame, a WebSocket message or a POST body (default {MAX_FRAME:,})",
+    )
     network.add_argument("--cert", type=Path, metavar="FILE", help="TLS: the certificate chain")
     network.add_argument("--key", type=Path, metavar="FILE", help="TLS: the certificate's key")
     _add_agent_options(network)
@@ -304,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 if min(args.max_connections, args.max_sessions) < 1 or not args.max_rate > 0:
                     parser.error("--max-connections, --max-sessions and --max-rate must be > 0")
+                if args.max_frame < MIN_FRAME:
+                    parser.error(f"--max-frame must be at least {MIN_FRAME:,} bytes")
 
                 if (args.cert is None) != (args.key is None):
                     parser.error("--cert and --key go together: TLS needs both")
@@ -325,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
                         connections=args.max_connections,
                         sessions=args.max_sessions,
                         rate=args.max_rate,
+                        frame=args.max_frame,
                     ),
                 )
             from greenroom.acp.login import Login

@@ -29,6 +29,9 @@ from greenroom.protocol.acp import INVALID_PARAMS, INVALID_REQUEST, PARSE_ERROR,
 
 #: The longest frame the reader accepts; a longer line is answered with an error and skipped.
 MAX_FRAME: Final = 8 * 1024 * 1024
+#: The least frame limit a server may be given (``greenroom serve --max-frame``): below it
+#: a client's ``initialize`` with its capabilities and a short prompt might not fit.
+MIN_FRAME: Final = 4096
 
 
 class IncomingRequest(NamedTuple):
@@ -381,9 +384,10 @@ def _too_deep(line: bytes) -> Frame:
     return Bad(scan.id, INVALID_REQUEST, "a frame nested too deep to decode")
 
 
-def dropped(scan: FrameScan) -> Unread | Bad:
-    """What a line over `MAX_FRAME`, scanned whole as it went by, was."""
-    limit = f"a frame longer than {MAX_FRAME:,} bytes, the most greenroom reads"
+def dropped(scan: FrameScan, most: int = MAX_FRAME) -> Unread | Bad:
+    """What a line over `most` bytes (`MAX_FRAME` unless a server sets its own), scanned
+    whole as it went by, was."""
+    limit = f"a frame longer than {most:,} bytes, the most greenroom reads"
     if scan.answers:
         return Unread(scan.id, f"the client's reply is {limit}: dropped unread")
     return Bad(scan.id, INVALID_REQUEST, f"{limit}: dropped unread")

@@ -6,8 +6,8 @@ dispatch, the same one writer, the same teardown when the connection ends):
 
 * **WebSocket** (``GET /acp`` with an upgrade): each text message is one
   JSON-RPC frame, both ways; a binary message is answered an error, so is one
-  past `frames.MAX_FRAME` (up to `MAX_MESSAGE`: past it the socket is closed,
-  1009). The connection ends when the socket closes.
+  past the frame limit (`ServeLimits.frame`; up to twice it: past that the socket
+  is closed, 1009). The connection ends when the socket closes.
 * **HTTP** (``POST /acp``; `posted.PostedConnection`): one frame per body,
   ``Content-Type: application/json``. The ``initialize`` POST opens a
   connection and its answer carries the connection's id in
@@ -61,7 +61,6 @@ __all__ = [
     "EVENTS_HEADER",
     "ServeLimits",
     "IDLE",
-    "MAX_MESSAGE",
     "AcpServer",
 ]
 
@@ -76,9 +75,6 @@ Send = Callable[[Message], Awaitable[None]]
 CONNECTION_HEADER: Final = "Acp-Connection-Id"
 #: The header of a request's answer over HTTP: the number of the last event sent before it.
 EVENTS_HEADER: Final = "Acp-Last-Event-Id"
-#: The longest WebSocket message read at all (characters): one past `frames.MAX_FRAME` is
-#: answered an error and skipped, as over stdio; one past this closes the socket (1009).
-MAX_MESSAGE: Final = 2 * frames.MAX_FRAME
 #: Seconds an HTTP connection lives with no request waiting and no stream open.
 IDLE: Final = 120.0
 
@@ -98,13 +94,23 @@ class ServeLimits:
       HTTP POST is refused 429 with ``Retry-After``;
     * ``backlog``: bytes of frames waiting for a WebSocket client that does not read,
       past which its connection ends (its sessions let go, as at a disconnect); the
-      writer never holds a turn, so a client that does not read slows no turn.
+      writer never holds a turn, so a client that does not read slows no turn;
+    * ``frame``: bytes of one frame (a WebSocket message, a POST body), past which it is
+      not decoded: a WebSocket message is answered an error as an overlong line over
+      stdio is (read up to twice the limit, past which the socket is closed, 1009), a
+      POST is answered 413.
     """
 
     connections: int = 64
     sessions: int = 256
     rate: float = 200.0
     backlog: int = 64 * 1024 * 1024
+    frame: int = frames.MAX_FRAME
+
+    @property
+    def message(self) -> int:
+        """The longest WebSocket message read at all (see ``frame``)."""
+        return 2 * self.frame
 
 
 #: The limits ``greenroom serve`` applies unless told otherwise.
@@ -194,6 +200,7 @@ class AcpServer:
             return
         await send({"type": "websocket.accept"})
         bucket = Bucket(self._limits.rate)
+        most = self._limits.frame
         reading = trio.CancelScope()  # cancelled: the client reads no more, the end
 
         async def read(on_frame: Callable[[frames.Frame], None]) -> None:
@@ -214,10 +221,10 @@ class AcpServer:
                     on_frame(frames.Bad(None, INVALID_REQUEST, "send each frame as a text message"))
                     continue
                 data = text.encode()
-                if len(data) > frames.MAX_FRAME:  # answered as stdio answers an overlong line
+                if len(data) > most:  # answered as stdio answers an overlong line
                     scan = frames.FrameScan()
                     scan.feed(data)
-                    on_frame(frames.dropped(scan.end()))
+                    on_frame(frames.dropped(scan.end(), most))
                 else:
                     on_frame(frames.decode_frame(data))
 
@@ -249,13 +256,14 @@ class AcpServer:
         if _header(scope, b"content-type").split(";")[0].strip().lower() != "application/json":
             await _plain(send, 415, "POST /acp takes one JSON-RPC message as application/json")
             return
+        most = self._limits.frame
         with trio.move_on_after(self._idle) as waiting:  # else it holds its socket forever
-            body = await _body(receive)
+            body = await _body(receive, most)
         if waiting.cancelled_caught:
             await _plain(send, 408, f"the body did not come whole within {self._idle:g} s")
             return
         if body is None:
-            await _plain(send, 413, f"a body over {frames.MAX_FRAME:,} bytes, the most read")
+            await _plain(send, 413, f"a body over {most:,} bytes, the most read")
             return
         frame = frames.decode_frame(body)
         named = _header(scope, CONNECTION_HEADER.lower().encode())
@@ -462,8 +470,8 @@ async def _until_gone(receive: Receive, work: Callable[[], Awaitable[T]]) -> T |
     return result[0] if result else None
 
 
-async def _body(receive: Receive) -> bytes | None:
-    """The request's body; None past `frames.MAX_FRAME` (not read further)."""
+async def _body(receive: Receive, most: int) -> bytes | None:
+    """The request's body; None past `most` bytes (not read further)."""
     parts: list[bytes] = []
     size = 0
     while True:
@@ -472,7 +480,7 @@ async def _body(receive: Receive) -> bytes | None:
             return b""
         chunk = message.get("body", b"")
         size += len(chunk)
-        if size > frames.MAX_FRAME:
+        if size > most:
             return None
         parts.append(chunk)
         if not message.get("more_body", False):

@@ -22,7 +22,7 @@ from hypercorn.config import Config
 from hypercorn.trio import serve
 
 from greenroom.acp.access import AccessTokens, loopback_host
-from greenroom.acp.network import DEFAULT_LIMITS, IDLE, MAX_MESSAGE, AcpServer, ServeLimits
+from greenroom.acp.network import DEFAULT_LIMITS, IDLE, AcpServer, ServeLimits
 from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
 from greenroom.models.base import ModelAdapter
@@ -78,7 +78,7 @@ async def serve_acp(
     config.bind = [listen]
     if cert is not None:
         config.certfile, config.keyfile = str(cert), str(key)
-    config.websocket_max_message_size = MAX_MESSAGE
+    config.websocket_max_message_size = limits.message
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False

@@ -19,8 +19,10 @@ owned by the server's supervisor, not by the connection that made it.
   requests are withdrawn (``$/cancel_request``, as a cancelled request always
   is). A client that cannot answer (its connection closing) drops out; with
   nobody left to ask, the question waits for a client to attach (or for
-  ``decide``). File requests (``fs/*``) go to one client: the first
-  attached with a prompt of the session in flight, else the first attached.
+  ``decide``). The log's ``decision/made`` names the client that answered.
+  File requests (``fs/*``) go to one client: the first attached whose prompt
+  the running turn took, else (a turn carried on, or its client gone) the
+  first attached.
 * **Detach.** `Attachment.dispose` (a close, a delete, a connection's end)
   lets go of the session. When the last lets go, its background bash tasks
   are killed and its agent disposed; but a turn still running, or waiting on
@@ -33,8 +35,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Awaitable, Callable
-from functools import partial
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, TypeVar
 
 import trio
@@ -43,9 +44,15 @@ from greenroom.acp.client import ClientGone
 from greenroom.acp.params import RpcError
 from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
-from greenroom.actors.types import Agent, AskerGone, PermissionRequest, Question, SessionClient
+from greenroom.actors.types import (
+    Agent,
+    Answered,
+    AskerGone,
+    PermissionRequest,
+    Question,
+    SessionClient,
+)
 from greenroom.protocol.acp import INTERNAL_ERROR
-from greenroom.protocol.events import PermissionDecision
 from greenroom.tools.bash import BashExecutor
 from greenroom.tools.bash.tools import kill_owned
 
@@ -58,21 +65,21 @@ class Attachment:
     """One connection's hold on a shared session: its ``agent`` and ``resumed`` are the
     session's handle's; `dispose` lets go (the last to let go disposes the agent)."""
 
-    __slots__ = ("_busy", "_shared", "client", "key", "principal")
+    __slots__ = ("_prompts", "_shared", "client", "key", "principal")
 
     def __init__(
         self,
         shared: _Shared,
         key: int,
         client: SessionClient,
-        busy: Callable[[], bool],
+        prompts: Callable[[], Iterable[Prompt[Any]]],
         principal: str | None,
     ) -> None:
         self._shared = shared
         self.key = key
         self.client = client
         self.principal = principal  # whose connection holds it
-        self._busy = busy  # whether its connection has a prompt of the session in flight
+        self._prompts = prompts  # its connection's prompts of the session in flight
 
     @property
     def agent(self) -> Agent:
@@ -82,9 +89,9 @@ class Attachment:
     def resumed(self) -> Prompt[None] | None:
         return self._shared.handle.resumed if self._shared.first is self else None
 
-    @property
-    def busy(self) -> bool:
-        return self._busy()
+    def runs(self, turn: int | None) -> bool:
+        """Whether `turn` took one of its connection's prompts (False for None)."""
+        return turn is not None and any(prompt.turn == turn for prompt in self._prompts())
 
     @property
     def shared(self) -> bool:
@@ -165,7 +172,7 @@ class Attachments:
         session_id: str,
         start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]],
         client: SessionClient,
-        busy: Callable[[], bool],
+        prompts: Callable[[], Iterable[Prompt[Any]]],
         principal: str | None = None,
     ) -> Attachment:
         """Attach `principal`'s connection to `session_id` if it is live here (waiting for a
@@ -192,7 +199,7 @@ class Attachments:
                 await shared.ended.wait()
                 continue
             if shared.live():
-                return self._join(shared, client, busy, principal)
+                return self._join(shared, client, prompts, principal)
             del self.shared[session_id]  # disposed under its clients (a hand-off)
         shared = self.shared[session_id] = _Shared(self, session_id, client)
         try:
@@ -202,17 +209,17 @@ class Attachments:
             raise
         finally:
             shared.started.set()
-        attachment = shared.first = self._join(shared, client, busy, principal)
+        attachment = shared.first = self._join(shared, client, prompts, principal)
         return attachment
 
     def _join(
         self,
         shared: _Shared,
         client: SessionClient,
-        busy: Callable[[], bool],
+        prompts: Callable[[], Iterable[Prompt[Any]]],
         principal: str | None,
     ) -> Attachment:
-        attachment = Attachment(shared, next(self._keys), client, busy, principal)
+        attachment = Attachment(shared, next(self._keys), client, prompts, principal)
         shared.attached.append(attachment)
         shared.joined.set()  # a question waiting for clients asks this one too
         shared.joined = trio.Event()
@@ -225,10 +232,16 @@ class _FanOutPermissions:
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
 
-    async def decide(self, request: PermissionRequest) -> PermissionDecision:
-        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[PermissionDecision]] | None:
+    async def decide(self, request: PermissionRequest) -> Answered:
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[Answered]] | None:
             permissions = attachment.client.permissions
-            return None if permissions is None else partial(permissions.decide, request)
+            if permissions is None:
+                return None
+
+            async def ask() -> Answered:
+                return _named(await permissions.decide(request), attachment.client.name)
+
+            return ask
 
         return await _first_answer(self._shared, ask_of)
 
@@ -239,12 +252,22 @@ class _FanOutQuestions:
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
 
-    async def ask(self, question: Question) -> str | None:
-        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[str | None]] | None:
+    async def ask(self, question: Question) -> Answered:
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[Answered]] | None:
             questions = attachment.client.questions
-            return None if questions is None else partial(questions.ask, question)
+            if questions is None:
+                return None
+
+            async def ask() -> Answered:
+                return _named(await questions.ask(question) or "", attachment.client.name)
+
+            return ask
 
         return await _first_answer(self._shared, ask_of)
+
+
+def _named(answer: str | Answered, by: str) -> Answered:
+    return answer if isinstance(answer, Answered) else Answered(answer, by)
 
 
 class _RoutedFiles:
@@ -254,10 +277,12 @@ class _RoutedFiles:
         self._shared = shared
 
     def _files(self) -> Any:
-        offering = [a for a in self._shared.attached if a.client.files is not None]
+        shared = self._shared
+        offering = [a for a in shared.attached if a.client.files is not None]
         if not offering:
             raise ClientGone("no attached client offers its files")
-        chosen = next((a for a in offering if a.busy), offering[0])
+        turn = shared.handle.agent.session.open_turn
+        chosen = next((a for a in offering if a.runs(turn)), offering[0])
         return chosen.client.files
 
     async def read_text(self, path: str, line: int | None, limit: int | None) -> str:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import re
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Final, NamedTuple
 
 from greenroom.acp.access import Principal
@@ -33,6 +33,7 @@ from greenroom.acp.shared import Attachment, Attachments
 from greenroom.acp.table import LiveHandle, SessionRecord, SessionTable
 from greenroom.actors.decisions import open_decisions
 from greenroom.actors.life import AgentHandle, Owner
+from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
@@ -388,12 +389,12 @@ class SessionStarts:
             return await start(self._owner, client)
         table = self._table
 
-        def busy() -> bool:
+        def prompts() -> Iterable[Prompt[Any]]:
             record = table.records.get(session_id)
-            return record is not None and bool(record.prompts)
+            return () if record is None else (entry.prompt for entry in record.prompts.values())
 
         principal = None if self._principal is None else self._principal.name
-        return await self._attachments.attach(session_id, start, client, busy, principal)
+        return await self._attachments.attach(session_id, start, client, prompts, principal)
 
     async def _resume_stored(
         self,

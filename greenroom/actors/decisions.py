@@ -32,7 +32,7 @@ import trio
 from greenroom.actors.marker import CancelMarker, cancelled_in
 from greenroom.actors.status import AgentStatus
 from greenroom.actors.step import write_ahead
-from greenroom.actors.types import AskerGone
+from greenroom.actors.types import Answered, AskerGone
 from greenroom.parking import Parking
 from greenroom.protocol.events import (
     DecisionKind,
@@ -132,7 +132,7 @@ class Decisions:
         self,
         call_id: str,
         kind: DecisionKind,
-        asker: Callable[[], Awaitable[str]] | None,
+        asker: Callable[[], Awaitable[str | Answered]] | None,
         asker_name: str,
         *,
         tool: str = "",
@@ -146,8 +146,9 @@ class Decisions:
         """Log the decision (or find the one a cut turn left open for `call_id`), wait for
         its first answer, log it; returns (the answer, who gave it). `asker` asks whoever
         the session has (None: no one, the answer comes from `decide`); what it returns is
-        the answer `asker_name` gave. A cancel ends the wait (the decision dies with the
-        turn, or, on a disposal, stays open, parked in the log)."""
+        the answer `asker_name` gave, or an `Answered` naming who gave it. A cancel ends
+        the wait (the decision dies with the turn, or, on a disposal, stays open, parked in
+        the log)."""
         session = self._session
         turn = session.open_turn or session.last_turn
         request = None
@@ -244,7 +245,7 @@ class Decisions:
 
 
 async def _answer(
-    waiting: _Waiting, asker: Callable[[], Awaitable[str]] | None, asker_name: str
+    waiting: _Waiting, asker: Callable[[], Awaitable[str | Answered]] | None, asker_name: str
 ) -> None:
     """Wait for `waiting`'s first answer: the asker's (`decide` calls it off), or, with no
     one to ask, `decide`'s."""
@@ -256,7 +257,10 @@ async def _answer(
                 pass
             else:
                 if waiting.answer is None:
-                    waiting.answer, waiting.by = answer, asker_name
+                    if isinstance(answer, Answered):
+                        waiting.answer, waiting.by = answer.answer, answer.by
+                    else:
+                        waiting.answer, waiting.by = answer, asker_name
                     if waiting.parked is not None:
                         waiting.parked.wake()
     if waiting.answer is None:  # no call more when the asker answered

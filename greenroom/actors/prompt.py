@@ -228,6 +228,12 @@ class Prompt(Generic[T]):
         return f"<Prompt {self.id!r} {state}>"
 
     @property
+    def turn(self) -> int | None:
+        """The number of the turn that took it (its ``turn/start``'s), None while queued or
+        if it settled without one (withdrawn)."""
+        return self._turn
+
+    @property
     def pending(self) -> list[DecisionRequested]:
         """The decisions its turn waits for now (a permission, a question), oldest first:
         empty while no turn took it, or its turn waits for none."""

@@ -41,6 +41,7 @@ from greenroom.actors.step import StepFailed, TurnStopped
 from greenroom.actors.types import (
     DEFAULT_MODE,
     MODE_ACCESS,
+    Answered,
     Defer,
     PermissionRequest,
     Permissions,
@@ -382,7 +383,8 @@ class ToolRegistry:
         decision: str  # a `PermissionDecision`: the policy's, or an option the decision offered
         try:
             if agent is None or (type(permissions) is AllowAll and not agent.session.decisions):
-                decision = await permissions.decide(request)
+                decided = await permissions.decide(request)
+                decision = decided.answer if isinstance(decided, Answered) else decided
             else:
                 by = client.name if client is not None and client.permissions else "policy"
                 decision, _ = await agent.decisions.ask(

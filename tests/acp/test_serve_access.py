@@ -274,6 +274,7 @@ async def test_serve_over_tls_with_cert_and_key(tmp_path: Path) -> None:
         (["--listen", "127.0.0.1"], "--listen takes HOST:PORT"),
         (["--listen", "127.0.0.1:0", "--tokens", "TOKENS"], "chmod 600"),
         (["--listen", "127.0.0.1:0", "--cert", "x.pem"], "--cert and --key go together"),
+        (["--listen", "127.0.0.1:0", "--max-frame", "100"], "--max-frame must be at least 4,096"),
     ],
 )
 def test_greenroom_serve_refuses_at_start_what_it_cannot_serve_safely(

@@ -150,3 +150,33 @@ async def test_sessions_past_a_principals_limit_are_refused_naming_it(tmp_path: 
             await first.call("session/close", {"sessionId": one})
             await second.call("session/close", {"sessionId": one})
             assert "result" in await first.call("session/new", new)
+
+
+async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: Path) -> None:
+    """Over WebSocket answered an error naming the limit (the socket stays), past twice it
+    the socket is closed 1009; over HTTP 413 naming it; a frame within it is served."""
+    limits = ServeLimits(frame=8192)
+    big = '{"jsonrpc":"2.0","id":"big","method":"session/list","params":{"x":"%s"}}'
+    with trio.fail_after(30):
+        async with served(tmp_path, limits=limits) as server:
+            async with ws_client(server.ws_url) as client:
+                await client.call("initialize", INITIALIZE)
+                await client.send(big % ("x" * 8192))
+                refused = (await client.answer("big"))["error"]
+                assert refused["code"] == -32600
+                assert "longer than 8,192 bytes" in refused["message"]
+                await client.send(big.replace('"big"', '"fits"') % ("x" * 8000))
+                assert "sessions" in (await client.answer("fits"))["result"]
+                await client.send(big % ("x" * 2 * 8192))
+                while not client.closed:
+                    await trio.sleep(0.01)
+                assert client.socket.closed is not None
+                assert client.socket.closed.code == 1009
+            async with httpx2.AsyncClient(timeout=10) as http:
+                posted = await http.post(
+                    server.url,
+                    content=(big % ("x" * 8192)).encode(),
+                    headers={"content-type": "application/json"},
+                )
+                assert posted.status_code == 413
+                assert "over 8,192 bytes" in posted.text

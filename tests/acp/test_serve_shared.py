@@ -3,6 +3,7 @@ answer wins, the session lives while any client is attached."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,7 @@ import pytest
 import trio
 
 from greenroom.models.scripted import ScriptedModel
+from greenroom.protocol.events import DecisionMade
 from tests.serve_clients import INITIALIZE, HttpClient, WsClient, said, served, ws_client
 
 pytestmark = pytest.mark.real_clock
@@ -20,9 +22,15 @@ def text(words: str) -> list[dict[str, Any]]:
     return [{"type": "text", "text": words}]
 
 
-async def _two_on_one(a: WsClient, b: WsClient, cwd: Path) -> str:
-    for client in (a, b):
-        await client.call("initialize", INITIALIZE)
+async def _two_on_one(a: WsClient, b: WsClient, cwd: Path, *, files: bool = False) -> str:
+    """a makes a session and prompts it; b (``client b``) loads it. `files`: both offer
+    their files (``fs``)."""
+    fs = {"fs": {"readTextFile": True, "writeTextFile": True}} if files else {}
+    for name, client in (("client a", a), ("client b", b)):
+        await client.call(
+            "initialize",
+            INITIALIZE | {"clientCapabilities": fs, "clientInfo": {"name": name, "version": "1"}},
+        )
     session: str = (await a.call("session/new", {"cwd": str(cwd), "mcpServers": []}))["result"][
         "sessionId"
     ]
@@ -112,6 +120,59 @@ async def test_a_permission_goes_to_every_client_and_the_first_answer_wins(
             assert (await a.answer("run"))["result"] == {"stopReason": "end_turn"}
             assert "from a turn\n[exit code: 0]" in said(a.updates(session))
             assert not await b.asked("$/cancel_request", 0)
+            agent = server.runtime.agents.get(session)
+            assert agent is not None
+            (made,) = [e for e in agent.session.events if isinstance(e, DecisionMade)]
+            assert (made.answer, made.by) == ("allow_once", "client b")  # who answered
+
+
+async def test_file_requests_go_to_the_client_whose_prompt_the_turn_runs(
+    tmp_path: Path,
+) -> None:
+    """a, attached first, has a prompt queued while b's turn writes: b is asked, not a."""
+    write = json.dumps({"path": "out.txt", "content": "from b"})
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0), tools=True) as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as b,
+        ):
+            session = await _two_on_one(a, b, tmp_path, files=True)
+            await b.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "write",
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": text(f"tool: write_file {write}")},
+                }
+            )
+            (to_b,) = await b.asked("session/request_permission")
+            await a.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "queued",
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": text("after b")},
+                }
+            )
+            # Answered in order after the prompt: a's prompt is in flight, queued.
+            await a.call("session/set_mode", {"sessionId": session, "modeId": "default"})
+            await b.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": to_b["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}},
+                }
+            )
+            (read,) = await b.asked("fs/read_text_file")  # the old text, to show a diff
+            await b.send({"jsonrpc": "2.0", "id": read["id"], "result": {"content": ""}})
+            (written,) = await b.asked("fs/write_text_file")
+            assert written["params"]["content"] == "from b"
+            await b.send({"jsonrpc": "2.0", "id": written["id"], "result": {}})
+            assert (await b.answer("write"))["result"] == {"stopReason": "end_turn"}
+            assert (await a.answer("queued"))["result"] == {"stopReason": "end_turn"}
+            assert not [f for f in a.frames if str(f.get("method")).startswith("fs/")]
+            assert not (tmp_path / "out.txt").exists()  # written by b's editor, not the disk
 
 
 async def test_the_session_lives_while_any_client_is_attached(tmp_path: Path) -> None:
