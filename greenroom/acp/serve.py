@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import trio
-from hypercorn.config import Config
+from hypercorn.config import Config, Sockets
 from hypercorn.trio import serve
 
 from greenroom.acp.access import AccessTokens, loopback_host
@@ -74,7 +75,7 @@ async def serve_acp(
     connection's teardown grace) before this returns.
     """
     check_listen(listen, tokens)
-    config = Config()
+    config = _Config(stalled=idle)
     config.bind = [listen]
     if cert is not None:
         config.certfile, config.keyfile = str(cert), str(key)
@@ -101,6 +102,28 @@ async def serve_acp(
             await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
         finally:
             app.close()
+
+
+class _Config(Config):
+    """Hypercorn's config, with each listening socket's ``TCP_USER_TIMEOUT`` (which the
+    connections it accepts inherit) set to `stalled` seconds: a peer that takes none of
+    what is sent to it for that long (a client that does not read, a host gone without
+    a word) has its connection reset by the kernel. Without it, the frame Hypercorn is in
+    the middle of sending to such a client holds its task and socket until the peer
+    goes: that send is shielded from any cancel of ours. Where the option does not exist
+    (not Linux), connections are as Hypercorn makes them."""
+
+    def __init__(self, stalled: float) -> None:
+        super().__init__()
+        self._stalled = stalled
+
+    def create_sockets(self) -> Sockets:
+        sockets = super().create_sockets()
+        option = getattr(socket, "TCP_USER_TIMEOUT", None)
+        if option is not None:
+            for listening in (*sockets.secure_sockets, *sockets.insecure_sockets):
+                listening.setsockopt(socket.IPPROTO_TCP, option, round(self._stalled * 1000))
+        return sockets
 
 
 def run_serve(

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx2
 import pytest
 import trio
-from trio_websocket import ConnectionRejected, open_websocket_url
+from trio_websocket import ConnectionRejected, wrap_client_stream
 
 from greenroom.acp.network import ServeLimits
 from greenroom.models.scripted import ScriptedModel
@@ -79,30 +79,64 @@ async def test_websocket_messages_over_the_rate_are_slowed_never_lost(tmp_path: 
             assert trio.current_time() - started >= 0.9  # 20 a second past the first 20
 
 
+def established(port: int) -> int:
+    """The TCP connections of this machine whose local port is `port` (the server's side)."""
+    count = 0
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            count += state == "01" and int(local.rsplit(":", 1)[1], 16) == port
+    return count
+
+
 async def test_a_websocket_client_that_does_not_read_is_disconnected(tmp_path: Path) -> None:
+    """Its sessions are let go past the backlog; its socket, held by the frame Hypercorn was
+    sending it when the kernel's buffers filled, is reset once it took nothing for the idle
+    time (TCP_USER_TIMEOUT)."""
     words = " ".join(["w"] * 40_000)  # 40,000 echoed chunks: megabytes of updates
     with trio.fail_after(60):
-        async with served(
-            tmp_path, ScriptedModel(delay=0), limits=ServeLimits(backlog=256 * 1024)
-        ) as server:
-            async with open_websocket_url(server.ws_url) as socket:
+        async with (
+            served(
+                tmp_path, ScriptedModel(delay=0), idle=2, limits=ServeLimits(backlog=256 * 1024)
+            ) as server,
+            trio.open_nursery() as nursery,
+        ):
+            port = int(server.url.removesuffix("/acp").rsplit(":", 1)[1])
+            raw = trio.socket.socket()
+            # A window of a few KB: the server's sends block once its own buffer is full.
+            raw.setsockopt(trio.socket.SOL_SOCKET, trio.socket.SO_RCVBUF, 4096)
+            await raw.connect(("127.0.0.1", port))
+            socket = await wrap_client_stream(nursery, trio.SocketStream(raw), "127.0.0.1", "/acp")
 
-                async def call(request_id: str, method: str, params: object) -> None:
-                    frame = {"jsonrpc": "2.0", "id": request_id, "method": method}
-                    await socket.send_message(json.dumps({**frame, "params": params}))
+            async def call(request_id: str, method: str, params: object) -> None:
+                frame = {"jsonrpc": "2.0", "id": request_id, "method": method}
+                await socket.send_message(json.dumps({**frame, "params": params}))
 
-                await call("i", "initialize", INITIALIZE)
-                await call("n", "session/new", {"cwd": str(tmp_path), "mcpServers": []})
-                session = None
-                while session is None:
-                    frame = json.loads(await socket.get_message())
-                    if frame.get("id") == "n":
-                        session = frame["result"]["sessionId"]
-                prompt = [{"type": "text", "text": words}]
-                await call("p", "session/prompt", {"sessionId": session, "prompt": prompt})
-                # Never read again: the server lets go of the client's session.
-                while server.runtime.agents.get(session) is not None:
-                    await trio.sleep(0.05)
+            await call("i", "initialize", INITIALIZE)
+            await call("n", "session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session = None
+            while session is None:
+                frame = json.loads(await socket.get_message())
+                if frame.get("id") == "n":
+                    session = frame["result"]["sessionId"]
+            prompt = [{"type": "text", "text": words}]
+            await call("p", "session/prompt", {"sessionId": session, "prompt": prompt})
+            # Never read again: the server lets go of the client's session,
+            while server.runtime.agents.get(session) is not None:
+                await trio.sleep(0.05)
+            while established(port):  # and, the idle time after, of its socket
+                await trio.sleep(0.1)
+            nursery.cancel_scope.cancel()
+            # The server is still up for everyone else.
+            async with ws_client(server.ws_url) as other:
+                assert "result" in await other.call("initialize", INITIALIZE)
+                load = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+                await other.call("session/resume", load)
+                await other.call(
+                    "session/prompt",
+                    {"sessionId": session, "prompt": [{"type": "text", "text": "still"}]},
+                )
+                assert "still" in said(other.updates(session))
             # The server is still up for everyone else.
             async with ws_client(server.ws_url) as other:
                 assert "result" in await other.call("initialize", INITIALIZE)
