@@ -13,7 +13,7 @@ import httpx2
 import pytest
 import trio
 
-from greenroom.acp.access import AccessTokens, Principal, TokensError
+from greenroom.acp.access import AccessTokens, Principal, TokensError, local_request
 from greenroom.acp.network import ServeLimits
 from greenroom.acp.serve import check_listen
 from greenroom.models.scripted import ScriptedModel
@@ -185,6 +185,28 @@ async def test_without_tokens_only_a_loopback_host_and_origin_reach_either_trans
                 assert refused in answer
                 assert refused in said
             await still_serves(server)
+
+
+@pytest.mark.parametrize(
+    ("host", "origin"),
+    [
+        ("evil@127.0.0.1", ""),
+        ("127.0.0.1@evil.example", ""),
+        ("127.0.0.1/path", ""),
+        ("127.0.0.1:port", ""),
+        ("127.0.0.1", "http://evil@127.0.0.1"),
+        ("127.0.0.1", "http://127.0.0.1/path"),
+        ("127.0.0.1", "http://127.0.0.1:99999"),
+    ],
+)
+def test_a_host_or_origin_that_is_more_than_its_header_holds_is_refused(
+    host: str, origin: str
+) -> None:
+    """A user part, a path, a bad port: refused, never read past to a loopback name."""
+    why = local_request(host, origin)
+    assert why is not None
+    assert why.startswith("Origin" if origin else "Host")
+    assert local_request("127.0.0.1:8080", "http://localhost:8080") is None
 
 
 @pytest.mark.parametrize(
