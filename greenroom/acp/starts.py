@@ -207,6 +207,7 @@ class SessionStarts:
             session_id,
             lambda: self._live(
                 session_id,
+                self._client_for(session_id),
                 lambda owner, client: self._runtime.agents.create(
                     agent_id=session_id,
                     session_id=session_id,
@@ -240,12 +241,18 @@ class SessionStarts:
         servers = servers_from_acp(params.mcp_servers)
         self._table.require_open()
 
+        asks = False  # whether this client can be asked questions (ask_user)
+
         async def start() -> LiveHandle:
+            nonlocal asks
+            client = self._client_for(session_id)
+            asks = client.questions is not None
             # The roots are the ones sent now (none if omitted), never the stored ones.
             handle = await self._live(
                 session_id,
-                lambda owner, client: self._resume_stored(
-                    session_id, owner, client, servers, params.additional_directories
+                client,
+                lambda owner, asked: self._resume_stored(
+                    session_id, owner, asked, servers, params.additional_directories
                 ),
             )
             stored_cwd = handle.agent.session.header.cwd
@@ -260,7 +267,7 @@ class SessionStarts:
         record = await self._table.go_live(session_id, start)
         assert record.handle is not None
         session = record.handle.agent.session
-        if self._client_for(session_id).questions is None:
+        if not asks:
             for request in open_decisions(session.events):
                 if request.kind == "question":
                     told = AgentMessageChunk(TextBlock(unasked(session_id, request)))
@@ -332,6 +339,7 @@ class SessionStarts:
             session_id,
             lambda: self._live(
                 session_id,
+                self._client_for(session_id),
                 lambda owner, client: self._resume_stored(session_id, owner, client, servers),
             ),
         )
@@ -380,11 +388,14 @@ class SessionStarts:
         return principal.sees(header.principal)
 
     async def _live(
-        self, session_id: str, start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]]
+        self,
+        session_id: str,
+        client: SessionClient,
+        start: Callable[[Owner, SessionClient], Awaitable[AgentHandle]],
     ) -> LiveHandle:
-        """Start `session_id` with `start` (given its owner and the client its agent asks),
-        or, where sessions are shared, attach to it if it is live in this server."""
-        client = self._client_for(session_id)
+        """Start `session_id` with `start` (given its owner and the client its agent asks:
+        `client`, this connection's, or the session's shared one), or, where sessions are
+        shared, attach `client` to it if it is live in this server."""
         if self._attachments is None:
             return await start(self._owner, client)
         table = self._table
