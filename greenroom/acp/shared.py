@@ -46,8 +46,8 @@ from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import (
     Agent,
-    Answered,
     AskerGone,
+    NamedAnswer,
     PermissionRequest,
     Question,
     SessionClient,
@@ -232,13 +232,13 @@ class _FanOutPermissions:
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
 
-    async def decide(self, request: PermissionRequest) -> Answered:
-        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[Answered]] | None:
+    async def decide(self, request: PermissionRequest) -> NamedAnswer:
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[NamedAnswer]] | None:
             permissions = attachment.client.permissions
             if permissions is None:
                 return None
 
-            async def ask() -> Answered:
+            async def ask() -> NamedAnswer:
                 return _named(await permissions.decide(request), attachment.client.name)
 
             return ask
@@ -252,13 +252,13 @@ class _FanOutQuestions:
     def __init__(self, shared: _Shared) -> None:
         self._shared = shared
 
-    async def ask(self, question: Question) -> Answered:
-        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[Answered]] | None:
+    async def ask(self, question: Question) -> NamedAnswer:
+        def ask_of(attachment: Attachment) -> Callable[[], Awaitable[NamedAnswer]] | None:
             questions = attachment.client.questions
             if questions is None:
                 return None
 
-            async def ask() -> Answered:
+            async def ask() -> NamedAnswer:
                 return _named(await questions.ask(question) or "", attachment.client.name)
 
             return ask
@@ -266,8 +266,8 @@ class _FanOutQuestions:
         return await _first_answer(self._shared, ask_of)
 
 
-def _named(answer: str | Answered, by: str) -> Answered:
-    return answer if isinstance(answer, Answered) else Answered(answer, by)
+def _named(answer: str | NamedAnswer, by: str) -> NamedAnswer:
+    return answer if isinstance(answer, NamedAnswer) else NamedAnswer(answer, by)
 
 
 class _RoutedFiles:

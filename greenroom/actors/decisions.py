@@ -32,7 +32,7 @@ import trio
 from greenroom.actors.marker import CancelMarker, cancelled_in
 from greenroom.actors.status import AgentStatus
 from greenroom.actors.step import write_ahead
-from greenroom.actors.types import Answered, AskerGone
+from greenroom.actors.types import AskerGone, NamedAnswer
 from greenroom.parking import Parking
 from greenroom.protocol.events import (
     DecisionKind,
@@ -132,7 +132,7 @@ class Decisions:
         self,
         call_id: str,
         kind: DecisionKind,
-        asker: Callable[[], Awaitable[str | Answered]] | None,
+        asker: Callable[[], Awaitable[str | NamedAnswer]] | None,
         asker_name: str,
         *,
         tool: str = "",
@@ -146,7 +146,7 @@ class Decisions:
         """Log the decision (or find the one a cut turn left open for `call_id`), wait for
         its first answer, log it; returns (the answer, who gave it). `asker` asks whoever
         the session has (None: no one, the answer comes from `decide`); what it returns is
-        the answer `asker_name` gave, or an `Answered` naming who gave it. A cancel ends
+        the answer `asker_name` gave, or a `NamedAnswer` naming who gave it. A cancel ends
         the wait (the decision dies with the turn, or, on a disposal, stays open, parked in
         the log)."""
         session = self._session
@@ -245,7 +245,7 @@ class Decisions:
 
 
 async def _answer(
-    waiting: _Waiting, asker: Callable[[], Awaitable[str | Answered]] | None, asker_name: str
+    waiting: _Waiting, asker: Callable[[], Awaitable[str | NamedAnswer]] | None, asker_name: str
 ) -> None:
     """Wait for `waiting`'s first answer: the asker's (`decide` calls it off), or, with no
     one to ask, `decide`'s."""
@@ -257,7 +257,7 @@ async def _answer(
                 pass
             else:
                 if waiting.answer is None:
-                    if isinstance(answer, Answered):
+                    if isinstance(answer, NamedAnswer):
                         waiting.answer, waiting.by = answer.answer, answer.by
                     else:
                         waiting.answer, waiting.by = answer, asker_name

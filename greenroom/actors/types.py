@@ -320,7 +320,7 @@ class DecisionDesk(Protocol):
         self,
         call_id: str,
         kind: DecisionKind,
-        asker: Callable[[], Awaitable[str | Answered]] | None,
+        asker: Callable[[], Awaitable[str | NamedAnswer]] | None,
         asker_name: str,
         *,
         tool: str = "",
@@ -347,7 +347,7 @@ class PermissionRequest(msgspec.Struct, frozen=True, gc=False):
     once: bool = False
 
 
-class Answered(msgspec.Struct, frozen=True, gc=False):
+class NamedAnswer(msgspec.Struct, frozen=True, gc=False):
     """An answer that names who gave it. What a `Permissions` or `Questions` that asks
     several people returns (a session several ACP clients share), so the log's
     ``decision/made`` names the one who answered rather than the client's `name`."""
@@ -358,13 +358,13 @@ class Answered(msgspec.Struct, frozen=True, gc=False):
 
 class Permissions(Protocol):
     """Decides whether a tool call that edits or executes may run: a decision, or an
-    `Answered` naming who decided.
+    `NamedAnswer` naming who decided.
 
     A cancel of the turn cancels `decide` (it runs in the turn's scope): an
     implementation that asks someone withdraws its question then.
     """
 
-    async def decide(self, request: PermissionRequest) -> PermissionDecision | Answered: ...
+    async def decide(self, request: PermissionRequest) -> PermissionDecision | NamedAnswer: ...
 
 
 class Question(msgspec.Struct, frozen=True, gc=False):
@@ -398,13 +398,13 @@ class Defer:
 
 class Questions(Protocol):
     """Asks the person at the front end a question; None if they declined to answer (an
-    `Answered` naming who answered: its ``answer`` empty if they declined).
+    `NamedAnswer` naming who answered: its ``answer`` empty if they declined).
 
     A cancel of the turn cancels `ask` (it runs in the turn's scope): an
     implementation withdraws its question then.
     """
 
-    async def ask(self, question: Question) -> str | Answered | None: ...
+    async def ask(self, question: Question) -> str | NamedAnswer | None: ...
 
 
 class EditorFiles(Protocol):

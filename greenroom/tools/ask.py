@@ -23,8 +23,8 @@ import msgspec
 from greenroom.actors.events import AGENT_REQUEST
 from greenroom.actors.types import (
     Agent,
-    Answered,
     Defer,
+    NamedAnswer,
     Question,
     Questions,
     SessionClient,
@@ -95,7 +95,7 @@ async def ask_user(args: AskArgs, call: ToolInvocation) -> str | ToolOutcome:
     if questions is not None and not isinstance(questions, Defer):
         asking = questions.ask
 
-        async def asker() -> str | Answered:
+        async def asker() -> str | NamedAnswer:
             return await asking(question) or ""
 
     answer, _ = await agent.decisions.ask(

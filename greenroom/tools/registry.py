@@ -41,8 +41,8 @@ from greenroom.actors.step import StepFailed, TurnStopped
 from greenroom.actors.types import (
     DEFAULT_MODE,
     MODE_ACCESS,
-    Answered,
     Defer,
+    NamedAnswer,
     PermissionRequest,
     Permissions,
     ToolInvocation,
@@ -384,7 +384,7 @@ class ToolRegistry:
         try:
             if agent is None or (type(permissions) is AllowAll and not agent.session.decisions):
                 decided = await permissions.decide(request)
-                decision = decided.answer if isinstance(decided, Answered) else decided
+                decision = decided.answer if isinstance(decided, NamedAnswer) else decided
             else:
                 by = client.name if client is not None and client.permissions else "policy"
                 decision, _ = await agent.decisions.ask(
