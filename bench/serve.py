@@ -8,7 +8,10 @@ over WebSocket through trio-websocket on loopback. Per repeat, each server is st
 initialized, given 10 sessions and a few warm-up prompts on each, then measured for:
 
 * throughput: prompts per second with the 10 sessions in parallel, each sending its
-  prompts one after another (10 x 100; 10 x 10 with ``--quick``), goal >= 0.8x stdio;
+  prompts one after another (10 x 100; 10 x 10 with ``--quick``), goal >= 0.8x stdio,
+  with ``--max-rate`` raised past it (one connection carries them all); and the
+  server's CPU time per prompt meanwhile (all its threads, from ``/proc``): what the
+  server spends, whatever the client;
 * round trip: sequential prompts on one session, p99 in microseconds, goal <= 1.5x stdio.
 
 Then, ``greenroom serve`` alone (``--max-connections`` raised for it): its RSS (read off
@@ -24,6 +27,7 @@ first from one repeat to the next.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import os
@@ -73,9 +77,18 @@ class _Client:
         return dict(answer["result"])
 
 
+def _cpu_ns(pid: int) -> int:
+    """CPU time the process `pid` has run, all its threads, in ns (``schedstat``)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total
+
+
 async def _measure(
-    client: _Client, cwd: str, n_throughput: int, n_latency: int
-) -> tuple[float, float]:
+    client: _Client, cwd: str, n_throughput: int, n_latency: int, pid: int
+) -> tuple[float, float, float]:
     await client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
     sessions = [
         (await client.call("session/new", {"cwd": cwd, "mcpServers": []}))["sessionId"]
@@ -91,25 +104,26 @@ async def _measure(
     async with trio.open_nursery() as nursery:
         for session in sessions:
             nursery.start_soon(prompts, session, _WARMUP)
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), _cpu_ns(pid)
     async with trio.open_nursery() as nursery:
         for session in sessions:
             nursery.start_soon(prompts, session, n_throughput // _SESSIONS)
     throughput = n_throughput / (time.perf_counter() - started)
+    cpu_per_prompt = (_cpu_ns(pid) - cpu) / n_throughput / 1000
     times = []
     for _ in range(n_latency):
         began = time.perf_counter()
         await prompts(sessions[0], 1)
         times.append((time.perf_counter() - began) * 1e6)
     p99 = statistics.quantiles(times, n=100)[98]
-    return throughput, p99
+    return throughput, p99, cpu_per_prompt
 
 
 def _command(*arguments: str) -> list[str]:
     return [sys.executable, "-m", "greenroom", *arguments, "--model", "scripted:0"]
 
 
-async def _over_stdio(work: Path, n_throughput: int, n_latency: int) -> tuple[float, float]:
+async def _over_stdio(work: Path, n_throughput: int, n_latency: int) -> tuple[float, float, float]:
     env = {**os.environ, "GREENROOM_HOME": str(work / "home")}
     async with trio.open_nursery() as nursery:
         process = await trio.lowlevel.open_process(
@@ -138,15 +152,19 @@ async def _over_stdio(work: Path, n_throughput: int, n_latency: int) -> tuple[fl
 
         nursery.start_soon(read)
         try:
-            return await _measure(client, str(work), n_throughput, n_latency)
+            return await _measure(client, str(work), n_throughput, n_latency, process.pid)
         finally:
             await stdin.aclose()
             await process.wait()
             nursery.cancel_scope.cancel()
 
 
-async def _over_websocket(work: Path, n_throughput: int, n_latency: int) -> tuple[float, float]:
+async def _over_websocket(
+    work: Path, n_throughput: int, n_latency: int
+) -> tuple[float, float, float]:
     listen = ("serve", "--listen", "127.0.0.1:0", "--store", f"jsonl:{work / 'ws'}")
+    # The one connection carries every prompt: the default 200 messages/s would be the row.
+    listen += ("--max-rate", "1000000")
     process = await trio.lowlevel.open_process(
         _command(*listen), stderr=subprocess.PIPE, cwd=work, env=dict(os.environ)
     )
@@ -170,7 +188,7 @@ async def _over_websocket(work: Path, n_throughput: int, n_latency: int) -> tupl
                     client.feed(json.loads(await socket.get_message()))
 
             nursery.start_soon(read)
-            measured = await _measure(client, str(work), n_throughput, n_latency)
+            measured = await _measure(client, str(work), n_throughput, n_latency, process.pid)
             nursery.cancel_scope.cancel()
             return measured
     finally:
@@ -241,8 +259,8 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_throughput = 100 if quick else 1000  # 10 sessions x 10 (x 100)
     n_latency = 50 if quick else 300
     held, storm = (100, 1000) if quick else (1000, 10_000)
-    stdio: list[tuple[float, float]] = []
-    websocket: list[tuple[float, float]] = []
+    stdio: list[tuple[float, float, float]] = []
+    websocket: list[tuple[float, float, float]] = []
     memory: list[tuple[float, float, float, float]] = []
     for repeat in range(repeats):
         order = [(stdio, _over_stdio), (websocket, _over_websocket)]
@@ -257,18 +275,26 @@ def run(repeats: int, quick: bool) -> list[Row]:
             SCENARIO,
             f"prompt throughput over WebSocket, {_SESSIONS} sessions x {each} sequential prompts",
             "prompts/s",
-            [t for t, _ in websocket],
+            [t for t, _, _ in websocket],
             baseline="greenroom acp over stdio",
-            raw=[t for t, _ in stdio],
+            raw=[t for t, _, _ in stdio],
             min_ratio=0.8,
+        ),
+        compare(
+            SCENARIO,
+            "server CPU per prompt over WebSocket (the throughput run, all its threads)",
+            "us",
+            [c for _, _, c in websocket],
+            baseline="greenroom acp over stdio",
+            raw=[c for _, _, c in stdio],
         ),
         compare(
             SCENARIO,
             f"prompt round trip p99 over WebSocket, one session (N={n_latency})",
             "us",
-            [p for _, p in websocket],
+            [p for _, p, _ in websocket],
             baseline="greenroom acp over stdio",
-            raw=[p for _, p in stdio],
+            raw=[p for _, p, _ in stdio],
             max_ratio=1.5,
         ),
         compare(

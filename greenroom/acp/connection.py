@@ -35,6 +35,7 @@ on in the reader), a `WaitingRoute` (a task of its own) or a `NotificationRoute`
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -58,6 +59,7 @@ from greenroom.acp.shared import Attachments
 from greenroom.acp.starts import SessionStarted, SessionStarts
 from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
+from greenroom.actors.life import Owner
 from greenroom.actors.types import Agent, SessionClient
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
@@ -116,7 +118,7 @@ class AcpConnection:
     def __init__(
         self,
         runtime: Runtime,
-        owner: Supervisor,
+        owner: Owner,
         nursery: trio.Nursery,
         outgoing: trio.MemorySendChannel[bytes],
         interrupted: Interruption = "close",
@@ -565,8 +567,13 @@ async def serve_frames(
             # inside `handlers`, so their answers are written before the writer stops.
             async with trio.open_nursery() as handlers:
                 try:
-                    # Sessions are independent: stopped together, in one grace.
-                    async with Supervisor(name="acp-connection", stop_together=True) as owner:
+                    # Its own sessions are independent: stopped together, in one grace.
+                    # Shared ones are the server's, owned by its supervisor.
+                    async with (
+                        Supervisor(name="acp-connection", stop_together=True)
+                        if attachments is None
+                        else contextlib.nullcontext(attachments.owner)
+                    ) as owner:
                         connection = AcpConnection(
                             runtime,
                             owner,

@@ -78,7 +78,6 @@ from greenroom.session.persistence import (
     SessionNotFound,
 )
 from greenroom.session.transcript import describe_decision
-from greenroom.supervisor import Supervisor
 
 __all__ = ["LIST_PAGE", "SERVER_WAIT", "SessionStarted", "SessionStarts"]
 
@@ -175,7 +174,7 @@ class SessionStarts:
         self,
         table: SessionTable,
         runtime: Runtime,
-        owner: Supervisor,
+        owner: Owner,
         presenter: Presenter,
         outbox: Outbox,
         client_for: Callable[[str], SessionClient],
