@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 import pytest
+import trio
 from acp import schema
 
 from greenroom import Price, Prices
@@ -24,6 +25,7 @@ from greenroom.models import Fail, Hang, Say, ScriptedModel, Tokens
 from greenroom.models.scripted import Action
 from greenroom.protocol.events import (
     ConfigSet,
+    Disposed,
     Errored,
     SessionEvent,
     TitleTrigger,
@@ -32,6 +34,7 @@ from greenroom.protocol.events import (
     TurnUsage,
 )
 from greenroom.protocol.model import ModelRequest, StreamChunk
+from greenroom.session.persistence import JsonlPersistence
 from tests.acp.test_leaders import NOTICE_SCHEMA
 from tests.acp_peer import Bridge, Peer, bridge
 
@@ -212,6 +215,26 @@ async def test_a_title_not_written_keeps_the_prompts_and_says_so(
         # Its one try: the next turn tries no more.
         await _prompted(peer, session, "next")
         assert model.calls == 3
+
+
+async def test_closing_the_session_ends_its_title_call(tmp_path: Path) -> None:
+    model = Counted([[Say("fine")], [Hang()]])
+    async with bridge(tmp_path, model, titles="model") as b:
+        peer = b.peer
+        session = await peer.new_session(str(tmp_path))
+        await _prompted(peer, session)
+        while model.calls < 2:  # the title's call hangs
+            await trio.sleep(0.1)
+        started = trio.current_time()
+        closed = await peer.call("session/close", {"sessionId": session})
+        assert closed == {"jsonrpc": "2.0", "id": closed["id"], "result": {}}
+        assert trio.current_time() - started < 1  # not its 30 s: cancelled with the session
+        assert b.runtime.agents.by_session(session) is None
+        _header, events = await JsonlPersistence(tmp_path).load(session)
+    [start] = _title_turns(list(events))
+    end = next(e for e in events if type(e) is TurnEnd and e.turn == start.turn)
+    assert type(end.reason) is Disposed
+    assert not [e for e in events if type(e) is ConfigSet and e.key == "title"]
 
 
 # -- the boolean config option ----------------------------------------------------------------
