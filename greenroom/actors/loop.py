@@ -161,8 +161,10 @@ class LoopAgent:
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
         if resumed is not None:
             adopt(resumed, self)
-        #: The model is to write the session's title (`greenroom.actors.titles`), once.
-        self._titling = _titling(session, options)
+        #: The model is to write the session's title (`greenroom.actors.titles`), once
+        #: (`_titling`, inline: an agent that never writes one makes no call for it).
+        titles = session.config.get("titles", options.titles)
+        self._titling = titles == "model" and not titled(session.events)
 
     def __repr__(self) -> str:
         return f"<LoopAgent {self._id!r} {self.status}>"
