@@ -256,6 +256,7 @@ async def test_the_titles_option_is_offered_to_a_client_that_takes_booleans(
     # --titles model is the default a session starts with.
     async with bridge(tmp_path, ScriptedModel(delay=0), capabilities=BOOLEANS, titles="model") as b:
         answer = await b.peer.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+        schema.NewSessionResponse.model_validate(answer["result"])
         assert _options(answer["result"])["titles"]["currentValue"] is True
     # A client that does not declare them gets the select options it always had.
     async with bridge(tmp_path, ScriptedModel(delay=0), titles="model") as b:
@@ -298,6 +299,7 @@ async def test_the_titles_option_is_set_logged_and_reloaded(tmp_path: Path) -> N
         assert settings == [("titles", "model"), ("title", "A Named Session")]
         await peer.call("session/close", {"sessionId": session})
         loaded = await peer.call("session/load", {"sessionId": session, **where})
+        schema.LoadSessionResponse.model_validate(loaded["result"])
         assert _options(loaded["result"])["titles"]["currentValue"] is True
         # Off again: logged, told, and a session that had its title keeps it.
         answer = await peer.call("session/set_config_option", _set(session, "titles", False))
@@ -329,6 +331,7 @@ async def test_a_bad_config_option_is_refused_and_changes_nothing(tmp_path: Path
         ]
         for params, named in bad:
             refused = await peer.call("session/set_config_option", params)
+            schema.AgentResponse.model_validate(refused)
             assert refused["error"]["code"] == -32602, refused
             assert named in refused["error"]["message"]
         events = _logged(b, session)
