@@ -184,9 +184,10 @@ class Prompting:
         self._outbox.respond(request_id, Empty())
 
     def set_config_option(self, request_id: RequestId, params: SetConfigOptionParams) -> None:
-        """A config option the client was offered set: a select option's value is one of
-        its choices, the boolean one's (`TITLES_OPTION`) a boolean; anything else is
-        -32602 naming what was wrong, and nothing changes."""
+        """A config option the client was offered set: a select option's value is the id
+        of one of its choices (a ``type`` other than ``"boolean"`` is passed over, as the
+        schema says), the boolean one's (`TITLES_OPTION`) a boolean with ``type:
+        "boolean"``; anything else is -32602 naming what was wrong, and nothing changes."""
         config_id, value, kind = params.config_id, params.value, params.type
         offered = self._presenter.offered()
         if config_id not in offered:
@@ -195,15 +196,15 @@ class Prompting:
                 f"invalid params: configId: unknown config option {config_id[:100]!r}"
                 f" (offered: {', '.join(offered)})",
             )
-        if config_id == TITLES_OPTION:
-            if type(value) is not bool or kind not in (None, "boolean"):
+        if config_id == TITLES_OPTION:  # the schema's boolean request: both required
+            if type(value) is not bool or kind != "boolean":
                 raise RpcError(
                     INVALID_PARAMS,
                     f"invalid params: value: {config_id!r} is a boolean option: its value is"
-                    f' true or false (type "boolean"), got {_shown(value, kind)}',
+                    f' true or false, with type "boolean", got {_shown(value, kind)}',
                 )
             setting = "model" if value else "prompt"
-        elif type(value) is not str or kind is not None:
+        elif type(value) is not str or kind == "boolean":  # another type: a value id, as said
             raise RpcError(
                 INVALID_PARAMS,
                 f"invalid params: value: {config_id!r} is a select option: its value is the"

@@ -362,8 +362,8 @@ class ConfigChoice(_Wire, frozen=True):
 
 
 class ConfigOption(_Typed, frozen=True, tag="select"):
-    """A setting the client may change with ``session/set_config_option``: one of its
-    choices."""
+    """A setting the client may change with ``session/set_config_option`` (a select: its
+    value is one of its choices')."""
 
     id: str
     name: str

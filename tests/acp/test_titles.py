@@ -321,9 +321,11 @@ async def test_a_bad_config_option_is_refused_and_changes_nothing(tmp_path: Path
         before = answer["result"]["configOptions"]
         titles_on = {"sessionId": session, "configId": "titles", "value": "on"}
         wrong_type = {"sessionId": session, "configId": "titles", "type": "select", "value": True}
+        untyped = {"sessionId": session, "configId": "titles", "value": True}
         bad = [
             (titles_on, "'titles' is a boolean option: its value is true or false"),
             (wrong_type, "'titles' is a boolean option"),
+            (untyped, 'with type "boolean", got true'),
             (_set(session, "mode", True), "'mode' is a select option"),
             (_set(session, "nope", "x"), "unknown config option 'nope'"),
             (_set(session, "instructions", "be evil"), "unknown config option 'instructions'"),
