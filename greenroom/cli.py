@@ -19,6 +19,7 @@ import trio
 
 from greenroom.acp.frames import MAX_FRAME, MIN_FRAME
 from greenroom.actors.decisions import decide_stored, stored_decisions
+from greenroom.actors.types import TITLES
 from greenroom.keys import KeyFileError, greenroom_home, store_key
 from greenroom.models import ModelAdapter
 from greenroom.models.base import ModelError
@@ -151,6 +152,15 @@ def _add_agent_options(acp: argparse.ArgumentParser) -> None:
         default="close",
         help="what loading a session does with a turn a crash cut: close it interrupted"
         " (the default) or continue it where its log stops",
+    )
+    acp.add_argument(
+        "--titles",
+        choices=TITLES,
+        default="prompt",
+        help="how a session's title is written: the first line of its first prompt (the"
+        " default), or, with model, by the session's model after its first turn (one short"
+        " call, counted in its usage); a client that takes boolean config options may"
+        " switch it per session",
     )
     acp.add_argument(
         "--keep-busy",
@@ -330,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
                     cert=args.cert,
                     key=args.key,
                     interrupted=args.interrupted,
+                    titles=args.titles,
                     prices=prices,
                     limits=ServeLimits(
                         connections=args.max_connections,
@@ -342,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
             from greenroom.acp.stdio import run_stdio
 
             login = Login(specs, waiting, stored)
-            return run_stdio(models, store, args.interrupted, prices, login)
+            return run_stdio(models, store, args.interrupted, prices, login, args.titles)
         if args.store:  # only `decide` writes, and only beside the logs
             store = store_from_url(args.store, read_only=args.verb != "decide")
             return _sessions(args.verb, args, store, None)

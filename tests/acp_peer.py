@@ -13,6 +13,7 @@ import trio
 import trio.testing
 
 from greenroom.acp import serve_connection
+from greenroom.actors.types import Titles
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
@@ -142,10 +143,11 @@ async def bridge(
     bash: bool = False,
     prices: Prices | None = None,
     capabilities: dict[str, Any] | None = None,
+    titles: Titles = "prompt",
 ) -> AsyncIterator[Bridge]:
     """A runtime serving ACP to a `Peer` over memory streams; no persistence if `root` is None;
     its steps priced by `prices` (None: the shipped table); the peer initializes with
-    `capabilities` (None: none)."""
+    `capabilities` (None: none); `titles` as `serve_connection` takes it."""
     store = persistence or (JsonlPersistence(root) if root is not None else None)
     workdir = str(root) if root is not None else None
     async with open_runtime(
@@ -159,7 +161,7 @@ async def bridge(
 
         async def serve() -> None:
             try:
-                await serve_connection(runtime, server)
+                await serve_connection(runtime, server, titles=titles)
             finally:
                 b.served.set()
 

@@ -20,6 +20,7 @@ from greenroom.acp.access import AccessTokens
 from greenroom.acp.network import CONNECTION_HEADER, DEFAULT_LIMITS, ServeLimits
 from greenroom.acp.serve import serve_acp
 from greenroom.acp.stdio import plug_tools
+from greenroom.actors.types import Titles
 from greenroom.models.base import ModelAdapter
 from greenroom.models.scripted import ScriptedModel
 from greenroom.runtime import Runtime, open_runtime
@@ -48,9 +49,11 @@ async def served(
     key: Path | None = None,
     tools: bool = False,
     limits: ServeLimits = DEFAULT_LIMITS,
+    titles: Titles = "prompt",
 ) -> AsyncIterator[Served]:
     """A runtime on a JSONL store under `root` (or `persistence`), served on a free loopback
-    port; with `tools`, the tools of ``greenroom serve`` plugged (bash asks permission)."""
+    port; with `tools`, the tools of ``greenroom serve`` plugged (bash asks permission);
+    `titles` as ``greenroom serve --titles``."""
     async with (
         open_runtime(
             model=model or ScriptedModel(),
@@ -70,6 +73,7 @@ async def served(
                 cert=cert,
                 key=key,
                 limits=limits,
+                titles=titles,
                 task_status=task_status,
             )
         )

@@ -60,7 +60,7 @@ from greenroom.acp.starts import SessionStarted, SessionStarts
 from greenroom.acp.table import SessionRecord, SessionTable
 from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
 from greenroom.actors.life import Owner
-from greenroom.actors.types import Agent, SessionClient
+from greenroom.actors.types import Agent, SessionClient, Titles
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -125,6 +125,7 @@ class AcpConnection:
         login: Login | None = None,
         principal: Principal | None = None,
         attachments: Attachments | None = None,
+        titles: Titles = "prompt",
     ) -> None:
         self.runtime = runtime
         self._login = login
@@ -153,6 +154,7 @@ class AcpConnection:
             list(runtime.models),
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
             runtime.bash.sandboxes.protections,
+            titles,
         )
         #: The connection's reading: cancelled, the connection ends (`serve_frames`).
         self.reading = trio.CancelScope()
@@ -170,6 +172,7 @@ class AcpConnection:
             interrupted,
             principal,
             attachments,
+            titles,
         )
         #: Each method served once `initialize` is answered: its params Struct, its handler.
         self._served: Final[dict[str, InlineRoute | WaitingRoute]] = {
@@ -309,6 +312,8 @@ class AcpConnection:
             self.live.terminal = TerminalOutput()
         session = capabilities.session
         self.presenter.compaction = session is not None and session.compaction is not None
+        options = None if session is None else session.config_options
+        self.presenter.booleans = options is not None and options.boolean is not None
         self.presenter.notices = (capabilities.meta or {}).get("notice") is True
         self.presenter.plans = capabilities.plan is not None
         name = (params.client_info or {}).get("name")
@@ -505,6 +510,7 @@ async def serve_connection(
     *,
     interrupted: Interruption = "close",
     login: Login | None = None,
+    titles: Titles = "prompt",
 ) -> None:
     """Serve ACP on `stream` until the peer closes it (or the caller cancels), then tear down.
 
@@ -512,6 +518,9 @@ async def serve_connection(
     cut has that turn carried on (docs/semantics.md, "Durable turns"). `login`: the
     keys of ``greenroom acp`` (`login.Login`), advertised as a terminal login, with
     ``logout``; None (an embedder's models, keyed in code) advertises no auth.
+    `titles`: how a session's title is written when its log sets none (``model``: by its
+    model, after its first turn; `greenroom.actors.titles`), offered to a client that
+    takes boolean config options as the option ``titles``.
 
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
@@ -523,7 +532,7 @@ async def serve_connection(
     async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
         await write_frames(queued, stream)
 
-    await serve_frames(runtime, read, write, interrupted=interrupted, login=login)
+    await serve_frames(runtime, read, write, interrupted=interrupted, login=login, titles=titles)
 
 
 #: A transport's reader: hands each frame it reads to its callback, returns at end of input.
@@ -542,6 +551,7 @@ async def serve_frames(
     login: Login | None = None,
     principal: Principal | None = None,
     attachments: Attachments | None = None,
+    titles: Titles = "prompt",
 ) -> None:
     """`serve_connection` on any transport: one connection whose frames come from `read` and
     go out through `write` (started once, the connection's only writer), torn down when
@@ -583,6 +593,7 @@ async def serve_frames(
                             login,
                             principal,
                             attachments,
+                            titles,
                         )
                         try:
                             with connection.reading:

@@ -50,6 +50,7 @@ from greenroom.acp.access import AccessTokens, Principal, local_request
 from greenroom.acp.connection import serve_frames
 from greenroom.acp.posted import Bucket, Gone, InFlightAlready, PostedConnection
 from greenroom.acp.shared import Attachments
+from greenroom.actors.types import Titles
 from greenroom.errors import alone
 from greenroom.protocol.acp import INVALID_REQUEST, ErrorObject, ErrorResponse
 from greenroom.runtime import Runtime
@@ -129,6 +130,7 @@ class AcpServer:
         nursery: trio.Nursery,
         *,
         interrupted: Interruption = "close",
+        titles: Titles = "prompt",
         idle: float = IDLE,
         tokens: AccessTokens | None = None,
         attachments: Attachments | None = None,
@@ -141,6 +143,7 @@ class AcpServer:
         self._attachments = attachments
         self._nursery = nursery
         self._interrupted: Interruption = interrupted
+        self._titles: Titles = titles
         self._idle = idle
         self._posted: dict[str, PostedConnection] = {}
 
@@ -242,6 +245,7 @@ class AcpServer:
                 read,
                 write,
                 interrupted=self._interrupted,
+                titles=self._titles,
                 principal=principal,
                 attachments=self._attachments,
             )
@@ -342,6 +346,7 @@ class AcpServer:
                     connection.read,
                     connection.write,
                     interrupted=self._interrupted,
+                    titles=self._titles,
                     principal=connection.principal,
                     attachments=self._attachments,
                 )

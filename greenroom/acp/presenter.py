@@ -43,10 +43,13 @@ import msgspec
 
 from greenroom.acp import frames
 from greenroom.actors.compaction import learned_window
-from greenroom.actors.types import DEFAULT_MODE, MODES, mode_descriptions
+from greenroom.actors.titles import TITLE_FAILED, TITLE_KEY
+from greenroom.actors.types import DEFAULT_MODE, MODES, Titles, mode_descriptions
 from greenroom.protocol.acp import (
     AgentMessageChunk,
     AgentThoughtChunk,
+    AnyConfigOption,
+    BooleanConfigOption,
     CompactionSummaryChunk,
     CompactionUpdate,
     ConfigChoice,
@@ -96,6 +99,7 @@ from greenroom.protocol.events import (
     ConfigSet,
     DecisionMade,
     DecisionRequested,
+    Errored,
     LimitReached,
     ModelRetry,
     PlanEntry,
@@ -145,12 +149,17 @@ class Presenter:
     limit reached) is ACP's unstable ``notice``, live only, not an agent message.
     ``plans``: the client declared ``clientCapabilities.plan``, so the plan is ACP's
     unstable ``plan_update`` (the session's one plan, `PLAN_ID`), not ``plan``.
+    ``booleans``: the client declared ``session.configOptions.boolean``, so the session's
+    ``titles`` setting is offered as a boolean option (`TITLES_OPTION`; ``titles`` is
+    what a session whose log sets none has); others are offered the select options only.
     """
 
     __slots__ = (
         "_context_windows",
         "_models",
         "_modes",
+        "_titles",
+        "booleans",
         "compaction",
         "notices",
         "plans",
@@ -162,22 +171,25 @@ class Presenter:
         models: Sequence[str],
         context_windows: Mapping[str, int],
         protections: Protections | None = None,
+        titles: Titles = "prompt",
     ) -> None:
         self._models = list(models)
         self._context_windows = context_windows
         described = MODES if protections is None else mode_descriptions(protections)
         self._modes = [SessionMode(id, name, what) for id, (name, what) in described.items()]
+        self._titles = titles
         self.terminal = False
         self.compaction = False
         self.notices = False
         self.plans = False
+        self.booleans = False
 
     def modes(self, session: Session) -> SessionModeState:
         return SessionModeState(session.config.get("mode", DEFAULT_MODE), self._modes)
 
-    def config_options(self, session: Session) -> list[ConfigOption]:
+    def config_options(self, session: Session) -> list[AnyConfigOption]:
         mode = session.config.get("mode", DEFAULT_MODE)
-        return [
+        options: list[AnyConfigOption] = [
             ConfigOption(
                 "mode",
                 "Mode",
@@ -200,6 +212,18 @@ class Presenter:
                 [ConfigChoice(level, level.capitalize()) for level in THOUGHT_LEVELS],
             ),
         ]
+        if self.booleans:
+            titles = session.config.get(TITLES_OPTION, self._titles)
+            options.append(
+                BooleanConfigOption(
+                    TITLES_OPTION, "Model-written titles", TITLES_DESCRIPTION, titles == "model"
+                )
+            )
+        return options
+
+    def offered(self) -> tuple[str, ...]:
+        """The ids of the config options this client is offered."""
+        return (*OPTIONS, TITLES_OPTION) if self.booleans else OPTIONS
 
     def present(
         self, session: Session, event: SessionEvent, *, replay: bool
@@ -296,6 +320,10 @@ class Presenter:
                 f"The turn stopped at its {reason.limit} limit",
                 f"allowed {reason.allowed}, reached {reached}",
             )
+        elif (
+            self.notices and not replay and type(reason) is Errored and reason.code == TITLE_FAILED
+        ):  # the title stays the first prompt's
+            yield NoticeUpdate("warning", "The title was not written", _bounded(reason.message))
 
     def _compacting(
         self, session: Session, event: CompactionStart, replay: bool
@@ -387,11 +415,14 @@ class Presenter:
         yield PlanContentUpdate(PlanItems(PLAN_ID, entries)) if self.plans else PlanUpdate(entries)
 
     def _config(self, session: Session, event: ConfigSet, replay: bool) -> Iterator[SessionUpdate]:
-        if event.key == "mode":
+        key = event.key
+        if key == "mode":
             yield CurrentModeUpdate(event.value)
             yield ConfigOptionUpdate(self.config_options(session))
-        elif event.key in ("model", "thought_level"):
+        elif key in ("model", "thought_level") or (key == TITLES_OPTION and self.booleans):
             yield ConfigOptionUpdate(self.config_options(session))
+        elif key == TITLE_KEY:  # the title the model wrote: it stands for the prompt's
+            yield SessionInfoUpdate(event.value, iso_time(event.time))
 
     def _model(self, session: Session) -> str:
         chosen = session.config.get("model")
@@ -428,6 +459,14 @@ _SHOWN: Final[
     ConfigSet: Presenter._config,
 }
 
+#: The select options every client is offered, by id (each is a setting of the same name).
+OPTIONS: Final = ("mode", "model", "thought_level")
+#: The boolean option of the ``titles`` setting: on is ``model``, off ``prompt``.
+TITLES_OPTION: Final = "titles"
+TITLES_DESCRIPTION: Final = (
+    "After the first turn, the session's model writes its title (one short call, counted"
+    " in its usage); off, the title is the first line of the first prompt"
+)
 #: The id of a session's one plan (the ``todo`` tool's), as ``plan_update`` names it.
 PLAN_ID: Final = "todo"
 #: The tool whose calls a terminal-rendering client is shown as terminals.

@@ -24,7 +24,7 @@ import trio
 from greenroom.acp.commands import COMPACT, MODE, MODEL, Command, arguments
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import RpcError, prompt_result, prompt_text
-from greenroom.acp.presenter import Presenter
+from greenroom.acp.presenter import TITLES_OPTION, Presenter
 from greenroom.acp.prompts import prompt_content
 from greenroom.acp.table import InFlight, SessionRecord, SessionTable
 from greenroom.actors.prompt import Answer, Prompt
@@ -184,7 +184,35 @@ class Prompting:
         self._outbox.respond(request_id, Empty())
 
     def set_config_option(self, request_id: RequestId, params: SetConfigOptionParams) -> None:
-        session = self._configure(params.session_id, params.config_id, params.value)
+        """A config option the client was offered set: a select option's value is the id
+        of one of its choices (a ``type`` other than ``"boolean"`` is passed over, as the
+        schema says), the boolean one's (`TITLES_OPTION`) a boolean with ``type:
+        "boolean"``; anything else is -32602 naming what was wrong, and nothing changes."""
+        config_id, value, kind = params.config_id, params.value, params.type
+        offered = self._presenter.offered()
+        if config_id not in offered:
+            raise RpcError(
+                INVALID_PARAMS,
+                f"invalid params: configId: unknown config option {config_id[:100]!r}"
+                f" (offered: {', '.join(offered)})",
+            )
+        if config_id == TITLES_OPTION:  # the schema's boolean request: both required
+            if type(value) is not bool or kind != "boolean":
+                raise RpcError(
+                    INVALID_PARAMS,
+                    f"invalid params: value: {config_id!r} is a boolean option: its value is"
+                    f' true or false, with type "boolean", got {_shown(value, kind)}',
+                )
+            setting = "model" if value else "prompt"
+        elif type(value) is not str or kind == "boolean":  # another type: a value id, as said
+            raise RpcError(
+                INVALID_PARAMS,
+                f"invalid params: value: {config_id!r} is a select option: its value is the"
+                f" id of one of its choices, got {_shown(value, kind)}",
+            )
+        else:
+            setting = value
+        session = self._configure(params.session_id, config_id, setting)
         self._outbox.respond(
             request_id, SetConfigOptionResult(self._presenter.config_options(session))
         )
@@ -207,3 +235,9 @@ class Prompting:
     def cancel_request(self, params: CancelRequestParams) -> None:
         """``$/cancel_request``: the request, if it is still in flight."""
         self._table.cancel_request(params.request_id)
+
+
+def _shown(value: str | bool, kind: str | None) -> str:
+    """A set_config_option's value (and its type, when it gave one), as an error names it."""
+    shown = "true" if value is True else "false" if value is False else repr(value[:100])
+    return shown if kind is None else f"{shown} of type {kind[:40]!r}"

@@ -26,6 +26,7 @@ from greenroom.acp.access import AccessTokens, loopback_host
 from greenroom.acp.network import DEFAULT_LIMITS, IDLE, AcpServer, ServeLimits
 from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
+from greenroom.actors.types import Titles
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
@@ -61,6 +62,7 @@ async def serve_acp(
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
+    titles: Titles = "prompt",
     idle: float = IDLE,
     limits: ServeLimits = DEFAULT_LIMITS,
     task_status: trio.TaskStatus[Sequence[str]] = trio.TASK_STATUS_IGNORED,
@@ -93,6 +95,7 @@ async def serve_acp(
             runtime,
             connections,
             interrupted=interrupted,
+            titles=titles,
             idle=idle,
             tokens=tokens,
             attachments=Attachments(owner, runtime.bash, connections, limits.sessions),
@@ -135,13 +138,16 @@ def run_serve(
     cert: Path | None = None,
     key: Path | None = None,
     interrupted: Interruption = "close",
+    titles: Titles = "prompt",
     prices: Prices | None = None,
     limits: ServeLimits = DEFAULT_LIMITS,
 ) -> int:
     """``greenroom serve``: serve ACP on `listen` with `models` (by id, the first the
     default) until a signal; says where it listens on stderr."""
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, listen, tokens, cert, key, interrupted, prices, limits)
+    trio.run(
+        _serve, models, persistence, listen, tokens, cert, key, interrupted, titles, prices, limits
+    )
     return 0
 
 
@@ -153,6 +159,7 @@ async def _serve(
     cert: Path | None,
     key: Path | None,
     interrupted: Interruption,
+    titles: Titles,
     prices: Prices | None,
     limits: ServeLimits,
 ) -> None:
@@ -170,6 +177,7 @@ async def _serve(
                         cert=cert,
                         key=key,
                         interrupted=interrupted,
+                        titles=titles,
                         limits=limits,
                         task_status=task_status,
                     )

@@ -34,7 +34,7 @@ from greenroom.acp.table import LiveHandle, SessionRecord, SessionTable
 from greenroom.actors.decisions import open_decisions
 from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
-from greenroom.actors.types import SessionClient
+from greenroom.actors.types import AgentOptions, SessionClient, Titles
 from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
@@ -153,7 +153,8 @@ class SessionStarts:
     (``greenroom serve``, `shared.Attachments`): a load or resume of one live
     there attaches to it, and one live on another node (a `HandOff` store) is
     asked for, waiting up to `HAND_OFF_WAIT`; None (stdio): the connection owns
-    its sessions, and one live elsewhere is refused.
+    its sessions, and one live elsewhere is refused. ``titles``: how the title of a
+    session it starts is written when its log sets none (`AgentOptions.titles`).
     """
 
     __slots__ = (
@@ -161,6 +162,7 @@ class SessionStarts:
         "_client_for",
         "_hand_off",
         "_interrupted",
+        "_options",
         "_outbox",
         "_owner",
         "_persistence",
@@ -181,6 +183,7 @@ class SessionStarts:
         interrupted: Interruption,
         principal: Principal | None = None,
         attachments: Attachments | None = None,
+        titles: Titles = "prompt",
     ) -> None:
         self._table = table
         self._principal = principal
@@ -194,6 +197,7 @@ class SessionStarts:
         self._outbox = outbox
         self._client_for = client_for
         self._interrupted: Interruption = interrupted
+        self._options = None if titles == "prompt" else AgentOptions(titles=titles)
 
     async def new(self, params: NewSessionParams) -> SessionStarted:
         """``session/new``: a fresh session (a new id), created live here."""
@@ -212,6 +216,7 @@ class SessionStarts:
                     session_id=session_id,
                     cwd=params.cwd,
                     additional_directories=params.additional_directories,
+                    options=self._options,
                     owner=owner,
                     client=client,
                     mcp_servers=servers,
@@ -420,6 +425,7 @@ class SessionStarts:
             return await self._runtime.agents.resume(
                 agent_id=session_id,
                 session_id=session_id,
+                options=self._options,
                 owner=owner,
                 client=client,
                 mcp_servers=servers,

@@ -28,6 +28,7 @@ import trio
 
 from greenroom.acp.connection import serve_connection
 from greenroom.acp.login import Login
+from greenroom.actors.types import Titles
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
@@ -127,16 +128,18 @@ def run_stdio(
     interrupted: Interruption = "close",
     prices: Prices | None = None,
     login: Login | None = None,
+    titles: Titles = "prompt",
 ) -> int:
     """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
     `interrupted` says what a load does with a turn a crash cut (`serve_connection`);
     `prices` prices each step (None: the shipped table); `login`: the models' keys, as
-    the editor is told of them (`serve_connection`)."""
+    the editor is told of them (`serve_connection`); `titles`: how a session's title is
+    written when its log sets none (`serve_connection`)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING)
-    trio.run(_serve, models, persistence, frames_fd, interrupted, prices, login)
+    trio.run(_serve, models, persistence, frames_fd, interrupted, prices, login, titles)
     return 0
 
 
@@ -147,6 +150,7 @@ async def _serve(
     interrupted: Interruption,
     prices: Prices | None,
     login: Login | None,
+    titles: Titles,
 ) -> None:
     stream = trio.StapledStream(FramesOut(frames_fd), FramesIn(os.dup(0)))
     async with open_runtime(
@@ -162,7 +166,9 @@ async def _serve(
                         return
 
                 nursery.start_soon(stop_on_signal)
-                await serve_connection(runtime, stream, interrupted=interrupted, login=login)
+                await serve_connection(
+                    runtime, stream, interrupted=interrupted, login=login, titles=titles
+                )
                 nursery.cancel_scope.cancel(reason="end of input")
 
 

@@ -51,7 +51,7 @@ from greenroom.protocol.acp import (
     INTERNAL_ERROR,
     INVALID_PARAMS,
     RESOURCE_NOT_FOUND,
-    ConfigOption,
+    AnyConfigOption,
     ConfigOptionUpdate,
     CurrentModeUpdate,
     PromptResult,
@@ -144,7 +144,7 @@ class SessionRecord:
         else:
             outbox.update(self.session_id, update)
 
-    def settings_told(self, options: list[ConfigOption], mode: str | None = None) -> None:
+    def settings_told(self, options: list[AnyConfigOption], mode: str | None = None) -> None:
         """An answer told the client the session's config options (and its `mode`, when
         it said it as a mode: a client of the modes API learns it from no option)."""
         self.stated[ConfigOptionUpdate] = ConfigOptionUpdate(options)

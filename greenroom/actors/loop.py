@@ -54,6 +54,7 @@ from greenroom.actors.prompt import (
 )
 from greenroom.actors.request import Requests
 from greenroom.actors.status import AgentStatus
+from greenroom.actors.titles import TitleTurn, completed_prompt, titled
 from greenroom.actors.turn import TurnDriver
 from greenroom.actors.types import (
     AgentDisposed,
@@ -121,6 +122,7 @@ class LoopAgent:
         "_resumed",
         "_session",
         "_status",
+        "_titling",
         "_tools",
     )
 
@@ -159,6 +161,10 @@ class LoopAgent:
         self._resumed = resumed  # the cut turn to carry on first (`continued_prompt`)
         if resumed is not None:
             adopt(resumed, self)
+        #: The model is to write the session's title (`greenroom.actors.titles`), once
+        #: (`_titling`, inline: an agent that never writes one makes no call for it).
+        titles = session.config.get("titles", options.titles)
+        self._titling = titles == "model" and not titled(session.events)
 
     def __repr__(self) -> str:
         return f"<LoopAgent {self._id!r} {self.status}>"
@@ -335,15 +341,19 @@ class LoopAgent:
 
     def configure(self, key: str, value: str) -> None:
         """Change a setting of the session: ``mode`` (one of `MODES`), ``model`` (an id
-        of the runtime's models) or ``thought_level`` (one of `THOUGHT_LEVELS`: how hard
-        the model thinks). It is logged (``config/set``): into the turn the log has open,
-        else as a one-shot ``config`` turn of its own; a new model or thought level answers
-        from the next step on. Raises `ValueError` naming an unknown key or value.
+        of the runtime's models), ``thought_level`` (one of `THOUGHT_LEVELS`: how hard
+        the model thinks) or ``titles`` (one of `TITLES`: ``model`` has the model write
+        the title, once, after the next turn of a prompt that completes). It is logged
+        (``config/set``): into the turn the log has open, else as a one-shot ``config``
+        turn of its own; a new model or thought level answers from the next step on.
+        Raises `ValueError` naming an unknown key or value.
         """
         if self.status == "disposed":
             raise AgentDisposed(self._id)
         check_setting(self._id, key, value, self._models)
         self._turns().one_shot(ConfigTrigger(USER), ConfigSet(key=key, value=value))
+        if key == "titles":
+            self._titling = _titling(self._session, self._options)
 
     @property
     def model(self) -> str:
@@ -471,7 +481,22 @@ class LoopAgent:
         output = None if kind is None else OutputTurn(output_spec(kind))
         session = self._session
         await driver.run(session.last_turn + 1, session.next_seq, prompts, output)
+        if self._titling and self._title_due():  # its prompts are answered: then the title
+            await self._title()
         self._after_turn()
+
+    def _title_due(self) -> bool:
+        """Whether the title is to be written now: a prompt's turn has completed, and no
+        other work waits."""
+        inbox = self._inbox
+        return not inbox.queued and not inbox.steering and completed_prompt(self._session)
+
+    async def _title(self) -> None:
+        """The model writes the session's title: its one try, whatever comes of it."""
+        self._titling = False
+        session, driver = self._session, self._turns()
+        body = TitleTurn(session, driver)
+        await driver.run(session.last_turn + 1, session.next_seq, [], None, body)
 
     async def _compaction_turn(self) -> None:
         """`compact` while idle: the driver's one-step compaction turn, past window 1."""
@@ -561,3 +586,9 @@ class LoopAgent:
     def _require_live(self) -> None:
         if self._status.name == "disposed" or self._life.disposing:  # `status`, without its call
             raise AgentDisposed(self._id)
+
+
+def _titling(session: Session, options: AgentOptions) -> bool:
+    """Whether the model is to write `session`'s title: its ``titles`` setting (else
+    `options`') is ``model``, and its log holds no try yet."""
+    return session.config.get("titles", options.titles) == "model" and not titled(session.events)

@@ -48,6 +48,11 @@ class Requests:
             return chosen
         return next(iter(self.models))
 
+    @property
+    def model_name(self) -> str | None:
+        """The model name the agent's options ask its adapter for (None: the adapter's)."""
+        return self._options.model
+
     def build(self, tools: ToolExecutor) -> ModelRequest:
         """The request of the next step, offering `tools`."""
         session = self._session

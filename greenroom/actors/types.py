@@ -2,8 +2,9 @@
 
 Nothing here depends on the loop: the loop is one implementation of `Agent`.
 
-The names: the `Agent` protocol and `AgentOptions`; the modes (`MODES`, the sandbox access
-of each, `MODE_ACCESS`, and `mode_descriptions` with what the kernel gives); `Guard`; the
+The names: the `Agent` protocol and `AgentOptions`; how titles are written (`TITLES`); the
+modes (`MODES`, the sandbox access of each, `MODE_ACCESS`, and `mode_descriptions` with
+what the kernel gives); `Guard`; the
 tool seam (`ToolInvocation`, `ToolOutcome` and `ToolOutcome.failed`, the one builder of an
 error result, `ToolView`, `ToolExecutor`); a spawn (`SpawnArgs`, what a spawn takes,
 declared once; `SpawnLimits`, `SpawnRefused`); the seam for a session's servers
@@ -16,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, Protocol, TypeAlias, TypeVar, overload
+from typing import Any, Final, Literal, Protocol, TypeAlias, TypeVar, overload
 
 import msgspec
 import trio
@@ -82,20 +83,29 @@ def mode_descriptions(protections: Protections) -> dict[str, tuple[str, str]]:
     return described
 
 
+#: How a session's title is written (the ``titles`` setting): ``prompt``, the first line of
+#: its first prompt (`greenroom.session.session.title_of`); ``model``, that and then, once
+#: its first turn has completed, one short call of its own model (`greenroom.actors.titles`).
+TITLES: Final = ("prompt", "model")
+Titles: TypeAlias = Literal["prompt", "model"]
+
+
 def check_setting(agent_id: str, key: str, value: str, models: Iterable[str]) -> None:
     """Refuse a setting `Agent.configure` does not know: a `ValueError` naming the key, or
     the value and the known ones. ``mode`` is one of `MODES`, ``model`` one of `models`
-    (the agent's), ``thought_level`` one of `THOUGHT_LEVELS`, ``instructions`` any
-    non-empty text (the system prompt)."""
+    (the agent's), ``thought_level`` one of `THOUGHT_LEVELS`, ``titles`` one of `TITLES`,
+    ``instructions`` any non-empty text (the system prompt)."""
     if key == "instructions":
         if not isinstance(value, str) or not value.strip():
             raise ValueError(f"agent {agent_id!r}: instructions must be non-empty text")
         return
-    known = {"mode": MODES, "model": models, "thought_level": THOUGHT_LEVELS}.get(key)
+    known = {"mode": MODES, "model": models, "thought_level": THOUGHT_LEVELS, "titles": TITLES}.get(
+        key
+    )
     if known is None:
         raise ValueError(
             f"agent {agent_id!r}: unknown setting {key!r}"
-            " (known: mode, model, thought_level, instructions)"
+            " (known: mode, model, thought_level, titles, instructions)"
         )
     if value not in known:
         raise ValueError(f"agent {agent_id!r}: unknown {key} {value!r} (known: {', '.join(known)})")
@@ -148,7 +158,8 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     its session's front end asks no one (`permissions`: None, the runtime's policy;
     `Defer`, no one: the embedder answers with `decide`), and how many seconds one may
     wait before the turn's prompts are answered ``requires-action`` (`decision_wait`;
-    None: they wait as long as the decision does)."""
+    None: they wait as long as the decision does); how its session's title is written
+    when its log sets none (`titles`, one of `TITLES`)."""
 
     model: str | None = None
     system_prompt: str | None = None
@@ -158,6 +169,7 @@ class AgentOptions(msgspec.Struct, frozen=True, kw_only=True):
     guards: tuple[Guard, ...] = ()
     permissions: Permissions | None = None
     decision_wait: float | None = None
+    titles: Titles = "prompt"
 
 
 class SpawnLimits(msgspec.Struct, frozen=True, kw_only=True):

@@ -1,8 +1,9 @@
 """Token usage and its cost summed per turn and per session, read off the log
 (``turn/usage``).
 
-`turn_usage` makes a turn's ``turn/usage`` record: its tokens and cost, and the session's
-running total.
+`turn_usage` makes a turn's ``turn/usage`` record from its steps: its tokens and cost, and
+the session's running total; `usage_record` one for what a turn spent outside its steps'
+replies (a title's call).
 """
 
 from __future__ import annotations
@@ -31,6 +32,19 @@ def turn_usage(events: Sequence[SessionEvent], start: int, turn: int) -> TurnUsa
         return None
     earlier = NO_USAGE
     for index in range(start - 1, -1, -1):
+        event = events[index]
+        if type(event) is TurnUsage:
+            earlier = event.session
+            break
+    return TurnUsage(turn=turn, usage=usage, session=earlier + usage)
+
+
+def usage_record(events: Sequence[SessionEvent], turn: int, usage: Usage) -> TurnUsage:
+    """The ``turn/usage`` record of `turn`, open at the end of `events`, that spent `usage`
+    outside its steps' replies: the session's total is the last record's plus `usage`.
+    (`turn_usage` reads the same total inline: it runs at every turn's end.)"""
+    earlier = NO_USAGE
+    for index in range(len(events) - 1, -1, -1):
         event = events[index]
         if type(event) is TurnUsage:
             earlier = event.session

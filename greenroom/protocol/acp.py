@@ -138,12 +138,22 @@ class ElicitationCapability(_Wire, frozen=True):
     form: dict[str, Any] | None = None
 
 
+class ConfigOptionsCapability(_Wire, frozen=True):
+    """ACP's ``clientCapabilities.session.configOptions``. ``boolean``: an object (``{}``)
+    when the client takes config options of ``type: "boolean"``; omitted or null, it
+    does not (it is offered none)."""
+
+    boolean: dict[str, Any] | None = None
+
+
 class ClientSessionCapabilities(_Wire, frozen=True):
-    """ACP's ``clientCapabilities.session`` (unstable members). ``compaction``: an object
-    (``{}``) when the client renders ``compaction_update`` (RFD "session-compaction");
-    omitted or null, it does not."""
+    """ACP's ``clientCapabilities.session``. ``compaction`` (unstable): an object (``{}``)
+    when the client renders ``compaction_update`` (RFD "session-compaction"); omitted or
+    null, it does not. ``config_options``: the config option types it takes beyond
+    ``select``."""
 
     compaction: dict[str, Any] | None = None
+    config_options: ConfigOptionsCapability | None = None
 
 
 class ClientCapabilities(_Wire, frozen=True):
@@ -229,9 +239,13 @@ class AuthenticateParams(_Wire, frozen=True):
 
 
 class SetConfigOptionParams(_Wire, frozen=True):
+    """``session/set_config_option``: a select option's value is the id of one of its
+    choices (a string); a boolean option's is a boolean, sent with ``type: "boolean"``."""
+
     session_id: str
     config_id: str
-    value: str
+    value: str | bool
+    type: str | None = None
 
 
 class ListSessionsParams(_Wire, frozen=True):
@@ -348,7 +362,8 @@ class ConfigChoice(_Wire, frozen=True):
 
 
 class ConfigOption(_Typed, frozen=True, tag="select"):
-    """A setting the client may change with ``session/set_config_option``."""
+    """A setting the client may change with ``session/set_config_option`` (a select: its
+    value is one of its choices')."""
 
     id: str
     name: str
@@ -357,21 +372,35 @@ class ConfigOption(_Typed, frozen=True, tag="select"):
     options: list[ConfigChoice]
 
 
+class BooleanConfigOption(_Typed, frozen=True, tag="boolean"):
+    """A setting that is on or off, offered only to a client that declares
+    ``session.configOptions.boolean``."""
+
+    id: str
+    name: str
+    description: str
+    current_value: bool
+
+
+#: A config option as ``configOptions`` lists it.
+AnyConfigOption: TypeAlias = ConfigOption | BooleanConfigOption
+
+
 class NewSessionResult(_Wire, frozen=True):
     session_id: str
     modes: SessionModeState
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class LoadSessionResult(_Wire, frozen=True):
     """What ``session/load`` and ``session/resume`` answer."""
 
     modes: SessionModeState
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class SetConfigOptionResult(_Wire, frozen=True):
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class SessionInfo(_Sparse, frozen=True):
@@ -496,7 +525,7 @@ class CurrentModeUpdate(_Update, frozen=True, tag="current_mode_update"):
 
 
 class ConfigOptionUpdate(_Update, frozen=True, tag="config_option_update"):
-    config_options: list[ConfigOption]
+    config_options: list[AnyConfigOption]
 
 
 class SessionInfoUpdate(_Update, frozen=True, tag="session_info_update"):

@@ -75,7 +75,15 @@ class CompactionTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind",
     source: MessageSource
 
 
-TurnTrigger: TypeAlias = MessageTrigger | InjectionTrigger | ConfigTrigger | CompactionTrigger
+@final
+class TitleTrigger(msgspec.Struct, frozen=True, gc=False, tag_field="kind", tag="title"):
+    """A one-shot turn that only has the model write the session's title (the ``titles``
+    setting ``model``, after the first turn that completed): at most one per session."""
+
+
+TurnTrigger: TypeAlias = (
+    MessageTrigger | InjectionTrigger | ConfigTrigger | CompactionTrigger | TitleTrigger
+)
 
 #: What a tool does, as ACP names it; a tool that edits, deletes, moves or executes asks
 #: permission before it runs.

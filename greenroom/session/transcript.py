@@ -37,6 +37,7 @@ from greenroom.protocol.events import (
     LimitReached,
     MaxTokens,
     MessageSource,
+    MessageTrigger,
     PermissionRule,
     PluginSource,
     Refused,
@@ -44,6 +45,7 @@ from greenroom.protocol.events import (
     SessionEvent,
     SessionHeader,
     SteeringMessage,
+    TitleTrigger,
     ToolCall,
     ToolResult,
     TurnAnswered,
@@ -130,8 +132,10 @@ def transcript(
                 yield f"turn {turn} (settings changed by {describe_source(source)})"
             case TurnStart(turn=turn, trigger=CompactionTrigger(source=source)):
                 yield f"turn {turn} (compaction asked by {describe_source(source)})"
-            case TurnStart(turn=turn, trigger=trigger):
-                yield f"turn {turn} (message from {describe_source(trigger.source)})"
+            case TurnStart(turn=turn, trigger=TitleTrigger()):
+                yield f"turn {turn} (the model writes the title)"
+            case TurnStart(turn=turn, trigger=MessageTrigger(source=source)):
+                yield f"turn {turn} (message from {describe_source(source)})"
             case UserMessage(content=content, source=source, parts=[]):
                 yield f"  {describe_source(source)}: {_shown(content)}"
             case UserMessage(source=source, parts=parts):

@@ -239,6 +239,8 @@ async def test_greenroom_serve_listens_and_exits_0_on_sigterm(tmp_path: Path) ->
         "127.0.0.1:0",
         "--store",
         f"jsonl:{tmp_path}",
+        "--titles",
+        "model",
     ]
     with trio.fail_after(60):
         process = await trio.lowlevel.open_process(
@@ -252,8 +254,12 @@ async def test_greenroom_serve_listens_and_exits_0_on_sigterm(tmp_path: Path) ->
             said_so += chunk
         url = said_so.decode().split("listening on ")[1].split()[0]
         async with ws_client("ws" + url.removeprefix("http")) as client:
-            await client.call("initialize", INITIALIZE)
+            booleans = {"session": {"configOptions": {"boolean": {}}}}
+            await client.call("initialize", {**INITIALIZE, "clientCapabilities": booleans})
             new = await client.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
             assert "sessionId" in new["result"]
+            # --titles model is the default of the sessions it serves.
+            [titles] = [o for o in new["result"]["configOptions"] if o["id"] == "titles"]
+            assert titles["currentValue"] is True
         process.send_signal(signal.SIGTERM)
         assert await process.wait() == 0

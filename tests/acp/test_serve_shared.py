@@ -11,7 +11,7 @@ import httpx2
 import pytest
 import trio
 
-from greenroom.models.scripted import ScriptedModel
+from greenroom.models.scripted import Say, ScriptedModel
 from greenroom.protocol.events import DecisionMade
 from tests.serve_clients import INITIALIZE, HttpClient, WsClient, said, served, ws_client
 
@@ -247,3 +247,24 @@ async def test_a_client_that_leaves_does_not_kill_the_background_tasks_of_a_shar
             # The last client left: killed with the session.
             while any(t.status == "running" for t in owned_tasks(bash, session)):
                 await trio.sleep(0.02)
+
+
+async def test_the_title_the_model_writes_goes_to_every_attached_client(tmp_path: Path) -> None:
+    model = ScriptedModel([[Say("fine")], [Say("Shared Title")]], delay=0)
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, model, titles="model") as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as b,
+        ):
+            for client in (a, b):
+                await client.call("initialize", INITIALIZE)
+            new = await a.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session = new["result"]["sessionId"]
+            where = {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
+            assert "result" in await b.call("session/load", where)  # attached, before a turn
+            await a.call("session/prompt", {"sessionId": session, "prompt": text("hi there")})
+            for client in (a, b):
+                while "Shared Title" not in [u.get("title") for u in client.updates(session)]:
+                    await trio.sleep(0.01)
+            assert len(model.requests) == 2  # one title, written once for both
