@@ -148,8 +148,7 @@ class AcpConnection:
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
         self._client_name = "client"  # its clientInfo.name: who answered, in the log
-        self.live = LiveOutput(outbox)
-        self._pacing = trio.CancelScope()  # the live output's task, cancelled at teardown
+        self.live = LiveOutput(outbox, nursery)
         self.presenter = presenter = Presenter(
             list(runtime.models),
             {name: getattr(model, "context_window", 0) for name, model in runtime.models.items()},
@@ -209,7 +208,6 @@ class AcpConnection:
         runtime.hooks.on(AGENT_STATUS, self._on_status, scope=self.scope)
         runtime.hooks.on(AGENT_TOOL_PROGRESS, self._on_progress, scope=self.scope)
         runtime.hooks.on(MCP_PROMPTS, self._on_prompts, scope=self.scope)
-        nursery.start_soon(self._pace)
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -388,10 +386,6 @@ class AcpConnection:
         if record is not None and record.handle is not None and record.held is None:
             self.live.show(record.session_id, progress)
 
-    async def _pace(self) -> None:
-        with self._pacing:
-            await self.live.run()
-
     def _offer_commands(self, session_id: str) -> None:
         self.outbox.update(session_id, self.table.commands_of(session_id).update())
 
@@ -464,7 +458,7 @@ class AcpConnection:
         if table.closed:
             return
         records = table.close()
-        self._pacing.cancel()
+        self.live.stop()
         self.outbox.requests.close()  # a question open to the client is answered no more
         try:
             for record in records:

@@ -32,14 +32,18 @@ PACE: Final = 0.05
 
 
 class LiveOutput:
-    """The progress waiting to be sent, one per running call (see the module docstring)."""
+    """The progress waiting to be sent, one per running call (see the module docstring).
+    Its pacing task starts in `nursery` with the first progress shown (a connection that
+    runs no command costs none) and ends at `stop`."""
 
-    __slots__ = ("_outbox", "_pending", "_wake", "terminal")
+    __slots__ = ("_nursery", "_outbox", "_pacing", "_pending", "_wake", "terminal")
 
-    def __init__(self, outbox: Outbox) -> None:
+    def __init__(self, outbox: Outbox, nursery: trio.Nursery) -> None:
         self._outbox = outbox
+        self._nursery = nursery
         self._pending: dict[tuple[str, str], ToolProgress] = {}
         self._wake = trio.Event()
+        self._pacing: trio.CancelScope | None = None  # its task's, once started
         #: Shown as terminals once the client opted in (at ``initialize``), their output
         #: so far by call.
         self.terminal: TerminalOutput | None = None
@@ -49,6 +53,9 @@ class LiveOutput:
         key = (session_id, progress.call_id)
         self._pending.pop(key, None)  # re-inserted last: the oldest waiting goes first
         self._pending[key] = progress
+        if self._pacing is None:
+            self._pacing = trio.CancelScope()
+            self._nursery.start_soon(self._run, self._pacing)
         self._wake.set()
 
     def drop(self, session_id: str, call_id: str) -> None:
@@ -57,19 +64,27 @@ class LiveOutput:
         if self.terminal is not None:
             self.terminal.end(session_id, call_id)
 
-    async def run(self) -> None:
+    def stop(self) -> None:
+        """Send nothing more (the connection's teardown): its task, if any, is cancelled,
+        and none starts after."""
+        if self._pacing is None:
+            self._pacing = trio.CancelScope()
+        self._pacing.cancel()
+
+    async def _run(self, pacing: trio.CancelScope) -> None:
         """Send what waits, one frame at a time, each when the writer has nothing queued."""
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            while self._pending:
-                if not self._outbox.idle:
-                    await trio.sleep(PACE)
-                    continue
-                key = next(iter(self._pending))
-                progress = self._pending.pop(key)
-                self._outbox.update(key[0], self.update(key[0], progress))
-                await trio.lowlevel.checkpoint()
+        with pacing:
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                while self._pending:
+                    if not self._outbox.idle:
+                        await trio.sleep(PACE)
+                        continue
+                    key = next(iter(self._pending))
+                    progress = self._pending.pop(key)
+                    self._outbox.update(key[0], self.update(key[0], progress))
+                    await trio.lowlevel.checkpoint()
 
     def update(self, session_id: str, progress: ToolProgress) -> ToolCallProgress:
         if self.terminal is not None:

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import base64
 import datetime
+import functools
 import os
 import re
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -132,6 +133,13 @@ _REST: Final = "the rest is in the session's log"
 _raw: Final = msgspec.json.Decoder(msgspec.Raw)
 
 
+@functools.cache
+def _session_modes(protections: Protections | None) -> list[SessionMode]:
+    """The modes every connection of this process offers (one list, shared: never changed)."""
+    described = MODES if protections is None else mode_descriptions(protections)
+    return [SessionMode(id, name, what) for id, (name, what) in described.items()]
+
+
 class Presenter:
     """Log events as ``session/update``s, and a session's settings as ACP shows them.
 
@@ -175,8 +183,7 @@ class Presenter:
     ) -> None:
         self._models = list(models)
         self._context_windows = context_windows
-        described = MODES if protections is None else mode_descriptions(protections)
-        self._modes = [SessionMode(id, name, what) for id, (name, what) in described.items()]
+        self._modes = _session_modes(protections)
         self._titles = titles
         self.terminal = False
         self.compaction = False
