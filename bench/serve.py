@@ -14,10 +14,12 @@ initialized, given 10 sessions and a few warm-up prompts on each, then measured 
   server spends, whatever the client;
 * round trip: sequential prompts on one session, p99 in microseconds, goal <= 1.5x stdio.
 
-Then, ``greenroom serve`` alone (``--max-connections`` raised for it): its RSS (read off
-``/proc``) with 1,000 idle WebSocket connections held, each initialized (100 with
-``--quick``), against its RSS before them (goal: at most 50 MB more); and its RSS after
-10,000 connections opened (the WebSocket handshake and ``initialize``) and dropped, one
+Then, in this process, the traced memory of an idle session made by ``session/new`` over
+one WebSocket to ``serve_acp``, beyond the same session made by ``runtime.agents.create``
+(goal: at most 16 KB). Then, ``greenroom serve`` alone (``--max-connections`` raised for
+it): its RSS (read off ``/proc``) with 1,000 idle WebSocket connections held, each
+initialized (100 with ``--quick``), against its RSS before them (goal: at most 50 MB
+more); and its RSS after 10,000 connections opened (the WebSocket handshake and ``initialize``) and dropped, one
 after another (1,000 with ``--quick``), against its RSS before the storm (goal: at most
 10 MB more).
 
@@ -28,6 +30,7 @@ first from one repeat to the next.
 from __future__ import annotations
 
 import contextlib
+import gc
 import itertools
 import json
 import os
@@ -36,7 +39,10 @@ import subprocess
 import sys
 import tempfile
 import time
+import tracemalloc
+import uuid
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +50,11 @@ import trio
 from trio_websocket import open_websocket_url
 
 from bench.report import Row, compare
+from greenroom import open_runtime
+from greenroom.acp.serve import serve_acp
+from greenroom.acp.stdio import plug_tools
+from greenroom.models.scripted import ScriptedModel
+from greenroom.session.persistence import JsonlPersistence
 
 SCENARIO = "serve"
 _SESSIONS = 10
@@ -162,9 +173,9 @@ async def _over_stdio(work: Path, n_throughput: int, n_latency: int) -> tuple[fl
 async def _over_websocket(
     work: Path, n_throughput: int, n_latency: int
 ) -> tuple[float, float, float]:
-    listen = ("serve", "--listen", "127.0.0.1:0", "--store", f"jsonl:{work / 'ws'}")
     # The one connection carries every prompt: the default 200 messages/s would be the row.
-    listen += ("--max-rate", "1000000")
+    rate = ("--max-rate", "1000000")
+    listen = ("serve", "--listen", "127.0.0.1:0", "--store", f"jsonl:{work / 'ws'}", *rate)
     process = await trio.lowlevel.open_process(
         _command(*listen), stderr=subprocess.PIPE, cwd=work, env=dict(os.environ)
     )
@@ -194,6 +205,51 @@ async def _over_websocket(
     finally:
         process.terminate()
         await process.wait()
+
+
+async def _per_session(work: Path, k: int) -> tuple[float, float]:
+    """Traced bytes per idle session: made by ``session/new`` over one WebSocket to a
+    ``serve_acp`` in this process, and made by ``runtime.agents.create`` (the session
+    alone), each after a first one that is not counted. The client keeps nothing of what
+    it reads, so what stays is the server's."""
+    model = ScriptedModel(delay=0)
+    async with open_runtime(model=model, persistence=JsonlPersistence(work / "alone")) as rt:
+        for counted in (False, True):
+            before = _traced()
+            for _ in range(k if counted else 1):
+                name = str(uuid.uuid4())
+                await rt.agents.create(agent_id=name, session_id=name, cwd=str(work))
+        alone = (_traced() - before) / k
+    async with (
+        open_runtime(model=model, persistence=JsonlPersistence(work / "served")) as rt,
+        trio.open_nursery() as nursery,
+    ):
+        await plug_tools(rt)
+        urls = await nursery.start(partial(serve_acp, rt, "127.0.0.1:0"))
+        async with open_websocket_url("ws" + urls[0].removeprefix("http") + "/acp") as socket:
+            client = _Client(socket.send_message)
+
+            async def read() -> None:
+                while True:
+                    client.feed(json.loads(await socket.get_message()))
+
+            nursery.start_soon(read)
+            await client.call("initialize", {"protocolVersion": 1, "clientCapabilities": {}})
+            new = {"cwd": str(work), "mcpServers": []}
+            await client.call("session/new", new)
+            await trio.sleep(0.1)  # its updates read
+            before = _traced()
+            for _ in range(k):
+                await client.call("session/new", new)
+            await trio.sleep(0.1)
+            served = (_traced() - before) / k
+            nursery.cancel_scope.cancel()
+    return served, alone
+
+
+def _traced() -> int:
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
 
 
 def _rss_mb(pid: int) -> float:
@@ -259,9 +315,11 @@ def run(repeats: int, quick: bool) -> list[Row]:
     n_throughput = 100 if quick else 1000  # 10 sessions x 10 (x 100)
     n_latency = 50 if quick else 300
     held, storm = (100, 1000) if quick else (1000, 10_000)
+    per_session = 20 if quick else 200
     stdio: list[tuple[float, float, float]] = []
     websocket: list[tuple[float, float, float]] = []
     memory: list[tuple[float, float, float, float]] = []
+    sessions: list[tuple[float, float]] = []
     for repeat in range(repeats):
         order = [(stdio, _over_stdio), (websocket, _over_websocket)]
         for results, drive in order if repeat % 2 == 0 else reversed(order):
@@ -269,6 +327,12 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 results.append(trio.run(drive, Path(tmp), n_throughput, n_latency))
         with tempfile.TemporaryDirectory() as tmp:
             memory.append(trio.run(_connections, Path(tmp), held, storm))
+        with tempfile.TemporaryDirectory() as tmp:
+            tracemalloc.start()
+            try:
+                sessions.append(trio.run(_per_session, Path(tmp), per_session))
+            finally:
+                tracemalloc.stop()
     each = n_throughput // _SESSIONS
     return [
         compare(
@@ -296,6 +360,15 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="greenroom acp over stdio",
             raw=[p for _, p, _ in stdio],
             max_ratio=1.5,
+        ),
+        compare(
+            SCENARIO,
+            "traced memory per idle session made over WebSocket, beyond the session"
+            f" (N={per_session})",
+            "B",
+            [served - alone for served, alone in sessions],
+            max_value=16 * 1024,
+            note="the session alone: runtime.agents.create, same runtime and store",
         ),
         compare(
             SCENARIO,
