@@ -19,9 +19,9 @@ one WebSocket to ``serve_acp``, beyond the same session made by ``runtime.agents
 (goal: at most 16 KB). Then, ``greenroom serve`` alone (``--max-connections`` raised for
 it): its RSS (read off ``/proc``) with 1,000 idle WebSocket connections held, each
 initialized (100 with ``--quick``), against its RSS before them (goal: at most 50 MB
-more); and its RSS after 10,000 connections opened (the WebSocket handshake and ``initialize``) and dropped, one
-after another (1,000 with ``--quick``), against its RSS before the storm (goal: at most
-10 MB more).
+more); and its RSS after 10,000 connections opened (the WebSocket handshake and
+``initialize``) and dropped, one after another (1,000 with ``--quick``), against its RSS
+before the storm (goal: at most 10 MB more).
 
 Every prompt must answer ``end_turn``, or the run fails. The two alternate which goes
 first from one repeat to the next.
