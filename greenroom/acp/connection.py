@@ -55,10 +55,10 @@ from greenroom.acp.params import RpcError, decode
 from greenroom.acp.presenter import Presenter
 from greenroom.acp.progress import SubagentProgress
 from greenroom.acp.prompting import Prompting
+from greenroom.acp.routes import Unrouted, Watch, subscribe
 from greenroom.acp.shared import Attachments
 from greenroom.acp.starts import SessionStarted, SessionStarts
 from greenroom.acp.table import SessionRecord, SessionTable
-from greenroom.actors.events import AGENT_STATUS, AGENT_TOOL_PROGRESS, SUBAGENT_STARTED
 from greenroom.actors.life import Owner
 from greenroom.actors.types import Agent, SessionClient, Titles
 from greenroom.protocol.acp import (
@@ -91,10 +91,10 @@ from greenroom.protocol.acp import (
 from greenroom.protocol.events import SessionEvent, StatusName, ToolProgress, ToolResult
 from greenroom.protocol.mcp import McpStatus
 from greenroom.runtime import Runtime
-from greenroom.session import SESSION_EVENT, Session
+from greenroom.session import Session
 from greenroom.session.persistence import Interruption
 from greenroom.supervisor import Scope, Supervisor
-from greenroom.tools.mcp import MCP_PROMPTS, MCP_STATUS, McpPrompts
+from greenroom.tools.mcp import McpPrompts
 
 __all__ = [
     "TEARDOWN_GRACE",
@@ -142,9 +142,16 @@ class AcpConnection:
         self.nursery = nursery
         self.outbox = outbox = Outbox(outgoing)
         #: The sessions, their records and what is in flight: the state every part holds.
-        self.table = table = SessionTable(outbox, runtime.bash, list(runtime.models))
-        self.subagents = SubagentProgress(outbox.update)
         self.scope = Scope("acp connection")
+        # What the runtime tells of a session reaches this connection while it holds it:
+        # routed by the server's connections' routes, or, alone on stdio, heard directly.
+        if attachments is None:
+            watch: Watch = Unrouted()
+            subscribe(runtime.hooks, self, self.scope)
+        else:
+            watch = attachments.routes.watch(self)
+        self.table = table = SessionTable(outbox, runtime.bash, list(runtime.models), watch)
+        self.subagents = SubagentProgress(outbox.update, watch)
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
         self._client_name = "client"  # its clientInfo.name: who answered, in the log
@@ -202,12 +209,6 @@ class AcpConnection:
         self._routes: dict[str, InlineRoute | WaitingRoute] = {
             "initialize": self._served["initialize"]
         }
-        runtime.hooks.on(SESSION_EVENT, self._on_event, scope=self.scope)
-        runtime.hooks.on(MCP_STATUS, self._on_server, scope=self.scope)
-        runtime.hooks.on(SUBAGENT_STARTED, self._on_subagent, scope=self.scope)
-        runtime.hooks.on(AGENT_STATUS, self._on_status, scope=self.scope)
-        runtime.hooks.on(AGENT_TOOL_PROGRESS, self._on_progress, scope=self.scope)
-        runtime.hooks.on(MCP_PROMPTS, self._on_prompts, scope=self.scope)
 
     # -- frames in ---------------------------------------------------------------------
 
@@ -370,7 +371,7 @@ class AcpConnection:
 
     # -- what the runtime tells: shown to the editor -------------------------------------------
 
-    def _on_event(self, session: Session, event: SessionEvent) -> None:
+    def on_event(self, session: Session, event: SessionEvent) -> None:
         record = self.table.records.get(session.id)
         if record is None or record.handle is None:
             if self.subagents:
@@ -381,7 +382,7 @@ class AcpConnection:
         for update in self.presenter.present(session, event, replay=False):
             record.show(self.outbox, update)
 
-    def _on_progress(self, agent: Agent, progress: ToolProgress) -> None:
+    def on_progress(self, agent: Agent, progress: ToolProgress) -> None:
         record = self.table.records.get(agent.session.id)
         if record is not None and record.handle is not None and record.held is None:
             self.live.show(record.session_id, progress)
@@ -389,7 +390,7 @@ class AcpConnection:
     def _offer_commands(self, session_id: str) -> None:
         self.outbox.update(session_id, self.table.commands_of(session_id).update())
 
-    def _on_prompts(self, agent: Agent, prompts: McpPrompts) -> None:
+    def on_prompts(self, agent: Agent, prompts: McpPrompts) -> None:
         """A server of a session here offers other prompts: the commands change; told now
         if the session was announced, else with its announcement."""
         record = self.table.records.get(agent.session.id)
@@ -398,12 +399,12 @@ class AcpConnection:
         if self.table.commands_of(record.session_id).offer(prompts) and record.notices is None:
             self._offer_commands(record.session_id)
 
-    def _on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
+    def on_subagent(self, parent: Agent, call_id: str, child: Agent) -> None:
         record = self.table.records.get(parent.session.id)
         if record is not None and record.handle is not None:
             self.subagents.follow(parent.session.id, call_id, child.session.id)
 
-    def _on_status(self, agent: Agent, status: StatusName) -> None:
+    def on_status(self, agent: Agent, status: StatusName) -> None:
         # A child can end without the turn/end its progress forgets it at: a cancel
         # that dropped its turn before it began, a disposal before its prompt.
         if status == "disposed":
@@ -420,7 +421,7 @@ class AcpConnection:
         that a client reconnects, to whichever node it chooses."""
         if self.table.closed:
             return
-        del self.table.records[record.session_id]
+        self.table.drop(record.session_id)
         record.abandon(self.outbox)
         self.outbox.tell(
             record.session_id,
@@ -430,7 +431,7 @@ class AcpConnection:
         if self._shared:
             self.reading.cancel(reason="a session of the connection was handed off")
 
-    def _on_server(self, agent: Agent, status: McpStatus) -> None:
+    def on_server(self, agent: Agent, status: McpStatus) -> None:
         """Tell the editor when a server of one of its sessions fails, gives up, or is back."""
         record = self.table.records.get(agent.session.id)
         if record is None:

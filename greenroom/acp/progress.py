@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Final
 
+from greenroom.acp.routes import Watch
 from greenroom.protocol.acp import (
     SessionUpdate,
     TextBlock,
@@ -39,10 +40,11 @@ class SubagentProgress:
     """The children being followed, by their session id; `update` is called with
     (the parent's session id, the update) for each change to show."""
 
-    __slots__ = ("_children", "_update")
+    __slots__ = ("_children", "_update", "_watch")
 
-    def __init__(self, update: Callable[[str, SessionUpdate], None]) -> None:
+    def __init__(self, update: Callable[[str, SessionUpdate], None], watch: Watch) -> None:
         self._update = update
+        self._watch = watch  # each child's session held while it is followed
         self._children: dict[str, _Child] = {}
 
     def __len__(self) -> int:
@@ -50,12 +52,14 @@ class SubagentProgress:
 
     def follow(self, parent_session: str, call_id: str, child_session: str) -> None:
         """Show the child of session `child_session` in call `call_id` of `parent_session`."""
+        if child_session not in self._children:
+            self._watch.hold(child_session)
         self._children[child_session] = _Child(parent_session, call_id)
 
     def forget(self, child_session: str) -> None:
         """The child is gone (disposed); a no-op for one not followed."""
-        if self._children:
-            self._children.pop(child_session, None)
+        if self._children and self._children.pop(child_session, None) is not None:
+            self._watch.let_go(child_session)
 
     def on_event(self, child_session: str, event: SessionEvent) -> None:
         """An event of session `child_session`'s log; nothing for a session not followed."""
@@ -63,7 +67,7 @@ class SubagentProgress:
         if child is None:
             return
         if isinstance(event, TurnEnd):  # its one turn: the call's result follows
-            del self._children[child_session]
+            self.forget(child_session)
             return
         if isinstance(event, AssistantMessage) and event.content:
             child.lines.append(event.content)

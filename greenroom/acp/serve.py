@@ -24,6 +24,7 @@ from hypercorn.trio import serve
 
 from greenroom.acp.access import AccessTokens, loopback_host
 from greenroom.acp.network import DEFAULT_LIMITS, IDLE, AcpServer, ServeLimits
+from greenroom.acp.routes import SessionRoutes, subscribe
 from greenroom.acp.shared import Attachments
 from greenroom.acp.stdio import plug_tools
 from greenroom.actors.types import Titles
@@ -31,7 +32,7 @@ from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
 from greenroom.runtime import Runtime, open_runtime
 from greenroom.session.persistence import Interruption, Persistence
-from greenroom.supervisor import Supervisor
+from greenroom.supervisor import Scope, Supervisor
 
 __all__ = ["check_listen", "run_serve", "serve_acp"]
 
@@ -85,26 +86,35 @@ async def serve_acp(
     config.accesslog = None
     config.errorlog = logging.getLogger("hypercorn.error")
     config.include_server_header = False
-    # The sessions are the server's, shared by its connections: they outlive the one that
-    # made them while another is attached, and are stopped together at the end.
-    async with (
-        Supervisor(name="acp-server", stop_together=True) as owner,
-        trio.open_nursery() as connections,
-    ):
-        app = AcpServer(
-            runtime,
-            connections,
-            interrupted=interrupted,
-            titles=titles,
-            idle=idle,
-            tokens=tokens,
-            attachments=Attachments(owner, runtime.bash, connections, limits.sessions),
-            limits=limits,
-        )
-        try:
-            await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
-        finally:
-            app.close()
+    # What the runtime tells reaches each connection through the routes, heard from before
+    # the first connection to after the last.
+    routes = SessionRoutes()
+    listening = Scope("acp server")
+    subscribe(runtime.hooks, routes, listening)
+    try:
+        # The sessions are the server's, shared by its connections: they outlive the one
+        # that made them while another is attached, and are stopped together at the end.
+        async with (
+            Supervisor(name="acp-server", stop_together=True) as owner,
+            trio.open_nursery() as connections,
+        ):
+            attachments = Attachments(owner, runtime.bash, connections, routes, limits.sessions)
+            app = AcpServer(
+                runtime,
+                connections,
+                interrupted=interrupted,
+                titles=titles,
+                idle=idle,
+                tokens=tokens,
+                attachments=attachments,
+                limits=limits,
+            )
+            try:
+                await serve(app, config, task_status=task_status)  # type: ignore[arg-type]
+            finally:
+                app.close()
+    finally:
+        await listening.close()
 
 
 class _Config(Config):

@@ -42,6 +42,7 @@ import trio
 
 from greenroom.acp.client import ClientGone
 from greenroom.acp.params import RpcError
+from greenroom.acp.routes import SessionRoutes
 from greenroom.actors.life import AgentHandle, Owner
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import (
@@ -154,15 +155,23 @@ class _Shared:
 class Attachments:
     """The sessions of one server and who is attached to each (see the module docstring).
     Their agents are owned by `owner`; their tasks run in `bash`; a session whose turn
-    outlives its clients is watched from `nursery`. A principal (None: every client of a
+    outlives its clients is watched from `nursery`; what the runtime tells of a session
+    reaches the connections that hold it through `routes`. A principal (None: every client of a
     server without tokens) holds at most `most` sessions at once."""
 
     def __init__(
-        self, owner: Owner, bash: BashExecutor, nursery: trio.Nursery, most: float = math.inf
+        self,
+        owner: Owner,
+        bash: BashExecutor,
+        nursery: trio.Nursery,
+        routes: SessionRoutes,
+        most: float = math.inf,
     ) -> None:
         self.owner = owner
         self.bash = bash
         self.nursery = nursery
+        #: What the runtime tells, routed to the connections holding each session.
+        self.routes = routes
         self.most = most
         self.shared: dict[str, _Shared] = {}
         self._keys = itertools.count(1)

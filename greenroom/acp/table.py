@@ -44,6 +44,7 @@ import trio
 from greenroom.acp.commands import SessionCommands
 from greenroom.acp.outbox import Outbox
 from greenroom.acp.params import RpcError
+from greenroom.acp.routes import Watch
 from greenroom.acp.shared import Attachment
 from greenroom.actors.prompt import Prompt
 from greenroom.actors.types import Agent
@@ -185,6 +186,7 @@ class SessionTable:
         "_bash",
         "_models",
         "_outbox",
+        "_watch",
         "closed",
         "commands",
         "fetching",
@@ -192,10 +194,14 @@ class SessionTable:
         "requests",
     )
 
-    def __init__(self, outbox: Outbox, bash: BashExecutor, models: Sequence[str]) -> None:
+    def __init__(
+        self, outbox: Outbox, bash: BashExecutor, models: Sequence[str], watch: Watch
+    ) -> None:
         self._outbox = outbox
         self._bash = bash
         self._models = list(models)
+        self._watch = watch  # held while it has a record: what the runtime tells of it
+        #: By session id (read only: a record comes and goes by `go_live` and `drop`).
         self.records: dict[str, SessionRecord] = {}
         self.requests: dict[RequestId, trio.CancelScope] = {}
         self.fetching: dict[RequestId, tuple[str, trio.CancelScope]] = {}
@@ -242,13 +248,14 @@ class SessionTable:
         if session_id in self.records:
             raise RpcError(INVALID_PARAMS, f"session {session_id!r} is already loaded")
         record = self.records[session_id] = SessionRecord(session_id)
+        self._watch.hold(session_id)
         try:
             handle = await start()
         except BaseException:
-            del self.records[session_id]
+            self.drop(session_id)
             raise
         if self.closed:  # the teardown left it to this request
-            del self.records[session_id]
+            self.drop(session_id)
             await handle.dispose()
             raise RpcError(INTERNAL_ERROR, "the connection closed while the session was starting")
         record.handle = handle
@@ -257,7 +264,7 @@ class SessionTable:
     async def release(self, record: SessionRecord) -> None:
         """End a live session here: drop its record, answer its prompts ``cancelled``, kill
         its background bash tasks, then dispose its agent (checkpoints while it goes)."""
-        del self.records[record.session_id]
+        self.drop(record.session_id)
         self.commands.pop(record.session_id, None)
         self.abandon(record)
         assert record.handle is not None
@@ -278,8 +285,13 @@ class SessionTable:
         self.closed = True
         records = [record for record in self.records.values() if record.handle is not None]
         for record in records:
-            del self.records[record.session_id]
+            self.drop(record.session_id)
         return records
+
+    def drop(self, session_id: str) -> None:
+        """Forget the session's record: nothing of it is told to this connection after."""
+        del self.records[session_id]
+        self._watch.let_go(session_id)
 
     # -- cancelling ------------------------------------------------------------------------
 
