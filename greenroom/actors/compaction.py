@@ -38,6 +38,7 @@ from typing import Final
 import msgspec
 import trio
 
+from greenroom.actors.side import read_side_text
 from greenroom.models.base import ContextOverflow, ModelAdapter
 from greenroom.protocol.content import Resource
 from greenroom.protocol.events import (
@@ -47,7 +48,6 @@ from greenroom.protocol.events import (
     CompactionStart,
     ConfigSet,
     Cut,
-    ModelRetry,
     PlanSet,
     SessionEvent,
     SteeringMessage,
@@ -58,10 +58,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import (
     AssistantTurn,
-    Finish,
     ModelRequest,
-    Retry,
-    TextDelta,
     ToolSchema,
     ToolTurn,
     Usage,
@@ -403,41 +400,13 @@ class Compactor:
             system=SUMMARY_SYSTEM,
             max_output_tokens=tokens,
         )
-        parts: list[str] = []
-        read = 0
-        limited = False
-        stream = model.stream(summary_request)
-        try:
-            async for chunk in stream:
-                if type(chunk) is TextDelta:
-                    parts.append(chunk.text)
-                    read += len(chunk.text)
-                    if read > 2 * limit:  # cut anyway: read no more
-                        limited = True
-                        break
-                elif type(chunk) is Finish:
-                    if chunk.reason in ("error", "aborted", "refusal"):
-                        raise RuntimeError(chunk.message or f"the model finished {chunk.reason}")
-                    limited = chunk.reason == "max-tokens"
-                elif type(chunk) is Retry:
-                    self._session.append(
-                        ModelRetry(
-                            turn=run.turn,
-                            step=run.step,
-                            attempt=chunk.attempt,
-                            wait=chunk.wait,
-                            error=chunk.error,
-                            code=chunk.code,
-                        )
-                    )
-        finally:
-            aclose = getattr(stream, "aclose", None)
-            if aclose is not None:
-                await aclose()
-        summary = "".join(parts).strip()
+        answer = await read_side_text(
+            model, summary_request, self._session, run.turn, run.step, 2 * limit
+        )
+        summary = answer.text.strip()
         if not summary:
             raise RuntimeError("the model's summary was empty")
-        return bounded_summary(summary, limit, limited)
+        return bounded_summary(summary, limit, answer.cut)
 
     def _window(self, model: ModelAdapter, model_id: str) -> int:
         """The window `model_id` is measured against (0: none), remembered: its adapter's

@@ -29,8 +29,8 @@ from typing import Final
 
 import trio
 
+from greenroom.actors.side import read_side_text
 from greenroom.actors.turn import TurnDriver
-from greenroom.models.base import ModelAdapter
 from greenroom.models.usage import usage_record
 from greenroom.protocol.events import (
     COMPLETED,
@@ -39,7 +39,6 @@ from greenroom.protocol.events import (
     ConfigSet,
     Errored,
     MessageTrigger,
-    ModelRetry,
     SessionEvent,
     StepStart,
     TitleTrigger,
@@ -48,7 +47,7 @@ from greenroom.protocol.events import (
     TurnStart,
     UserMessage,
 )
-from greenroom.protocol.model import Finish, ModelRequest, Retry, TextDelta, Usage, UserTurn
+from greenroom.protocol.model import ModelRequest, UserTurn
 from greenroom.session import Session
 from greenroom.session.session import title_of
 from greenroom.spill import cut
@@ -161,7 +160,7 @@ class TitleTurn:
         text, usage, failure = "", None, None
         with trio.move_on_after(TITLE_DEADLINE) as deadline:
             try:
-                text, usage = await _ask(model, request, session, turn)
+                text, usage, _ = await read_side_text(model, request, session, turn, 1, _READ_CHARS)
             except trio.Cancelled:
                 raise
             except Exception as exc:  # the model's failure: the title stays the prompt's
@@ -186,43 +185,3 @@ class TitleTurn:
 
 def _failed(why: str, step: int = 1) -> Errored:
     return Errored(step=step, message=f"the title was not written: {why}", code=TITLE_FAILED)
-
-
-async def _ask(
-    model: ModelAdapter, request: ModelRequest, session: Session, turn: int
-) -> tuple[str, Usage | None]:
-    """The text and the usage of the model's answer to `request` (its first
-    `_READ_CHARS` characters); raises when the model finishes with an error. Its retries
-    are logged (``model/retry``) as a step's are."""
-    parts: list[str] = []
-    read = 0
-    usage: Usage | None = None
-    stream = model.stream(request)
-    try:
-        async for chunk in stream:
-            if type(chunk) is TextDelta:
-                parts.append(chunk.text)
-                read += len(chunk.text)
-                if read > _READ_CHARS:
-                    break
-            elif type(chunk) is Usage:
-                usage = chunk
-            elif type(chunk) is Finish:
-                if chunk.reason in ("error", "aborted", "refusal"):
-                    raise RuntimeError(chunk.message or f"it finished {chunk.reason}")
-            elif type(chunk) is Retry:
-                session.append(
-                    ModelRetry(
-                        turn=turn,
-                        step=1,
-                        attempt=chunk.attempt,
-                        wait=chunk.wait,
-                        error=chunk.error,
-                        code=chunk.code,
-                    )
-                )
-    finally:
-        aclose = getattr(stream, "aclose", None)
-        if aclose is not None:
-            await aclose()
-    return "".join(parts), usage
