@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import jsonschema
 from acp import schema
 
 
@@ -75,3 +76,35 @@ class Editor:
                 return
             await asyncio.sleep(0.05)
         raise AssertionError(f"{name!r} never offered: {self.command_sets()}")
+
+
+#: ACP's unstable ``notice`` update (schema/v1/schema.unstable.json of agentclientprotocol/
+#: agent-client-protocol: ``NoticeUpdate`` within ``SessionUpdate``), no member it does not name.
+NOTICE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "sessionUpdate": {"const": "notice"},
+        "severity": {"type": "string"},
+        "title": {"type": "string", "minLength": 1},
+        "description": {"type": ["string", "null"]},
+        "_meta": {"type": ["object", "null"]},
+    },
+    "required": ["sessionUpdate", "severity", "title"],
+    "additionalProperties": False,
+}
+
+
+def checked_updates(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every ``session/update`` of `frames`, each read by the SDK's schema (a notice by the
+    spec's): the updates."""
+    updates = []
+    for frame in frames:
+        if frame.get("method") != "session/update":
+            continue
+        update = frame["params"]["update"]
+        if update["sessionUpdate"] == "notice":
+            jsonschema.validate(update, NOTICE_SCHEMA)
+        else:
+            schema.SessionNotification.model_validate(frame["params"])
+        updates.append(update)
+    return updates

@@ -39,44 +39,13 @@ from greenroom.protocol.events import (
     UserMessage,
 )
 from greenroom.protocol.model import Finish, ModelRequest, Retry, StreamChunk, TextDelta
-from tests.acp_editor import Editor
+from tests.acp_editor import NOTICE_SCHEMA, Editor, checked_updates
 from tests.acp_peer import bridge
 
 LIMIT = 30.0  # seconds, for the tests of a real process
 
 PROMPT = [{"type": "text", "text": "hello"}]
 NOTICES = {"_meta": {"notice": True}}
-
-#: ACP's unstable ``notice`` update (schema/v1/schema.unstable.json of agentclientprotocol/
-#: agent-client-protocol: ``NoticeUpdate`` within ``SessionUpdate``), no member it does not name.
-NOTICE_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "sessionUpdate": {"const": "notice"},
-        "severity": {"type": "string"},
-        "title": {"type": "string", "minLength": 1},
-        "description": {"type": ["string", "null"]},
-        "_meta": {"type": ["object", "null"]},
-    },
-    "required": ["sessionUpdate", "severity", "title"],
-    "additionalProperties": False,
-}
-
-
-def _checked(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Every ``session/update`` of `frames`, each read by the SDK's schema (a notice by the
-    spec's): the updates."""
-    updates = []
-    for frame in frames:
-        if frame.get("method") != "session/update":
-            continue
-        update = frame["params"]["update"]
-        if update["sessionUpdate"] == "notice":
-            jsonschema.validate(update, NOTICE_SCHEMA)
-        else:
-            schema.SessionNotification.model_validate(frame["params"])
-        updates.append(update)
-    return updates
 
 
 class RetriesOnce:
@@ -95,7 +64,7 @@ async def test_a_retry_is_a_live_notice_for_a_client_that_declares_it(tmp_path: 
         session = await b.peer.new_session(str(tmp_path))
         answer = await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
         assert answer["result"]["stopReason"] == "end_turn"
-        updates = _checked(b.peer.frames)
+        updates = checked_updates(b.peer.frames)
         [notice] = [u for u in updates if u["sessionUpdate"] == "notice"]
         assert notice["severity"] == "warning"
         assert notice["title"] == "Retrying the model in 0.5 s"
@@ -111,7 +80,7 @@ async def test_a_retry_is_a_live_notice_for_a_client_that_declares_it(tmp_path: 
             "session/load", {"sessionId": session, "cwd": str(tmp_path), "mcpServers": []}
         )
         assert "result" in loaded
-        replayed = _checked(b.peer.frames[before:])
+        replayed = checked_updates(b.peer.frames[before:])
         assert not [u for u in replayed if u["sessionUpdate"] == "notice"]
         assert "Retrying" not in str(replayed)
 
@@ -120,7 +89,7 @@ async def test_a_retry_is_text_for_a_client_that_does_not(tmp_path: Path) -> Non
     async with bridge(tmp_path, RetriesOnce()) as b:  # type: ignore[arg-type]
         session = await b.peer.new_session(str(tmp_path))
         await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
-        updates = _checked(b.peer.frames)
+        updates = checked_updates(b.peer.frames)
         assert not [u for u in updates if u["sessionUpdate"] == "notice"]
         said = [
             u["content"]["text"] for u in updates if u["sessionUpdate"] == "agent_message_chunk"
@@ -145,7 +114,7 @@ async def test_a_server_that_fails_to_start_is_an_error_notice(tmp_path: Path) -
         assert update["severity"] == "error"
         assert update["title"].startswith("MCP server 'missing' failed")
         assert notice["params"]["sessionId"] == session
-        _checked(b.peer.frames)
+        checked_updates(b.peer.frames)
 
 
 @tool
@@ -204,7 +173,7 @@ async def test_a_tool_call_carries_its_name_and_its_raw_output(tmp_path: Path) -
     async with bridge(tmp_path, ScriptedModel(script), bash=True) as b:
         session = await b.peer.new_session(str(tmp_path))
         await b.peer.call("session/prompt", {"sessionId": session, "prompt": PROMPT})
-        updates = _checked(b.peer.frames)
+        updates = checked_updates(b.peer.frames)
         [start] = [u for u in updates if u["sessionUpdate"] == "tool_call"]
         assert start["name"] == "bash"
         assert start["kind"] == "execute"
@@ -274,7 +243,7 @@ async def test_a_cancelled_turn_is_answered_with_the_usage_of_its_steps(tmp_path
         )
         await b.peer.notify("session/cancel", {"sessionId": session})
         answer = schema.PromptResponse.model_validate((await b.peer.response(asked))["result"])
-        _checked(b.peer.frames)
+        checked_updates(b.peer.frames)
     assert answer.stop_reason == "cancelled"
     assert answer.usage is not None
     # The step that ended reported its tokens; the one the cancel cut reported none.
@@ -334,7 +303,7 @@ async def test_a_fork_at_a_message_ends_with_its_turn(tmp_path: Path) -> None:
             assert refused["code"] == -32602
             assert f"messageId {message_id!r} is not a message" in refused["message"]
         assert (await peer.call("session/list", {}))["result"]["sessions"] == listed
-        _checked(peer.frames)
+        checked_updates(peer.frames)
 
 
 # -- each state update only when it changed ----------------------------------------------------
@@ -350,7 +319,7 @@ async def test_a_setting_is_told_only_when_the_client_does_not_have_it(tmp_path:
             answer = await peer.call(method, {"sessionId": session, **params})
             assert "result" in answer, answer
             await peer.call("session/list", {})  # a round trip: what the change sent is in
-            return [u["sessionUpdate"] for u in _checked(peer.frames[mark:])]
+            return [u["sessionUpdate"] for u in checked_updates(peer.frames[mark:])]
 
         # The mode the answer to session/new said: nothing to tell.
         assert await told("session/set_mode", {"modeId": "default"}) == []

@@ -14,7 +14,6 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 import trio
 from acp import schema
@@ -35,7 +34,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import ModelRequest, StreamChunk
 from greenroom.session.persistence import JsonlPersistence
-from tests.acp.test_leaders import NOTICE_SCHEMA
+from tests.acp_editor import checked_updates
 from tests.acp_peer import Bridge, Peer, bridge
 
 PROMPT = [{"type": "text", "text": "hello world, how are you?"}]
@@ -71,24 +70,10 @@ class Counted(ScriptedModel):
         return super().stream(request)
 
 
-def _checked(frames: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The ``session/update``s of `frames`, each read by the SDK's schema (a notice by the
-    spec's)."""
-    updates = []
-    for frame in frames:
-        if frame.get("method") != "session/update":
-            continue
-        update = frame["params"]["update"]
-        if update["sessionUpdate"] == "notice":
-            jsonschema.validate(update, NOTICE_SCHEMA)
-        else:
-            schema.SessionNotification.model_validate(frame["params"])
-        updates.append(update)
-    return updates
-
-
 def _titles(frames: list[dict[str, Any]]) -> list[str]:
-    return [u["title"] for u in _checked(frames) if u["sessionUpdate"] == "session_info_update"]
+    return [
+        u["title"] for u in checked_updates(frames) if u["sessionUpdate"] == "session_info_update"
+    ]
 
 
 def _title_turns(events: list[SessionEvent]) -> list[TurnStart]:
@@ -136,7 +121,7 @@ async def test_the_model_writes_the_title_once_after_the_first_turn(tmp_path: Pa
         # The call's tokens are the session's: its cost told after it, both calls priced.
         costs = [
             u["cost"]["amount"]
-            for u in _checked(peer.frames[peer.index_of(told) :])
+            for u in checked_updates(peer.frames[peer.index_of(told) :])
             if u["sessionUpdate"] == "usage_update" and "cost" in u
         ]
         both = (140 * 3 + 14 * 15) / 1_000_000
@@ -290,7 +275,9 @@ async def test_the_titles_option_is_set_logged_and_reloaded(tmp_path: Path) -> N
         result = schema.SetSessionConfigOptionResponse.model_validate(answer["result"])
         assert _options(answer["result"])["titles"]["currentValue"] is True
         assert len(result.config_options) == 4
-        told = [u for u in _checked(peer.frames[mark:]) if u["sessionUpdate"] != "usage_update"]
+        told = [
+            u for u in checked_updates(peer.frames[mark:]) if u["sessionUpdate"] != "usage_update"
+        ]
         assert [u["sessionUpdate"] for u in told] == ["config_option_update"]
         await _prompted(peer, session)
         await peer.wait_for(lambda f: "A Named Session" in str(f))
@@ -309,7 +296,7 @@ async def test_the_titles_option_is_set_logged_and_reloaded(tmp_path: Path) -> N
             "titles",
             "prompt",
         )
-        _checked(peer.frames)
+        checked_updates(peer.frames)
     assert model.calls == 2
 
 
