@@ -3,7 +3,8 @@ side (asyncio, ``acp.spawn_agent_process``, whose schema models parse every fram
 records every update and grants every permission once; a test reads what it was shown.
 
 Editors that answer otherwise (elicitations, files, chosen permissions) stay in the tests
-that need them; the in-process peer of the bridge tests is `tests.acp_peer`.
+that need them; the in-process peer of the bridge tests is `tests.acp_peer`. Frames read
+raw are checked by `checked_updates` (the SDK's schema; a ``notice`` by `NOTICE_SCHEMA`).
 """
 
 from __future__ import annotations
