@@ -124,17 +124,18 @@ class FramesIn(trio.abc.ReceiveStream):
 
 def run_stdio(
     models: Mapping[str, ModelAdapter],
-    persistence: Persistence,
+    persistence: Persistence | None,
     interrupted: Interruption = "close",
     prices: Prices | None = None,
     login: Login | None = None,
     titles: Titles = "prompt",
 ) -> int:
-    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
-    `interrupted` says what a load does with a turn a crash cut (`serve_connection`);
-    `prices` prices each step (None: the shipped table); `login`: the models' keys, as
-    the editor is told of them (`serve_connection`); `titles`: how a session's title is
-    written when its log sets none (`serve_connection`)."""
+    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default)
+    and sessions kept by `persistence` (None: in memory only, gone with the process: none is
+    listed, a load is refused); `interrupted` says what a load does with a turn a crash cut
+    (`serve_connection`); `prices` prices each step (None: the shipped table); `login`: the
+    models' keys, as the editor is told of them (`serve_connection`); `titles`: how a
+    session's title is written when its log sets none (`serve_connection`)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -145,7 +146,7 @@ def run_stdio(
 
 async def _serve(
     models: Mapping[str, ModelAdapter],
-    persistence: Persistence,
+    persistence: Persistence | None,
     frames_fd: int,
     interrupted: Interruption,
     prices: Prices | None,
