@@ -52,8 +52,8 @@ from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.login import Login
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import RpcError, decode
-from greenroom.acp.presenter import Presenter
-from greenroom.acp.progress import SubagentProgress
+from greenroom.acp.presenter import SHOWN, Presenter
+from greenroom.acp.progress import FOLLOWED, SubagentProgress
 from greenroom.acp.prompting import Prompting
 from greenroom.acp.routes import Unrouted, Watch, subscribe
 from greenroom.acp.shared import Attachments
@@ -110,6 +110,9 @@ logger = logging.getLogger("greenroom.acp")
 INITIALIZED: Final = InitializeResult(
     PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
 )
+#: The kinds of event a connection acts on: shown to the editor, or read for a sub-agent's
+#: progress; any other is passed over at one look-up.
+_TOLD: Final = SHOWN | FOLLOWED
 
 
 class AcpConnection:
@@ -372,6 +375,8 @@ class AcpConnection:
     # -- what the runtime tells: shown to the editor -------------------------------------------
 
     def on_event(self, session: Session, event: SessionEvent) -> None:
+        if type(event) not in _TOLD:
+            return  # most of a turn's events: its and its steps' starts and ends
         record = self.table.records.get(session.id)
         if record is None or record.handle is None:
             if self.subagents:
