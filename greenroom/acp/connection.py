@@ -36,6 +36,7 @@ on in the reader), a `WaitingRoute` (a task of its own) or a `NotificationRoute`
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -525,13 +526,10 @@ async def serve_connection(
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
     """
-
-    async def read(on_frame: Callable[[frames.Frame], None]) -> None:
-        await frames.read_lines(stream, on_frame)
-
-    async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
-        await write_frames(queued, stream)
-
+    # Partials, not closures: a coroutine frame fewer to resume at each wake of the reader
+    # and of the writer.
+    read = functools.partial(frames.read_lines, stream)
+    write = functools.partial(write_frames, stream=stream)
     await serve_frames(runtime, read, write, interrupted=interrupted, login=login, titles=titles)
 
 
