@@ -33,7 +33,7 @@ few warm-up prompts on each, then measured for:
   attached only then).
 
 Once per run, not timed: the Python calls per prompt of the agent's process
-(its main thread, under ``sys.setprofile``: `bench._counted_calls`), greenroom
+(all its threads, under ``sys.setprofile``: `bench._counted_calls`), greenroom
 (durable, and in memory) against the SDK agent, each the difference between
 runs of 2M and M sequential prompts on one session, over M: the
 machine-independent figure of what a prompt costs the agent.
@@ -496,7 +496,7 @@ def _run_sdk_asking(n: int) -> dict[str, float]:
 
 
 async def _calls(name: str, m: int, tmp: Path, stderr: int) -> int:
-    """The Python calls of agent `name`'s main thread over its whole run (spawn to exit): one
+    """The Python calls of agent `name`'s threads over its whole run (spawn to exit): one
     session, `_WARMUP` prompts, then `m` sequential ones (`bench._counted_calls`)."""
     python, flag, *module = _AGENTS[name]
     home, work, out = tmp / "home", tmp / "work", tmp / "calls"
