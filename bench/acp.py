@@ -8,7 +8,10 @@ the official ACP Python SDK's client side (asyncio,
   echo model (one chunk per word; the prompt is one word, so one chunk),
   with ``GREENROOM_HOME`` and the cwd in a fresh temporary directory, and
   sessions persisted with the default sync policy (``turn``); again with
-  ``--sync always``, reported beside it;
+  ``--sync always``, and with its sessions in memory only
+  (``python -m bench._acp_memory_agent``: no log, no fsync, as the SDK agent
+  keeps nothing, so that what persistence costs is told apart), each
+  reported beside it;
 * SDK agent: ``python -m bench._acp_sdk_agent``, the least an agent can do
   with the official SDK's agent side: one ``agent_message_chunk`` back per
   prompt, then ``end_turn``; no model, no log, no persistence;
@@ -28,6 +31,14 @@ few warm-up prompts on each, then measured for:
   for every agent), over `_COUNTED` sequential prompts on one session after
   the timed phases (the SDK's frame observer copies each frame, so it is
   attached only then).
+
+Once per run, not timed: the Python calls per prompt of the agent's process
+(all its threads, under ``sys.setprofile``: `bench._counted_calls`), greenroom
+in memory against the SDK agent, each the difference between runs of 2M and M
+sequential prompts on one session, over M: the machine-independent figure of
+what a prompt costs the agent. The durable default's is in the row's note: it
+moves from run to run with how many turns each fsync covers, which timing
+decides.
 
 Then, greenroom alone, with a client that grants every permission at once:
 the p50 round trip of a prompt that makes one ``bash`` call (the echo model
@@ -93,6 +104,7 @@ _GREENROOM = (sys.executable, "-m", "greenroom", "acp", "--model", "scripted:0")
 _AGENTS: dict[str, tuple[str, ...]] = {
     "greenroom": _GREENROOM,
     "greenroom always": (*_GREENROOM, "--sync", "always"),
+    "greenroom in memory": (sys.executable, "-m", "bench._acp_memory_agent"),
     "sdk": (sys.executable, "-m", "bench._acp_sdk_agent"),
     "least": (sys.executable, "-m", "bench._acp_null_agent"),
 }
@@ -485,6 +497,49 @@ def _run_sdk_asking(n: int) -> dict[str, float]:
         return asyncio.run(asyncio.wait_for(asking, _TIMEOUT))
 
 
+async def _calls(name: str, m: int, tmp: Path, stderr: int) -> int:
+    """The Python calls of agent `name`'s threads over its whole run (spawn to exit): one
+    session, `_WARMUP` prompts, then `m` sequential ones (`bench._counted_calls`)."""
+    python, flag, *module = _AGENTS[name]
+    home, work, out = tmp / "home", tmp / "work", tmp / "calls"
+    work.mkdir()
+    client = _Counter()
+    async with acp.spawn_agent_process(
+        cast(acp.Client, client),
+        python,
+        "-m",
+        "bench._counted_calls",
+        str(out),
+        flag,
+        *module,
+        env={"GREENROOM_HOME": str(home)},
+        cwd=work,
+        transport_kwargs={"stderr": stderr},
+    ) as (conn, process):
+        await conn.initialize(protocol_version=1)
+        session = (await conn.new_session(cwd=str(work), mcp_servers=[])).session_id
+        await _sequential(conn, session, _WARMUP + m)
+        await client.settled({session: _WARMUP + m})
+    code = await process.wait()
+    if code != 0:
+        raise RuntimeError(f"{name}, counted, exited {code}")
+    return int(out.read_text())
+
+
+def _calls_per_prompt(name: str, m: int) -> float:
+    """Python calls per prompt of agent `name`: the difference between runs of 2m and m
+    prompts, over m (start-up and teardown cancel out)."""
+    counts = []
+    for prompts in (m, 2 * m):
+        with (
+            tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp,
+            tempfile.TemporaryFile() as stderr,
+        ):
+            counting = _calls(name, prompts, Path(tmp), stderr.fileno())
+            counts.append(asyncio.run(asyncio.wait_for(counting, _TIMEOUT)))
+    return (counts[1] - counts[0]) / m
+
+
 def _run_one(name: str, n_latency: int, n_throughput: int) -> _Result:
     """Spawn, drive and reap one agent in a fresh asyncio loop and temporary directory."""
     log = _SdkLog()
@@ -516,6 +571,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
 
     n_tools = 30 if quick else 150
     n_flood = 2 if quick else 5  # runs of the 10 MB command each way, per repeat
+    m_counted = 50 if quick else 200  # prompts of the shorter counted run (once, not timed)
     results: dict[str, list[_Result]] = {name: [] for name in _AGENTS}
     tools: list[dict[str, float]] = []
     sdk_asking: list[dict[str, float]] = []
@@ -532,8 +588,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
         floods.append(_run_flood(n_flood))
         over_acp.append(_run_flood_over_acp())
 
+    counted = ("greenroom in memory", "greenroom", "sdk")
+    calls = {name: _calls_per_prompt(name, m_counted) for name in counted}
     ours, raw, always = results["greenroom"], results["sdk"], results["greenroom always"]
-    least = results["least"]
+    least, memory = results["least"], results["greenroom in memory"]
     baseline = "SDK agent (acp.run_agent)"
     each = n_throughput // _SESSIONS
     return [
@@ -595,6 +653,32 @@ def run(repeats: int, quick: bool) -> list[Row]:
             [r.p99_us for r in always],
             baseline=baseline,
             raw=[r.p99_us for r in raw],
+        ),
+        compare(
+            SCENARIO,
+            f"prompt throughput, sessions in memory, {_SESSIONS} sessions x {each}: like for like",
+            "prompts/s",
+            [r.prompts_per_s for r in memory],
+            baseline=baseline,
+            raw=[r.prompts_per_s for r in raw],
+        ),
+        compare(
+            SCENARIO,
+            f"prompt round trip p99, sessions in memory, one session (N={n_latency})",
+            "us",
+            [r.p99_us for r in memory],
+            baseline=baseline,
+            raw=[r.p99_us for r in raw],
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per prompt in the agent's process, sessions in memory (M={m_counted})",
+            "calls",
+            [calls["greenroom in memory"]],
+            baseline=baseline,
+            raw=[calls["sdk"]],
+            note=f"durable (sync turn): {calls['greenroom']:.0f} calls, a figure that moves by"
+            " some 15 from run to run with how the turns' fsyncs coalesce",
         ),
         compare(
             SCENARIO,

@@ -36,6 +36,7 @@ on in the reader), a `WaitingRoute` (a task of its own) or a `NotificationRoute`
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import math
 from collections.abc import Awaitable, Callable, Coroutine
@@ -52,8 +53,8 @@ from greenroom.acp.live import LiveOutput, TerminalOutput
 from greenroom.acp.login import Login
 from greenroom.acp.outbox import Outbox, write_frames
 from greenroom.acp.params import RpcError, decode
-from greenroom.acp.presenter import Presenter
-from greenroom.acp.progress import SubagentProgress
+from greenroom.acp.presenter import SHOWN, Presenter
+from greenroom.acp.progress import FOLLOWED, SubagentProgress
 from greenroom.acp.prompting import Prompting
 from greenroom.acp.routes import Unrouted, Watch, subscribe
 from greenroom.acp.shared import Attachments
@@ -110,6 +111,9 @@ logger = logging.getLogger("greenroom.acp")
 INITIALIZED: Final = InitializeResult(
     PROTOCOL_VERSION, Implementation("greenroom", greenroom.__version__)
 )
+#: The kinds of event a connection acts on: shown to the editor, or read for a sub-agent's
+#: progress; any other is passed over at one look-up.
+_TOLD: Final = SHOWN | FOLLOWED
 
 
 class AcpConnection:
@@ -372,6 +376,8 @@ class AcpConnection:
     # -- what the runtime tells: shown to the editor -------------------------------------------
 
     def on_event(self, session: Session, event: SessionEvent) -> None:
+        if type(event) not in _TOLD:
+            return  # most of a turn's events: its and its steps' starts and ends
         record = self.table.records.get(session.id)
         if record is None or record.handle is None:
             if self.subagents:
@@ -520,13 +526,10 @@ async def serve_connection(
     Agents of the connection are owned by a supervisor of its own: when this
     returns, none is left registered and no session of it is in the store.
     """
-
-    async def read(on_frame: Callable[[frames.Frame], None]) -> None:
-        await frames.read_lines(stream, on_frame)
-
-    async def write(queued: trio.MemoryReceiveChannel[bytes]) -> None:
-        await write_frames(queued, stream)
-
+    # Partials, not closures: a coroutine frame fewer to resume at each wake of the reader
+    # and of the writer.
+    read = functools.partial(frames.read_lines, stream)
+    write = functools.partial(write_frames, stream=stream)
     await serve_frames(runtime, read, write, interrupted=interrupted, login=login, titles=titles)
 
 

@@ -10,7 +10,6 @@ queued, those waiting at once in one write.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -66,8 +65,11 @@ class Outbox:
             if replacement is None:
                 return
             data = _encoder.encode(replacement)
-        with contextlib.suppress(trio.ClosedResourceError, trio.BrokenResourceError):
+        # Not `contextlib.suppress`: three calls a frame, six of the 275 a prompt cost.
+        try:  # noqa: SIM105
             self._channel.send_nowait(data + b"\n")
+        except (trio.ClosedResourceError, trio.BrokenResourceError):
+            pass  # the writer is gone, and so is the peer: dropped (see the module)
 
     @property
     def idle(self) -> bool:

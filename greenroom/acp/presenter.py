@@ -466,6 +466,9 @@ _SHOWN: Final[
     ConfigSet: Presenter._config,
 }
 
+#: The kinds of event `Presenter.present` shows; any other becomes no update.
+SHOWN: Final = frozenset(_SHOWN)
+
 #: The select options every client is offered, by id (each is a setting of the same name).
 OPTIONS: Final = ("mode", "model", "thought_level")
 #: The boolean option of the ``titles`` setting: on is ``model``, off ``prompt``.

@@ -25,6 +25,8 @@ from greenroom.protocol.events import AssistantMessage, SessionEvent, ToolCall, 
 
 #: The most of a sub-agent's progress shown in its ``task`` call (its latest part).
 PROGRESS_CHARS: Final = 4000
+#: The kinds of event `SubagentProgress.on_event` reads; it passes over any other.
+FOLLOWED: Final = frozenset({TurnEnd, AssistantMessage, ToolCall})
 
 
 class _Child:

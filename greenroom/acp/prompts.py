@@ -86,7 +86,7 @@ def prompt_content(prompt: list[AcpContentBlock], header: SessionHeader) -> Cont
     if not blocks:
         raise RpcError(INVALID_PARAMS, "invalid params: prompt has no text")
     if plain:
-        return "\n".join(b.text for b in blocks if isinstance(b, Text))
+        return "\n".join([b.text for b in blocks if isinstance(b, Text)])
     return blocks
 
 

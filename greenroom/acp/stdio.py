@@ -18,6 +18,7 @@ returns.
 from __future__ import annotations
 
 import errno
+import functools
 import logging
 import os
 import signal
@@ -26,8 +27,10 @@ from collections.abc import Mapping
 
 import trio
 
-from greenroom.acp.connection import serve_connection
+from greenroom.acp.connection import serve_frames
+from greenroom.acp.frames import read_lines
 from greenroom.acp.login import Login
+from greenroom.acp.outbox import write_frames
 from greenroom.actors.types import Titles
 from greenroom.models.base import ModelAdapter
 from greenroom.models.prices import Prices
@@ -124,17 +127,18 @@ class FramesIn(trio.abc.ReceiveStream):
 
 def run_stdio(
     models: Mapping[str, ModelAdapter],
-    persistence: Persistence,
+    persistence: Persistence | None,
     interrupted: Interruption = "close",
     prices: Prices | None = None,
     login: Login | None = None,
     titles: Titles = "prompt",
 ) -> int:
-    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default);
-    `interrupted` says what a load does with a turn a crash cut (`serve_connection`);
-    `prices` prices each step (None: the shipped table); `login`: the models' keys, as
-    the editor is told of them (`serve_connection`); `titles`: how a session's title is
-    written when its log sets none (`serve_connection`)."""
+    """Serve ACP on this process's stdin/stdout with `models` (by id, the first the default)
+    and sessions kept by `persistence` (None: in memory only, gone with the process: none is
+    listed, a load is refused); `interrupted` says what a load does with a turn a crash cut
+    (`serve_frames`); `prices` prices each step (None: the shipped table); `login`: the
+    models' keys, as the editor is told of them (`serve_frames`); `titles`: how a session's
+    title is written when its log sets none (`serve_frames`)."""
     frames_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
@@ -145,14 +149,17 @@ def run_stdio(
 
 async def _serve(
     models: Mapping[str, ModelAdapter],
-    persistence: Persistence,
+    persistence: Persistence | None,
     frames_fd: int,
     interrupted: Interruption,
     prices: Prices | None,
     login: Login | None,
     titles: Titles,
 ) -> None:
-    stream = trio.StapledStream(FramesOut(frames_fd), FramesIn(os.dup(0)))
+    # The connection reads and writes these two directly (`serve_frames`), not through a
+    # `trio.StapledStream`: one call less per read, per write and per wake of the reader.
+    read = functools.partial(read_lines, FramesIn(os.dup(0)))
+    write = functools.partial(write_frames, stream=FramesOut(frames_fd))
     async with open_runtime(
         models=models, persistence=persistence, name="acp", prices=prices
     ) as runtime:
@@ -166,8 +173,8 @@ async def _serve(
                         return
 
                 nursery.start_soon(stop_on_signal)
-                await serve_connection(
-                    runtime, stream, interrupted=interrupted, login=login, titles=titles
+                await serve_frames(
+                    runtime, read, write, interrupted=interrupted, login=login, titles=titles
                 )
                 nursery.cancel_scope.cancel(reason="end of input")
 
