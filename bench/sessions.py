@@ -15,11 +15,19 @@
   the whole guarantee (durable before the turn's end is reported, and a hung disk
   holding no one past the deadline: the wait off the event loop) is the same loop
   with each fsync, or each ``sqlite3`` commit, in ``trio.to_thread.run_sync``: a
-  thread round trip per turn, which no persistence with a deadline can skip;
+  thread round trip per turn, which no persistence with a deadline can skip. SQLite
+  under ``turn`` has two more: the bare loop with the fence in each transaction (the
+  ``UPDATE`` of the session's epoch and next seq: one live writer per session), and
+  that with an ``fdatasync`` of the WAL after each turn in a thread of its own (each
+  turn durable soon after its end): the floor of ``turn``'s guarantees;
+* Python calls per turn appended, counted on the agent's thread (`bench.counting`);
 * group commit: 10 SQLite sessions flushing turns concurrently with
   ``sync="always"``, against one session alone, in events per second;
 * the turn: a one-step text turn of an agent with JSONL persistence (default
-  policy) against the same turn without persistence;
+  policy) against the same turn without persistence, and its Python calls counted;
+  the same turn under ``sync="os"`` (the write-ahead alone: two ``os.write`` per
+  turn, no fsync) against both, which parts what write-ahead costs from what the
+  turn's fsync adds;
 * resume: ``open`` (hold, load, repair) of a session of complete 10-event
   turns, by a fresh instance each time (for SQLite, opening the database is
   timed too), against reading the same JSONL file and
@@ -530,7 +538,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 b=backend,
                 y=sync,
             )
-    turn_costs: dict[str, list[float]] = {"off": [], "on": []}
+    turn_costs: dict[str, list[float]] = {"off": [], "on": [], "os": []}
 
     resume_turns = _turns(n // EVENTS_PER_TURN)
     resumes: dict[str, list[float]] = {"raw": [], "jsonl": [], "sqlite": []}
@@ -550,6 +558,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
             gc.collect()
             turn_costs["on"].append(
                 _in_tempdir(lambda root: trio.run(_turn_cost, JsonlPersistence(root), m))
+            )
+            gc.collect()
+            turn_costs["os"].append(
+                _in_tempdir(lambda root: trio.run(_turn_cost, JsonlPersistence(root, sync="os"), m))
             )
             gc.collect()
             resumes["raw"].append(_raw_resume(jsonl, n))
@@ -658,6 +670,28 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="the same turn, persistence off",
             raw=turn_costs["off"],
             max_ratio=1.3,
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn, JSONL persistence on, sync=os: the write-ahead alone (M={m})",
+            "us",
+            turn_costs["os"],
+            baseline="the same turn, persistence off",
+            raw=turn_costs["off"],
+            note="the floor of write-ahead: the turn's events encoded once and written to the"
+            " OS at its two write-ahead points (before the model call, at its end: two"
+            " os.write, each a page-cache copy), no fsync",
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn, JSONL persistence on, sync=turn against sync=os (M={m})",
+            "us",
+            turn_costs["on"],
+            baseline="the same turn, sync=os (the write-ahead alone)",
+            raw=turn_costs["os"],
+            note="what sync=turn's fsync adds to the agent's thread though it runs on the"
+            " writer's: the wake-ups and GIL hand-offs of one fdatasync per 2 ms of turn ends,"
+            " and the file's writes waiting while the journal commits its inode",
         ),
         compare(
             SCENARIO,
