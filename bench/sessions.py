@@ -20,7 +20,10 @@
   ``UPDATE`` of the session's epoch and next seq: one live writer per session), and
   that with an ``fdatasync`` of the WAL after each turn in a thread of its own (each
   turn durable soon after its end): the floor of ``turn``'s guarantees;
-* Python calls per turn appended, counted on the agent's thread (`bench.counting`);
+* Python calls per turn appended, counted on the agent's thread (`bench.counting`), and
+  instructions under callgrind (where valgrind is installed; not in a quick run): the
+  one-step turn under ``sync="os"`` against it without persistence, a SQLite turn
+  appended under ``sync="os"`` against the fenced floor (`bench._persist_child`);
 * group commit: 10 SQLite sessions flushing turns concurrently with
   ``sync="always"``, against one session alone, in events per second;
 * the turn: a one-step text turn of an agent with JSONL persistence (default
@@ -57,8 +60,8 @@ from pathlib import Path
 import msgspec
 import trio
 
-from bench.counting import profile
-from bench.report import Row, compare
+from bench.counting import NO_VALGRIND, instructions, profile
+from bench.report import Row, compare, skipped
 from greenroom.models import ScriptedModel
 from greenroom.protocol.events import (
     COMPLETED,
@@ -431,6 +434,45 @@ def _turn_calls(m: int) -> dict[str, float]:
     }
 
 
+def _instruction_rows(quick: bool) -> list[Row]:
+    """Instructions per op under callgrind (`bench.counting.instructions`): the one-step
+    turn with JSONL under ``sync="os"`` against it without persistence, and a SQLite turn
+    appended under ``sync="os"`` against the fenced floor. No variant starts a thread, so
+    the counts hold from run to run; callgrind takes minutes, so a quick run skips them."""
+    rows = (
+        (
+            "one-step turn, JSONL persistence on, sync=os",
+            "turn-os",
+            "turn-off",
+            200,
+            "the same turn, persistence off",
+        ),
+        (
+            "turn appended, SQLite, sync=os",
+            "append-sqlite-os",
+            "append-sqlite-floor",
+            300,
+            "a fenced sqlite3 row per turn, no fsync",
+        ),
+    )
+    measured: list[Row] = []
+    for what, ours, floor, m, baseline in rows:
+        metric = f"instructions per {what}, callgrind (M={m})"
+        if quick:
+            measured.append(skipped(SCENARIO, metric, "instructions", "skipped: --quick"))
+            continue
+        counts = [instructions("bench._persist_child", v, m) for v in (ours, floor)]
+        if counts[0] is None or counts[1] is None:
+            measured.append(skipped(SCENARIO, metric, "instructions", NO_VALGRIND))
+            continue
+        measured.append(
+            compare(
+                SCENARIO, metric, "instructions", [counts[0]], baseline=baseline, raw=[counts[1]]
+            )
+        )
+    return measured
+
+
 def _in_tempdir(measure: Callable[[Path], float]) -> float:
     """Run `measure` in a fresh temporary directory, removed afterwards."""
     with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp:
@@ -648,6 +690,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             ("SQLite", "sqlite", "raw sqlite", "a fenced row per turn, a WAL fsync thread"),
         )
     ]
+    rows += _instruction_rows(quick)
     from bench import sessions_pg
 
     return [
