@@ -5,8 +5,9 @@ VARIANT is ``turn-off``, ``turn-os`` (N one-step turns of an agent without
 persistence, or with JSONL under ``sync="os"``), ``append-sqlite-os`` (N turns of 10
 events appended to a SQLite log under ``sync="os"``, one flush each) or
 ``append-sqlite-floor`` (the same rows by a bare ``sqlite3`` connection, fenced, no
-fsync). None starts a thread, so the count is the same from run to run. Everything
-lives in a temporary directory, removed at the end.
+fsync). Only ``append-sqlite-os`` runs anything on another thread (the writer's WAL
+checkpoint every 256 commits), so its count moves a little from run to run with where
+that lands. Everything lives in a temporary directory, removed at the end.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ change added work, or the machine is slower today).
 from __future__ import annotations
 
 import gc
+import os
 import re
 import shutil
 import subprocess
@@ -76,6 +77,7 @@ def _collected(argv: Sequence[str]) -> int:
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dicts' probes in every run
     )
     found = re.search(r"Collected : (\d+)", done.stderr)
     if found is None:

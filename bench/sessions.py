@@ -437,8 +437,9 @@ def _turn_calls(m: int) -> dict[str, float]:
 def _instruction_rows(quick: bool) -> list[Row]:
     """Instructions per op under callgrind (`bench.counting.instructions`): the one-step
     turn with JSONL under ``sync="os"`` against it without persistence, and a SQLite turn
-    appended under ``sync="os"`` against the fenced floor. No variant starts a thread, so
-    the counts hold from run to run; callgrind takes minutes, so a quick run skips them."""
+    appended under ``sync="os"`` against the fenced floor. Only the SQLite one runs work on
+    another thread (the writer's checkpoint), so the others hold from run to run;
+    callgrind takes minutes, so a quick run skips them."""
     rows = (
         (
             "one-step turn, JSONL persistence on, sync=os",
