@@ -287,7 +287,7 @@ def _raw_sqlite_fenced(root: Path, turns: Sequence[Turn], *, synced: bool) -> fl
         t0 = time.perf_counter()
         for events in turns:
             _raw_fenced_commit(db, events, encoder.encode_lines(events))
-            if synced:
+            if synced and not asked.is_set():  # else the next fsync is asked for already
                 asked.set()
         if synced:
             stopping = True
