@@ -7,9 +7,13 @@ change added work, or the machine is slower today).
 from __future__ import annotations
 
 import gc
+import os
+import re
+import shutil
+import subprocess
 import sys
 import tracemalloc
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 import trio
@@ -60,3 +64,32 @@ def profile(variant: Callable[[int], Awaitable[float]], m: int) -> Profile:
     small, large = _counted(variant, m), _counted(variant, 2 * m)
     calls, steps, kept = ((b - a) / m for a, b in zip(small, large, strict=True))
     return Profile(calls=calls, steps=steps, kept=kept)
+
+
+#: Why `instructions` counted nothing, when it could not.
+NO_VALGRIND = "skipped: no valgrind"
+
+
+def _collected(argv: Sequence[str]) -> int:
+    """Instructions callgrind counted over the whole run of `argv` (every thread)."""
+    done = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", *argv],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**os.environ, "PYTHONHASHSEED": "0"},  # the same dicts' probes in every run
+    )
+    found = re.search(r"Collected : (\d+)", done.stderr)
+    if found is None:
+        raise RuntimeError(f"callgrind reported no count: {done.stderr[-500:]}")
+    return int(found.group(1))
+
+
+def instructions(module: str, variant: str, m: int) -> float | None:
+    """Instructions per op under callgrind: ``python -m module variant N`` run for N = m
+    and 2m, the difference over m (start-up and imports cancel out). None when valgrind
+    is not installed (`NO_VALGRIND`)."""
+    if shutil.which("valgrind") is None:
+        return None
+    small, large = (_collected([sys.executable, "-m", module, variant, str(n)]) for n in (m, 2 * m))
+    return (large - small) / m

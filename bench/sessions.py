@@ -15,11 +15,22 @@
   the whole guarantee (durable before the turn's end is reported, and a hung disk
   holding no one past the deadline: the wait off the event loop) is the same loop
   with each fsync, or each ``sqlite3`` commit, in ``trio.to_thread.run_sync``: a
-  thread round trip per turn, which no persistence with a deadline can skip;
+  thread round trip per turn, which no persistence with a deadline can skip. SQLite
+  under ``turn`` has two more: the bare loop with the fence in each transaction (the
+  ``UPDATE`` of the session's epoch and next seq: one live writer per session), and
+  that with an ``fdatasync`` of the WAL after each turn in a thread of its own (each
+  turn durable soon after its end): the floor of ``turn``'s guarantees;
+* Python calls per turn appended, counted on the agent's thread (`bench.counting`), and
+  instructions under callgrind (where valgrind is installed; not in a quick run): the
+  one-step turn under ``sync="os"`` against it without persistence, a SQLite turn
+  appended under ``sync="os"`` against the fenced floor (`bench._persist_child`);
 * group commit: 10 SQLite sessions flushing turns concurrently with
   ``sync="always"``, against one session alone, in events per second;
 * the turn: a one-step text turn of an agent with JSONL persistence (default
-  policy) against the same turn without persistence;
+  policy) against the same turn without persistence, and its Python calls counted;
+  the same turn under ``sync="os"`` (the write-ahead alone: two ``os.write`` per
+  turn, no fsync) against both, which parts what write-ahead costs from what the
+  turn's fsync adds;
 * resume: ``open`` (hold, load, repair) of a session of complete 10-event
   turns, by a fresh instance each time (for SQLite, opening the database is
   timed too), against reading the same JSONL file and
@@ -40,15 +51,17 @@ import gc
 import os
 import sqlite3
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 from pathlib import Path
 
 import msgspec
 import trio
 
-from bench.report import Row, compare
+from bench.counting import NO_VALGRIND, instructions, profile
+from bench.report import Row, compare, skipped
 from greenroom.models import ScriptedModel
 from greenroom.protocol.events import (
     COMPLETED,
@@ -220,6 +233,77 @@ def _raw_sqlite(root: Path, turns: Sequence[Turn], *, synchronous: str) -> float
     return len(turns) * EVENTS_PER_TURN / (t1 - t0)
 
 
+def _raw_fenced_db(root: Path) -> sqlite3.Connection:
+    """`_raw_db` (``NORMAL``) with a ``sessions`` row for the fence to check and advance."""
+    db = _raw_db(root, "NORMAL")
+    db.execute(
+        "CREATE TABLE sessions (id TEXT PRIMARY KEY, epoch INTEGER NOT NULL,"
+        " next_seq INTEGER NOT NULL, title TEXT, updated_at REAL NOT NULL)"
+    )
+    db.execute("INSERT INTO sessions VALUES (?, 1, 0, NULL, 0)", (SESSION_ID,))
+    return db
+
+
+def _raw_fenced_commit(db: sqlite3.Connection, events: Turn, lines: bytes) -> None:
+    """`_raw_commit` with the fence in its transaction: the session's next seq moved past
+    the turn only at its epoch and from its first seq (as every append of ours does)."""
+    db.execute("BEGIN IMMEDIATE")
+    moved = db.execute(
+        "UPDATE sessions SET next_seq = ?, updated_at = ?, title = COALESCE(title, ?)"
+        " WHERE id = ? AND epoch = ? AND next_seq = ?",
+        (events[-1].seq + 1, events[-1].time, None, SESSION_ID, 1, events[0].seq),
+    ).rowcount
+    if moved != 1:
+        raise RuntimeError("the fence matched no row")
+    db.execute(
+        "INSERT INTO batches VALUES (?, ?, ?, ?)",
+        (SESSION_ID, events[0].seq, events[-1].seq + 1, lines),
+    )
+    db.execute("COMMIT")
+
+
+def _raw_sqlite_fenced(root: Path, turns: Sequence[Turn], *, synced: bool) -> float:
+    """Events per second: each turn's row committed with the fence (``NORMAL``); `synced`:
+    and the WAL ``fdatasync``ed after each turn by a thread of its own, off the loop (turns
+    that end while one runs share the next), the last turn's made durable inside the
+    timing, as a close does."""
+    encoder = msgspec.json.Encoder()
+    db = _raw_fenced_db(root)
+    wal = os.open(root / "raw.db-wal", os.O_RDONLY)
+    asked = threading.Event()
+    stopping = False
+
+    def syncer() -> None:
+        while True:
+            asked.wait()
+            asked.clear()
+            if stopping:
+                return
+            os.fdatasync(wal)
+
+    thread = threading.Thread(target=syncer)
+    thread.start()
+    try:
+        t0 = time.perf_counter()
+        for events in turns:
+            _raw_fenced_commit(db, events, encoder.encode_lines(events))
+            if synced and not asked.is_set():  # else the next fsync is asked for already
+                asked.set()
+        if synced:
+            stopping = True
+            asked.set()
+            thread.join()  # the fsync under way ends
+            os.fdatasync(wal)
+        t1 = time.perf_counter()
+    finally:
+        stopping = True
+        asked.set()
+        thread.join()
+        os.close(wal)
+        db.close()
+    return len(turns) * EVENTS_PER_TURN / (t1 - t0)
+
+
 async def _raw_sqlite_threaded(root: Path, turns: Sequence[Turn]) -> float:
     """Events per second: `_raw_sqlite` (``FULL``) with each commit in
     ``trio.to_thread.run_sync``."""
@@ -299,6 +383,95 @@ async def _turn_cost(persistence: Persistence | None, m: int) -> float:
             await agent.when_idle()
         t1 = time.perf_counter()
     return (t1 - t0) / m * 1e6
+
+
+# -- (c) Python calls, counted ---------------------------------------------------------------
+
+
+def _counted(measure: Callable[[Path, int], Awaitable[float]], m: int) -> float:
+    """Python calls per op of `measure` (on the agent's thread: `bench.counting`), each run
+    in a fresh temporary directory."""
+
+    async def variant(size: int) -> float:
+        with tempfile.TemporaryDirectory(prefix="greenroom-bench-") as tmp:
+            return await measure(Path(tmp), size)
+
+    return profile(variant, m).calls
+
+
+def _append_calls(m: int) -> dict[str, float]:
+    """Python calls per turn appended (10 events, one flush), ours and the floors'."""
+    turns = _turns(2 * m)  # made before the count: runs of m and 2m turns take slices
+
+    async def ours(root: Path, size: int, backend: str) -> float:
+        return await _log_append(root, backend, "turn", turns[:size])
+
+    async def raw_write(root: Path, size: int) -> float:
+        return _raw_write_then_fsync(root, turns[:size])
+
+    async def raw_sqlite(root: Path, size: int) -> float:
+        return _raw_sqlite_fenced(root, turns[:size], synced=True)
+
+    return {
+        "jsonl": _counted(partial(ours, backend="jsonl"), m),
+        "sqlite": _counted(partial(ours, backend="sqlite"), m),
+        "raw write": _counted(raw_write, m),
+        "raw sqlite": _counted(raw_sqlite, m),
+    }
+
+
+def _turn_calls(m: int) -> dict[str, float]:
+    """Python calls per one-step turn, with JSONL persistence (each policy) and without."""
+
+    async def turns(root: Path, size: int, sync: SyncPolicy | None) -> float:
+        persistence = None if sync is None else JsonlPersistence(root, sync=sync)
+        return await _turn_cost(persistence, size)
+
+    return {
+        "off": _counted(partial(turns, sync=None), m),
+        "os": _counted(partial(turns, sync="os"), m),
+        "turn": _counted(partial(turns, sync="turn"), m),
+    }
+
+
+def _instruction_rows(quick: bool) -> list[Row]:
+    """Instructions per op under callgrind (`bench.counting.instructions`): the one-step
+    turn with JSONL under ``sync="os"`` against it without persistence, and a SQLite turn
+    appended under ``sync="os"`` against the fenced floor. Only the SQLite one runs work on
+    another thread (the writer's checkpoint), so the others hold from run to run;
+    callgrind takes minutes, so a quick run skips them."""
+    rows = (
+        (
+            "one-step turn, JSONL persistence on, sync=os",
+            "turn-os",
+            "turn-off",
+            200,
+            "the same turn, persistence off",
+        ),
+        (
+            "turn appended, SQLite, sync=os",
+            "append-sqlite-os",
+            "append-sqlite-floor",
+            300,
+            "a fenced sqlite3 row per turn, no fsync",
+        ),
+    )
+    measured: list[Row] = []
+    for what, ours, floor, m, baseline in rows:
+        metric = f"instructions per {what}, callgrind (M={m})"
+        if quick:
+            measured.append(skipped(SCENARIO, metric, "instructions", "skipped: --quick"))
+            continue
+        counts = [instructions("bench._persist_child", v, m) for v in (ours, floor)]
+        if counts[0] is None or counts[1] is None:
+            measured.append(skipped(SCENARIO, metric, "instructions", NO_VALGRIND))
+            continue
+        measured.append(
+            compare(
+                SCENARIO, metric, "instructions", [counts[0]], baseline=baseline, raw=[counts[1]]
+            )
+        )
+    return measured
 
 
 def _in_tempdir(measure: Callable[[Path], float]) -> float:
@@ -394,6 +567,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
         "sqlite3 FULL, thread": lambda root: trio.run(_raw_sqlite_threaded, root, append_turns),
         "sqlite3 FULL": lambda root: _raw_sqlite(root, append_turns, synchronous="FULL"),
         "sqlite3 NORMAL": lambda root: _raw_sqlite(root, append_turns, synchronous="NORMAL"),
+        "sqlite3 NORMAL, fenced": lambda root: _raw_sqlite_fenced(root, append_turns, synced=False),
+        "sqlite3 NORMAL, fenced, WAL fsync/turn": lambda root: _raw_sqlite_fenced(
+            root, append_turns, synced=True
+        ),
         "one session": lambda root: trio.run(_concurrent_append, root, 1, group_turns),
         "ten sessions": lambda root: trio.run(_concurrent_append, root, sessions, group_turns),
     }
@@ -404,7 +581,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 b=backend,
                 y=sync,
             )
-    turn_costs: dict[str, list[float]] = {"off": [], "on": []}
+    turn_costs: dict[str, list[float]] = {"off": [], "on": [], "os": []}
 
     resume_turns = _turns(n // EVENTS_PER_TURN)
     resumes: dict[str, list[float]] = {"raw": [], "jsonl": [], "sqlite": []}
@@ -424,6 +601,10 @@ def run(repeats: int, quick: bool) -> list[Row]:
             gc.collect()
             turn_costs["on"].append(
                 _in_tempdir(lambda root: trio.run(_turn_cost, JsonlPersistence(root), m))
+            )
+            gc.collect()
+            turn_costs["os"].append(
+                _in_tempdir(lambda root: trio.run(_turn_cost, JsonlPersistence(root, sync="os"), m))
             )
             gc.collect()
             resumes["raw"].append(_raw_resume(jsonl, n))
@@ -465,6 +646,22 @@ def run(repeats: int, quick: bool) -> list[Row]:
         ("SQLite", "always", "sqlite3 FULL", "sqlite3 row per turn, synchronous=FULL", bare),
         ("SQLite", "always", "sqlite3 FULL, thread", "sqlite3 FULL commit in to_thread", hop),
         ("SQLite", "turn", "sqlite3 NORMAL", "sqlite3 row per turn, synchronous=NORMAL", bare),
+        (
+            "SQLite",
+            "turn",
+            "sqlite3 NORMAL, fenced",
+            "the same, each row's transaction fenced (the epoch and next seq UPDATE)",
+            "the floor of one live writer per session: the fence every append checks in its"
+            " own transaction (docs/semantics.md); no fsync, no thread, no Trio",
+        ),
+        (
+            "SQLite",
+            "turn",
+            "sqlite3 NORMAL, fenced, WAL fsync/turn",
+            "the same, fenced, and an fdatasync of the WAL per turn in a thread",
+            "the floor of sync=turn's guarantees: the fence, and every turn durable soon"
+            " after its end (one WAL fdatasync per turn off the loop, coalescing)",
+        ),
     ]
     for name, sync, floor, baseline, note in floors:
         rows.append(
@@ -478,6 +675,23 @@ def run(repeats: int, quick: bool) -> list[Row]:
                 note=note,
             )
         )
+    counted = 300 if quick else 1_000  # the counts do not vary; the profiler slows each op
+    appended, turned = _append_calls(counted), _turn_calls(counted)
+    rows += [
+        compare(
+            SCENARIO,
+            f"Python calls per turn appended, {name}, sync=turn, counted (T={counted})",
+            "calls",
+            [appended[backend]],
+            note=f"on the agent's thread (a writer thread's are not counted): 10 appends and"
+            f" one flush; its floor ({floor}) makes {appended[raw]:.1f}",
+        )
+        for name, backend, raw, floor in (
+            ("JSONL", "jsonl", "raw write", "os.write per turn"),
+            ("SQLite", "sqlite", "raw sqlite", "a fenced row per turn, a WAL fsync thread"),
+        )
+    ]
+    rows += _instruction_rows(quick)
     from bench import sessions_pg
 
     return [
@@ -500,6 +714,38 @@ def run(repeats: int, quick: bool) -> list[Row]:
             baseline="the same turn, persistence off",
             raw=turn_costs["off"],
             max_ratio=1.3,
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn, JSONL persistence on, sync=os: the write-ahead alone (M={m})",
+            "us",
+            turn_costs["os"],
+            baseline="the same turn, persistence off",
+            raw=turn_costs["off"],
+            note="the floor of write-ahead: the turn's events encoded once and written to the"
+            " OS at its two write-ahead points (before the model call, at its end: two"
+            " os.write, each a page-cache copy), no fsync",
+        ),
+        compare(
+            SCENARIO,
+            f"one-step turn, JSONL persistence on, sync=turn against sync=os (M={m})",
+            "us",
+            turn_costs["on"],
+            baseline="the same turn, sync=os (the write-ahead alone)",
+            raw=turn_costs["os"],
+            note="what sync=turn's fsync adds to the agent's thread though it runs on the"
+            " writer's: the wake-ups and GIL hand-offs of one fdatasync per 2 ms of turn ends,"
+            " and the file's writes waiting while the journal commits its inode",
+        ),
+        compare(
+            SCENARIO,
+            f"Python calls per one-step turn, JSONL persistence on, sync=turn (M={counted})",
+            "calls",
+            [turned["turn"]],
+            baseline="the same turn, persistence off",
+            raw=[turned["off"]],
+            note=f"{turned['turn'] - turned['off']:+.1f} calls per turn, on the agent's thread;"
+            f" sync=os (the write-ahead alone, no fsync): {turned['os'] - turned['off']:+.1f}",
         ),
         compare(
             SCENARIO,

@@ -21,9 +21,10 @@ from greenroom.protocol.events import (
     SessionHeader,
     TurnEnd,
     TurnStart,
+    UserMessage,
 )
 from greenroom.session.persistence import SqlitePersistence
-from greenroom.session.persistence.batch import Call
+from greenroom.session.persistence.batch import Call, run_call
 from greenroom.session.persistence.sqlite import CHECKPOINT_EVERY, CHECKPOINT_LAG
 
 LIMIT = 20  # seconds; generous for a loaded machine
@@ -172,3 +173,48 @@ async def test_the_wal_stays_bounded_under_inline_commits(tmp_path: Path) -> Non
         await log.close()
     finally:
         store.close()
+
+
+@pytest.mark.real_clock
+async def test_turns_that_end_while_a_wal_sync_waits_share_it_and_it_covers_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Under ``turn``, three turns end while the writer is held: their syncs are one,
+    which covers all three once it runs (the close after it has nothing to sync), and
+    the stored title is the first prompt's."""
+    db = tmp_path / "sessions.sqlite"
+    syncs = WalSyncs(monkeypatch, Path(str(db) + "-wal"))
+    store = SqlitePersistence(db)
+    release = threading.Event()
+    try:
+        with trio.fail_after(LIMIT):
+            log = await store.create(SessionHeader(id="s", created_at=1))
+            held = Call(lambda: release.wait(LIMIT))
+            store.writer.submit(held)
+            for turn in range(3):
+                log.append(_start(3 * turn))
+                log.append(
+                    msgspec.structs.replace(
+                        UserMessage(content=f"prompt {turn}", source=USER, message_id=f"m{turn}"),
+                        seq=3 * turn + 1,
+                        time=1.0,
+                    )
+                )
+                log.append(
+                    msgspec.structs.replace(
+                        TurnEnd(turn=turn + 1, reason=COMPLETED), seq=3 * turn + 2, time=1.0
+                    )
+                )
+                await log.flush()
+            assert _stored(db) == 9
+            assert syncs.sizes == []
+            release.set()
+            await run_call(store.writer, lambda: None)  # after the turns' sync
+            assert len(syncs.sizes) == 1
+            await log.close()
+            assert len(syncs.sizes) == 1  # the close found all three durable
+    finally:
+        release.set()
+        store.close()
+    with sqlite3.connect(db) as reader:
+        assert reader.execute("SELECT title FROM sessions").fetchone() == ("prompt 0",)

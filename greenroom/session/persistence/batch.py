@@ -22,7 +22,7 @@ from typing import Protocol, TypeAlias, TypeVar
 
 import trio
 
-from greenroom.protocol.events import SessionEvent
+from greenroom.protocol.events import SessionEvent, UserMessage
 from greenroom.session.persistence.base import (
     Events,
     LeaseLost,
@@ -32,6 +32,7 @@ from greenroom.session.persistence.base import (
     SyncPolicy,
 )
 from greenroom.session.persistence.writer import Job, Writer
+from greenroom.session.session import title_of
 
 logger = logging.getLogger("greenroom.persistence")
 
@@ -50,16 +51,34 @@ class Call(Job):
 
 
 class Append(Job):
-    """One log's drain: its events, at its epoch; ``sync`` wants the commit durable."""
+    """One log's drain: its events, at its epoch; ``sync`` wants the commit durable;
+    ``title`` is the session's title, stored unless it has one (None: none to store)."""
 
-    __slots__ = ("epoch", "events", "session_id", "sync")
+    __slots__ = ("epoch", "events", "session_id", "sync", "title")
 
-    def __init__(self, session_id: str, epoch: int, events: Events, *, sync: bool) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        epoch: int,
+        events: Events,
+        *,
+        sync: bool,
+        title: str | None = None,
+    ) -> None:
         super().__init__()
         self.session_id = session_id
         self.epoch = epoch
         self.events = events
         self.sync = sync
+        self.title = title
+
+
+def _title(events: Events) -> str | None:
+    """The title of the first ``user/message`` among `events`, if any."""
+    for event in events:
+        if isinstance(event, UserMessage):
+            return title_of(event.content)
+    return None
 
 
 def stored_already(job: Append, where: str, stored: tuple[int, int] | None, by: str) -> int:
@@ -86,13 +105,26 @@ def stored_already(job: Append, where: str, stored: tuple[int, int] | None, by: 
 
 
 class Sync(Job):
-    """Makes every commit before it durable, up to seq ``covers`` of the log that asked."""
+    """Makes every commit before it durable, up to seq ``covers`` of the log that asked.
 
-    __slots__ = ("covers",)
+    A turn's sync (``log`` given, `BatchLog.flush`) is shared by the turns that end
+    before its batch begins: the writer calls `begin` then, in its thread, before any
+    fsync of the batch, and ``covers`` is read off the log's ``written`` at that moment
+    (each of those turns committed before it, so the fsync after covers it).
+    """
 
-    def __init__(self, covers: int) -> None:
+    __slots__ = ("covers", "log", "started")
+
+    def __init__(self, covers: int = 0, *, log: BatchLog | None = None) -> None:
         super().__init__()
         self.covers = covers
+        self.log = log
+        self.started = False
+
+    def begin(self) -> None:
+        self.started = True
+        if self.log is not None:
+            self.covers = self.log.written
 
 
 #: Commits `job` on the calling (Trio) thread if that needs no wait, and says whether it
@@ -128,9 +160,10 @@ class Database(Protocol):
         """The store, for messages (a path, a database name)."""
         ...
 
-    def turn_sync(self, covers: int) -> Sync | None:
-        """A job that makes the turn's commits durable off the agent's path, or None when
-        the database does that by itself."""
+    @property
+    def syncs_turns(self) -> bool:
+        """Whether a turn's commits are made durable by a `Sync` after it, off the agent's
+        path (False: the database does that by itself)."""
         ...
 
     async def put_blobs(self, session_id: str, blobs: Mapping[str, bytes]) -> None: ...
@@ -143,8 +176,9 @@ class BatchLog:
 
     `write_ahead` and `flush` wait for their append to commit; under
     ``sync="turn"`` the turn's commit is made durable after it, off the
-    agent's path (`Database.turn_sync`); `close` commits durably, then lets
-    the session go (`release`).
+    agent's path (a `Sync`, where `Database.syncs_turns`: turns that end
+    before it begins share it); `close` commits durably, then lets the
+    session go (`release`).
 
     With ``inline`` (see `Inline`), a commit that is not to be durable and
     needs no wait is made on the Trio thread: a write-ahead then costs no hop
@@ -164,6 +198,8 @@ class BatchLog:
         "_release",
         "_sync",
         "_synced",
+        "_titled",
+        "append",
         "session_id",
         "written",
     )
@@ -183,16 +219,17 @@ class BatchLog:
         self.session_id = session_id
         self._release = release
         self._epoch = epoch
-        self._pending: Events = []
+        self._pending: Events = []  # one list for the log's life: see `append`
+        # The list's own append: one call per event, no frame of ours. It never blocks or
+        # raises.
+        self.append: Callable[[SessionEvent], None] = self._pending.append
         self._in_flight: Append | None = None
         self.written = next_seq  # the seq after the last event committed
         self._synced = next_seq  # ... and after the last one made durable
-        self._sync: Sync | None = None
+        self._sync: Sync | None = None  # the latest turn's sync asked for
+        self._titled = False  # a commit of this life stored the session's title
         self._error: LeaseLost | None = None
         self._closed = False
-
-    def append(self, event: SessionEvent) -> None:
-        self._pending.append(event)
 
     async def put_blobs(self, blobs: Mapping[str, bytes]) -> None:
         await self._database.put_blobs(self.session_id, blobs)
@@ -209,14 +246,14 @@ class BatchLog:
         await self._commit(sync=self._database.sync == "always" and self._inline is None)
 
     async def flush(self) -> None:
-        policy = self._database.sync
-        await self._commit(sync=policy == "always")
-        if policy == "turn" and self._synced < self.written:
-            job = self._database.turn_sync(self.written)
-            if job is not None:
-                self._sync = job
+        database = self._database
+        await self._commit(sync=database.sync == "always")
+        if database.sync == "turn" and self._synced < self.written and database.syncs_turns:
+            job = self._sync
+            if job is None or job.started or job.settled:  # else it covers this turn too
+                job = self._sync = Sync(log=self)
                 job.on_settled = self._turn_synced
-                self._database.writer.submit(job)
+                database.writer.submit(job)
 
     async def close(self) -> None:
         if self._closed:
@@ -244,31 +281,38 @@ class BatchLog:
             raise self._error
         while self._in_flight is not None:
             await self._in_flight.wait()
-        if self._pending:
-            job = Append(self.session_id, self._epoch, self._pending, sync=sync)
+        pending = self._pending
+        if pending:
+            title = None if self._titled else _title(pending)
+            job = Append(self.session_id, self._epoch, pending[:], sync=sync, title=title)
+            pending.clear()
             # A durable commit goes to the writer: one transaction with its batch's others.
             if sync or self._inline is None or not self._inline(job):
                 await self._commit_on_writer(job)
             elif job.error is not None:
+                pending[:0] = job.events
                 self._failed(job)
             else:
-                self._pending = []
-                self.written = job.events[-1].seq + 1
+                self._committed(job)
         if sync and self._synced < self.written:
             await self._sync_to(self.written)
 
     async def _commit_on_writer(self, job: Append) -> None:
         self._in_flight = job
-        self._pending = []
         self._database.writer.submit(job)
         await job.wait()  # shielded: the commit lands either way; the buffer follows it
         self._in_flight = None
         if job.error is not None:
-            self._pending[:0] = job.events
+            self._pending[:0] = job.events  # ahead of what was appended meanwhile
             self._failed(job)
-        self.written = job.events[-1].seq + 1
+        self._committed(job)
         if job.sync:
             self._synced = self.written
+
+    def _committed(self, job: Append) -> None:
+        self.written = job.events[-1].seq + 1
+        if job.title is not None:
+            self._titled = True
 
     def _failed(self, job: Append) -> None:
         """Raise why `job` was refused (its events stay pending); a lost lease for good."""

@@ -369,7 +369,9 @@ class JsonlLog:
         if policy == "always":
             await self._synced_to(self.written)
         elif policy == "turn" and self._synced < self.written:
-            self._fsync()
+            job = self._sync
+            if job is None or job.started or job.settled:  # else the queued one covers it
+                self._fsync()
 
     async def close(self) -> None:
         if self._closed:

@@ -284,9 +284,11 @@ class PostgresPersistence:
             return
         self._db.close()
 
-    def turn_sync(self, covers: int) -> None:
-        """Commits go out ``synchronous_commit=off``: the WAL writer makes them durable."""
-        return None
+    @property
+    def syncs_turns(self) -> bool:
+        """False: commits go out ``synchronous_commit=off``, the WAL writer makes them
+        durable."""
+        return False
 
     def check_session_id(self, session_id: str) -> None:
         check_session_id(session_id)

@@ -21,7 +21,7 @@ from typing import Any, Protocol
 
 import msgspec
 
-from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader, UserMessage
+from greenroom.protocol.events import SESSION_VERSION, SessionEvent, SessionHeader
 from greenroom.session.persistence.base import (
     CorruptLog,
     Events,
@@ -30,7 +30,6 @@ from greenroom.session.persistence.base import (
 )
 from greenroom.session.persistence.batch import Append, stored_already
 from greenroom.session.persistence.writer import Job
-from greenroom.session.session import title_of
 
 _encoder = msgspec.json.Encoder()
 _event_decoder = msgspec.json.Decoder(SessionEvent)
@@ -92,14 +91,14 @@ class Rows:
 
     def advance(self, db: Connection, job: Append, events: Events) -> bool:
         """Move the session's next seq past `events` if it is still at their first, at the
-        append's epoch (the title from its first prompt, once); False if no row matched."""
-        prompt = next((e for e in events if isinstance(e, UserMessage)), None)
+        append's epoch (its title stored if the session has none); False if no row
+        matched."""
         updated: int = db.execute(
             self._advance,
             (
                 events[-1].seq + 1,
                 events[-1].time,
-                None if prompt is None else title_of(prompt.content),
+                job.title,
                 job.session_id,
                 job.epoch,
                 events[0].seq,

@@ -181,9 +181,10 @@ class SqlitePersistence(AnswersBeside):
     def where(self) -> str:
         return self.path
 
-    def turn_sync(self, covers: int) -> Sync:
-        """Commits go out ``synchronous=NORMAL``: after a turn, an fsync of the WAL file."""
-        return Sync(covers)
+    @property
+    def syncs_turns(self) -> bool:
+        """True: commits go out ``synchronous=NORMAL``; after a turn, an fsync of the WAL."""
+        return True
 
     def close(self) -> None:
         self._db.close()
@@ -349,6 +350,9 @@ class SqlitePersistence(AnswersBeside):
         # Every job of the batch was submitted before it began, so after the commit it
         # covers: one fdatasync at the batch's first Sync covers every inline commit.
         self._wal_synced = False
+        for job in jobs:
+            if isinstance(job, Sync):
+                job.begin()  # what it covers, read before any fdatasync of the batch
         run_batch(jobs, self._commit, self._run_job)
 
     def _run_job(self, job: Job) -> None:
