@@ -617,7 +617,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             turns["_our_turns"],
             baseline="memory-channel round trip",
             raw=turns["_raw_turns"],
-            max_ratio=2.5,
+            max_ratio=2.0,
             note=_profile_note(turn, trip),
         ),
         compare(
@@ -664,7 +664,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             tool_turns["_our_tool_turns"],
             baseline="two memory-channel round trips",
             raw=tool_turns["_raw_two_trips"],
-            max_ratio=2.5,
+            max_ratio=2.0,
         ),
         compare(
             SCENARIO,

@@ -349,7 +349,7 @@ def run(repeats: int, quick: bool) -> list[Row]:
             concurrent["ours"],
             baseline=f"{agents} echo tasks x {turns} round trips",
             raw=concurrent["raw"],
-            min_ratio=0.5,
+            min_ratio=0.7,
         )
     )
     rows.append(
