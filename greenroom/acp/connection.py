@@ -465,6 +465,7 @@ class AcpConnection:
         if table.closed:
             return
         records = table.close()
+        self.subagents.close()
         self.live.stop()
         self.outbox.requests.close()  # a question open to the client is answered no more
         try:
