@@ -127,6 +127,8 @@ class _Shared:
         if attachment not in self.attached:
             return
         self.attached.remove(attachment)
+        if self.first is attachment:  # else it keeps its connection while the session lives
+            self.first = None
         if self.attached:
             return
         if self.handle.agent.status in ("running", "waiting"):

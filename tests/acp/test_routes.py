@@ -189,3 +189,22 @@ async def test_a_connection_gone_while_it_follows_a_sub_agent_is_routed_nothing_
             assert await _connections_of(server, 1) == 1  # b's alone
             model.go.set()
             assert (await b.answer(9))["result"] == {"stopReason": "end_turn"}
+
+
+@pytest.mark.real_clock
+async def test_the_connection_that_started_a_shared_session_is_let_go_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    """The session outlives the connection that made it while another holds it; nothing of
+    the session keeps that connection (its frames, its tables) in memory."""
+    with trio.fail_after(30):
+        async with served(tmp_path) as server, ws_client(server.ws_url) as b:
+            await b.call("initialize", INITIALIZE)
+            new = {"cwd": str(tmp_path), "mcpServers": []}
+            async with ws_client(server.ws_url) as a:
+                await a.call("initialize", INITIALIZE)
+                session = (await a.call("session/new", new))["result"]["sessionId"]
+                assert "result" in await b.call("session/load", {"sessionId": session, **new})
+            assert await _connections_of(server, 1) == 1  # b's alone
+            prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "still here"}]}
+            assert (await b.call("session/prompt", prompt))["result"] == {"stopReason": "end_turn"}
