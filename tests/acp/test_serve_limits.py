@@ -191,6 +191,13 @@ async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: P
                 assert "longer than 8,192 bytes" in refused["message"]
                 await client.send(big.replace('"big"', '"fits"') % ("x" * 8000))
                 assert "sessions" in (await client.answer("fits"))["result"]
+                # The limit itself is within it; twice it is answered, the socket kept.
+                at = big.replace('"big"', '"at"')
+                await client.send(at % ("x" * (8192 - len(at % ""))))
+                assert "sessions" in (await client.answer("at"))["result"]
+                twice = big.replace('"big"', '"twice"')
+                await client.send(twice % ("x" * (2 * 8192 - len(twice % ""))))
+                assert "longer than 8,192" in (await client.answer("twice"))["error"]["message"]
                 await client.send(big % ("x" * 2 * 8192))
                 while not client.closed:
                     await trio.sleep(0.01)
@@ -204,3 +211,8 @@ async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: P
                 )
                 assert posted.status_code == 413
                 assert "over 8,192 bytes" in posted.text
+                at = (big % ("x" * (8192 - len(big % "")))).encode()
+                posted = await http.post(
+                    server.url, content=at, headers={"content-type": "application/json"}
+                )
+                assert posted.status_code == 400  # read and decoded: no connection named
