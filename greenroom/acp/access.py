@@ -133,21 +133,24 @@ def local_request(host: str, origin: str) -> str | None:
     """None if a request's ``Host`` and ``Origin`` (empty: none sent) are both loopback;
     else why it is refused. Each must be only what its header holds (``HOST[:PORT]``,
     ``SCHEME://HOST[:PORT]``): a user part or a path is refused, not read past."""
-    name = _hostname(urllib.parse.urlsplit(f"//{host}")) if host else None
+    name = _hostname(f"//{host}") if host else None
     if name is None or not loopback_host(name):
         return f"Host {host[:100]!r} is not this machine's loopback name"
     if origin:
-        name = _hostname(urllib.parse.urlsplit(origin))
+        name = _hostname(origin)
         if name is None or not loopback_host(name):
             return f"Origin {origin[:100]!r} is not this machine's loopback"
     return None
 
 
-def _hostname(parts: urllib.parse.SplitResult) -> str | None:
-    if "@" in parts.netloc or parts.path or parts.query or parts.fragment:
-        return None
+def _hostname(url: str) -> str | None:
+    """The host `url` names, None if it is no URL (an unclosed or bad ``[...]``, a port that
+    is no number) or holds more than a scheme, host and port."""
     try:
+        parts = urllib.parse.urlsplit(url)
         parts.port  # noqa: B018 - a port that is no number raises
     except ValueError:
+        return None
+    if "@" in parts.netloc or parts.path or parts.query or parts.fragment:
         return None
     return parts.hostname

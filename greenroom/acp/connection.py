@@ -423,8 +423,10 @@ class AcpConnection:
         """A session of the client's ended under it, not by a request of its own nor the
         teardown (both drop the record first): another node asked for it (a hand-off).
         Its prompts are answered ``cancelled``, the client told; loading it again asks
-        for it back. Under ``greenroom serve`` the connection then ends (`reading`), so
-        that a client reconnects, to whichever node it chooses."""
+        for it back. Under ``greenroom serve`` the connection lets go of its attachment
+        (the last to let go frees the session's place in the server, and its principal's
+        count of sessions held) and then ends (`reading`), so that a client reconnects, to
+        whichever node it chooses."""
         if self.table.closed:
             return
         self.table.drop(record.session_id)
@@ -435,6 +437,8 @@ class AcpConnection:
             " take it back.",
         )
         if self._shared:
+            assert record.handle is not None
+            self.nursery.start_soon(record.handle.dispose)
             self.reading.cancel(reason="a session of the connection was handed off")
 
     def on_server(self, agent: Agent, status: McpStatus) -> None:
@@ -465,6 +469,7 @@ class AcpConnection:
         if table.closed:
             return
         records = table.close()
+        self.subagents.close()
         self.live.stop()
         self.outbox.requests.close()  # a question open to the client is answered no more
         try:

@@ -63,6 +63,11 @@ class SubagentProgress:
         if self._children and self._children.pop(child_session, None) is not None:
             self._watch.let_go(child_session)
 
+    def close(self) -> None:
+        """Follow no child more (the connection's end): each is let go."""
+        for child_session in list(self._children):
+            self.forget(child_session)
+
     def on_event(self, child_session: str, event: SessionEvent) -> None:
         """An event of session `child_session`'s log; nothing for a session not followed."""
         child = self._children.get(child_session)

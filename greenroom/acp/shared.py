@@ -113,6 +113,9 @@ class _Shared:
         self.session_id = session_id
         self.attached: list[Attachment] = []
         self.first: Attachment | None = None  # the attachment that started it
+        #: The principal whose client left it last while its turn went on (none before):
+        #: with no client attached, the session counts as that principal's until it ends.
+        self.left_by: tuple[str | None, ...] = ()
         self.started = trio.Event()  # its start is over (live, or failed)
         self.ending = False  # its agent is being disposed
         self.ended = trio.Event()  # and is gone: a load may take the session again
@@ -127,9 +130,12 @@ class _Shared:
         if attachment not in self.attached:
             return
         self.attached.remove(attachment)
+        if self.first is attachment:  # else it keeps its connection while the session lives
+            self.first = None
         if self.attached:
             return
         if self.handle.agent.status in ("running", "waiting"):
+            self.left_by = (attachment.principal,)
             self.registry.nursery.start_soon(self._outlive)
             return
         await self._end()
@@ -193,6 +199,7 @@ class Attachments:
             shared.session_id
             for shared in self.shared.values()
             if any(a.principal == principal for a in shared.attached)
+            or (not shared.attached and principal in shared.left_by)
         }
         if session_id not in held and len(held) >= self.most:
             who = "this client" if principal is None else f"principal {principal!r}"

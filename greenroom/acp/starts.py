@@ -483,7 +483,11 @@ class SessionStarts:
         turn cancelled unless another connection holds it too."""
         record = self._table.live(params.session_id)
         if isinstance(record.handle, Attachment) and not record.handle.shared:
-            self._table.cancel(record)  # an attachment's last dispose lets a turn finish
+            # An attachment's last dispose lets a turn finish: cancelled, it is waited for
+            # here, so the session ends with this answer (as over stdio), and no longer
+            # counts as its principal's once the client is told it is closed.
+            self._table.cancel(record)
+            await record.handle.agent.when_idle()
         await self._table.release(record)
         return Empty()
 

@@ -4,18 +4,22 @@ and a listener that raises never keeps the others from being told."""
 
 from __future__ import annotations
 
+import gc
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import trio
 
+from greenroom.acp.connection import AcpConnection
 from greenroom.acp.routes import SessionRoutes
 from greenroom.models.scripted import Say
+from greenroom.protocol.model import ModelRequest, StreamChunk, UserTurn
 from greenroom.tools.subagents import task_plugin
 from tests.actors.test_subagents import Routed, task
-from tests.serve_clients import INITIALIZE, served, ws_client
+from tests.serve_clients import INITIALIZE, Served, served, ws_client
 
 
 class _Told:
@@ -115,3 +119,92 @@ async def test_a_sub_agents_progress_reaches_the_client_of_its_parents_session(
             assert progress == ["found two files"]
             seen_by_b = {f["params"]["sessionId"] for f in b.frames if "params" in f}
             assert seen_by_b <= {other}
+
+
+class _ChildWaits:
+    """`Routed`, but the child's model waits for `go` before it answers (`asked` is set
+    when it is asked)."""
+
+    def __init__(self, routed: Routed) -> None:
+        self.routed = routed
+        self.asked = trio.Event()
+        self.go = trio.Event()
+
+    async def stream(self, request: ModelRequest) -> AsyncIterator[StreamChunk]:
+        first = next(m.content for m in request.messages if isinstance(m, UserTurn))
+        if first.startswith("child"):
+            self.asked.set()
+            await self.go.wait()
+        async for chunk in self.routed.stream(request):
+            yield chunk
+
+
+async def _connections_of(server: Served, most: int) -> int:
+    """How many connections of `server` are still in memory, once at most `most` are
+    (waiting up to 5 s for the teardowns of those gone)."""
+    with trio.move_on_after(5):
+        while True:
+            gc.collect()
+            live = sum(
+                type(o) is AcpConnection and o.runtime is server.runtime for o in gc.get_objects()
+            )
+            if live <= most:
+                return live
+            await trio.sleep(0.05)
+    return live
+
+
+@pytest.mark.real_clock
+async def test_a_connection_gone_while_it_follows_a_sub_agent_is_routed_nothing_more(
+    tmp_path: Path,
+) -> None:
+    """The connection's end lets go of the children it follows, as of its sessions: a child
+    that runs on without it keeps it (its frames, its tables) told of nothing."""
+    model = _ChildWaits(
+        Routed(
+            {
+                "parent": [[task("child: wait")], [Say("thanks")]],
+                "child: wait": [[Say("done waiting")]],
+            }
+        )
+    )
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, model) as server,  # type: ignore[arg-type]
+            ws_client(server.ws_url) as b,
+        ):
+            await server.runtime.plug("tool-task", task_plugin)
+            await b.call("initialize", INITIALIZE)
+            new = {"cwd": str(tmp_path), "mcpServers": []}
+            session = (await b.call("session/new", new))["result"]["sessionId"]
+            async with ws_client(server.ws_url) as a:
+                await a.call("initialize", INITIALIZE)
+                load = {"sessionId": session, **new}
+                assert "result" in await a.call("session/load", load)
+                prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "parent"}]}
+                await b.send(
+                    {"jsonrpc": "2.0", "id": 9, "method": "session/prompt", "params": prompt}
+                )
+                await model.asked.wait()  # the child runs, followed by both connections
+            assert await _connections_of(server, 1) == 1  # b's alone
+            model.go.set()
+            assert (await b.answer(9))["result"] == {"stopReason": "end_turn"}
+
+
+@pytest.mark.real_clock
+async def test_the_connection_that_started_a_shared_session_is_let_go_when_it_goes(
+    tmp_path: Path,
+) -> None:
+    """The session outlives the connection that made it while another holds it; nothing of
+    the session keeps that connection (its frames, its tables) in memory."""
+    with trio.fail_after(30):
+        async with served(tmp_path) as server, ws_client(server.ws_url) as b:
+            await b.call("initialize", INITIALIZE)
+            new = {"cwd": str(tmp_path), "mcpServers": []}
+            async with ws_client(server.ws_url) as a:
+                await a.call("initialize", INITIALIZE)
+                session = (await a.call("session/new", new))["result"]["sessionId"]
+                assert "result" in await b.call("session/load", {"sessionId": session, **new})
+            assert await _connections_of(server, 1) == 1  # b's alone
+            prompt = {"sessionId": session, "prompt": [{"type": "text", "text": "still here"}]}
+            assert (await b.call("session/prompt", prompt))["result"] == {"stopReason": "end_turn"}

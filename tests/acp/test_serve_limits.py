@@ -176,6 +176,39 @@ async def test_sessions_past_a_principals_limit_are_refused_naming_it(tmp_path: 
             assert "result" in await first.call("session/new", new)
 
 
+async def test_a_session_left_waiting_by_its_client_still_counts_against_the_limit(
+    tmp_path: Path,
+) -> None:
+    """A client that leaves its session's turn waiting on a permission (so the session
+    outlives it) cannot start another past the limit: one by one, it would park any number
+    of live agents. Loading the one it left is allowed, and once it ends a new one is."""
+    write = json.dumps({"path": "out.txt", "content": "x"})
+    new = {"cwd": str(tmp_path), "mcpServers": []}
+    with trio.fail_after(30):
+        async with served(
+            tmp_path, ScriptedModel(delay=0), tools=True, limits=ServeLimits(sessions=1)
+        ) as server:
+            async with ws_client(server.ws_url) as gone:
+                await gone.call("initialize", INITIALIZE)
+                left = (await gone.call("session/new", new))["result"]["sessionId"]
+                prompt = {
+                    "sessionId": left,
+                    "prompt": [{"type": "text", "text": f"tool: write_file {write}"}],
+                }
+                await gone.send(
+                    {"jsonrpc": "2.0", "id": "p", "method": "session/prompt", "params": prompt}
+                )
+                await gone.asked("session/request_permission")
+            async with ws_client(server.ws_url) as client:
+                await client.call("initialize", INITIALIZE)
+                refused = await client.call("session/new", new)
+                assert "has 1 sessions open, the most it may" in refused["error"]["message"]
+                assert len(server.runtime.agents.list()) == 1
+                assert "result" in await client.call("session/load", {"sessionId": left, **new})
+                await client.call("session/close", {"sessionId": left})
+                assert "result" in await client.call("session/new", new)
+
+
 async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: Path) -> None:
     """Over WebSocket answered an error naming the limit (the socket stays), past twice it
     the socket is closed 1009; over HTTP 413 naming it; a frame within it is served."""
@@ -191,6 +224,13 @@ async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: P
                 assert "longer than 8,192 bytes" in refused["message"]
                 await client.send(big.replace('"big"', '"fits"') % ("x" * 8000))
                 assert "sessions" in (await client.answer("fits"))["result"]
+                # The limit itself is within it; twice it is answered, the socket kept.
+                at = big.replace('"big"', '"at"')
+                await client.send(at % ("x" * (8192 - len(at % ""))))
+                assert "sessions" in (await client.answer("at"))["result"]
+                twice = big.replace('"big"', '"twice"')
+                await client.send(twice % ("x" * (2 * 8192 - len(twice % ""))))
+                assert "longer than 8,192" in (await client.answer("twice"))["error"]["message"]
                 await client.send(big % ("x" * 2 * 8192))
                 while not client.closed:
                     await trio.sleep(0.01)
@@ -204,3 +244,8 @@ async def test_a_frame_past_the_configured_size_is_refused_naming_it(tmp_path: P
                 )
                 assert posted.status_code == 413
                 assert "over 8,192 bytes" in posted.text
+                at = (big % ("x" * (8192 - len(big % "")))).encode()
+                posted = await http.post(
+                    server.url, content=at, headers={"content-type": "application/json"}
+                )
+                assert posted.status_code == 400  # read and decoded: no connection named

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 import trio
 
+from greenroom.acp.network import ServeLimits
 from greenroom.session.persistence.postgres import PostgresPersistence
 from tests.serve_clients import INITIALIZE, said, served, ws_client
 
@@ -45,6 +46,39 @@ async def test_a_client_moves_from_node_a_to_node_b(tmp_path: Path, postgres_dsn
                 }
                 while not on_a.closed:  # told, then the connection's end: a reconnects
                     await trio.sleep(0.02)
+    finally:
+        store_a.close()
+        store_b.close()
+
+
+async def test_a_session_handed_off_no_longer_counts_as_held_on_the_node_it_left(
+    tmp_path: Path, postgres_dsn: str
+) -> None:
+    """Once node A let a session go to B, its client holds no session on A: a new one is
+    within A's limit of one (it was refused as a second), and no connection of it stays."""
+    store_a = PostgresPersistence(postgres_dsn, node="a")
+    store_b = PostgresPersistence(postgres_dsn, node="b")
+    where = {"cwd": str(tmp_path), "mcpServers": []}
+    try:
+        with trio.fail_after(60):
+            async with (
+                served(tmp_path / "a", persistence=store_a, limits=ServeLimits(sessions=1)) as a,
+                served(tmp_path / "b", persistence=store_b) as b,
+                ws_client(b.ws_url) as on_b,
+            ):
+                async with ws_client(a.ws_url) as on_a:
+                    await on_a.call("initialize", INITIALIZE)
+                    session = (await on_a.call("session/new", where))["result"]["sessionId"]
+                    await on_b.call("initialize", INITIALIZE)
+                    assert "result" in await on_b.call(
+                        "session/load", {"sessionId": session, **where}
+                    )
+                    while not on_a.closed:  # told, then its connection ends
+                        await trio.sleep(0.02)
+                async with ws_client(a.ws_url) as again:
+                    await again.call("initialize", INITIALIZE)
+                    new = await again.call("session/new", where)
+                    assert "result" in new, new
     finally:
         store_a.close()
         store_b.close()

@@ -268,3 +268,48 @@ async def test_the_title_the_model_writes_goes_to_every_attached_client(tmp_path
                 while "Shared Title" not in [u.get("title") for u in client.updates(session)]:
                     await trio.sleep(0.01)
             assert len(model.requests) == 2  # one title, written once for both
+
+
+async def test_file_requests_go_to_the_first_attached_once_the_prompts_client_is_gone(
+    tmp_path: Path,
+) -> None:
+    """b's turn writes, b goes before it does: the turn goes on, its file requests to a,
+    attached first (not c, attached last)."""
+    write = json.dumps({"path": "out.txt", "content": "from b"})
+    where = {"cwd": str(tmp_path), "mcpServers": []}
+    with trio.fail_after(30):
+        async with (
+            served(tmp_path, ScriptedModel(delay=0), tools=True) as server,
+            ws_client(server.ws_url) as a,
+            ws_client(server.ws_url) as c,
+        ):
+            async with ws_client(server.ws_url) as b:
+                session = await _two_on_one(a, b, tmp_path, files=True)
+                fs = {"fs": {"readTextFile": True, "writeTextFile": True}}
+                await c.call("initialize", INITIALIZE | {"clientCapabilities": fs})
+                assert "result" in await c.call("session/load", {"sessionId": session, **where})
+                prompt = {"sessionId": session, "prompt": text(f"tool: write_file {write}")}
+                await b.send(
+                    {"jsonrpc": "2.0", "id": "write", "method": "session/prompt", "params": prompt}
+                )
+                await b.asked("session/request_permission")
+            (to_a,) = await a.asked("session/request_permission")
+            await a.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": to_a["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}},
+                }
+            )
+            (read,) = await a.asked("fs/read_text_file")
+            await a.send({"jsonrpc": "2.0", "id": read["id"], "result": {"content": ""}})
+            (written,) = await a.asked("fs/write_text_file")
+            assert written["params"]["content"] == "from b"
+            await a.send({"jsonrpc": "2.0", "id": written["id"], "result": {}})
+            agent = server.runtime.agents.get(session)
+            assert agent is not None
+            await agent.when_idle()
+            made = [e for e in agent.session.events if isinstance(e, DecisionMade)]
+            assert [(m.answer, m.by) for m in made] == [("allow_once", "client a")]
+            assert not [f for f in c.frames if str(f.get("method")).startswith("fs/")]
+            assert not (tmp_path / "out.txt").exists()  # written by a's editor, not the disk
