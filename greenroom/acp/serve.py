@@ -46,7 +46,10 @@ def check_listen(listen: str, tokens: AccessTokens | None) -> None:
     host, colon, port = listen.rpartition(":")
     # ASCII digits only: str.isdigit also takes '²', which int() refuses.
     number = port.isascii() and port.isdigit() and len(port) <= 5
-    if not colon or not host or not number or int(port) > 65535:
+    # Only a name or an address: Hypercorn's other binds (unix:PATH, fd://N) are no TCP
+    # socket, which the server's options are for.
+    bracketed = host.startswith("[") and host.endswith("]")
+    if not colon or not host or not number or int(port) > 65535 or (":" in host) > bracketed:
         raise ValueError(f"--listen takes HOST:PORT (IPv6 as [ADDRESS]:PORT), got {listen!r}")
     if tokens is None and not loopback_host(host):
         raise ValueError(

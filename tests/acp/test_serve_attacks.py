@@ -439,6 +439,15 @@ def test_a_listen_port_that_is_no_port_is_refused_naming_the_form(number: str) -
         check_listen(f"127.0.0.1:{number}", None)
 
 
+@pytest.mark.parametrize("host", ["unix:/tmp/greenroom.sock", "fd://3", "::1", "[::1"])
+def test_a_listen_host_that_is_no_name_nor_address_is_refused(host: str) -> None:
+    """Hypercorn's other binds (a Unix socket, a file descriptor) and an unbracketed IPv6."""
+    tokens = AccessTokens({b"digest": Principal("alice")})
+    with pytest.raises(ValueError, match="--listen takes HOST:PORT"):
+        check_listen(f"{host}:8080", tokens)
+    check_listen("[::1]:8080", tokens)
+
+
 async def test_connections_opened_and_walked_away_from_are_given_back(tmp_path: Path) -> None:
     """A client that initializes over HTTP and goes holds a connection until it idles out,
     then the slot is free again; one that drops a WebSocket mid-initialize frees it at
