@@ -158,7 +158,10 @@ class AcpConnection:
         self.subagents = SubagentProgress(outbox.update, watch)
         self._files = (False, False)  # the client's fs.readTextFile, fs.writeTextFile
         self._ask = False  # the client's elicitation in form mode: ask_user is offered
-        self._client_name = "client"  # its clientInfo.name: who answered, in the log
+        # Who answered, in the log: its clientInfo.name, and the principal its token names
+        # (what the client calls itself is its own say; the principal is the server's).
+        self._client_name = "client"
+        self._principal_name = None if principal is None else principal.name
         self.live = LiveOutput(outbox, nursery)
         self.presenter = presenter = Presenter(
             list(runtime.models),
@@ -320,8 +323,9 @@ class AcpConnection:
         self.presenter.notices = (capabilities.meta or {}).get("notice") is True
         self.presenter.plans = capabilities.plan is not None
         name = (params.client_info or {}).get("name")
-        if isinstance(name, str) and name.strip():
-            self._client_name = name.strip()[:100]
+        named = name.strip()[:100] if isinstance(name, str) and name.strip() else "client"
+        by = self._principal_name
+        self._client_name = named if by is None else f"{named} ({by})"
         self.outbox.respond(request_id, self._initialized)
         self._routes = self._served
 

@@ -17,6 +17,7 @@ from trio_websocket import ConnectionRejected
 
 from greenroom.acp.access import AccessTokens, Principal, TokensError, local_request
 from greenroom.models.scripted import ScriptedModel
+from greenroom.protocol.events import DecisionMade
 from greenroom.runtime import open_runtime
 from greenroom.session.persistence import JsonlPersistence, Persistence, SqlitePersistence
 from greenroom.session.persistence.postgres import PostgresPersistence
@@ -109,6 +110,48 @@ async def _call_error(client: WsClient, method: str, params: dict[str, Any]) -> 
     answer = await client.call(method, params)
     assert "error" in answer, answer
     return dict(answer["error"])
+
+
+async def test_a_decision_names_the_principal_beside_what_its_client_calls_itself(
+    tmp_path: Path,
+) -> None:
+    """A client may call itself anything ("policy"); the log names its token's principal."""
+    with trio.fail_after(30):
+        async with (
+            served(
+                tmp_path,
+                ScriptedModel(delay=0),
+                tokens=AccessTokens.read(tokens_file(tmp_path)),
+                tools=True,
+            ) as server,
+            ws_client(server.ws_url, token=ALICE) as alice,
+        ):
+            named = {"clientInfo": {"name": "policy", "version": "1"}}
+            await alice.call("initialize", INITIALIZE | named)
+            new = await alice.call("session/new", {"cwd": str(tmp_path), "mcpServers": []})
+            session = new["result"]["sessionId"]
+            prompt = [{"type": "text", "text": "bash: echo hi"}]
+            await alice.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": "run",
+                    "method": "session/prompt",
+                    "params": {"sessionId": session, "prompt": prompt},
+                }
+            )
+            (asked,) = await alice.asked("session/request_permission")
+            await alice.send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": asked["id"],
+                    "result": {"outcome": {"outcome": "selected", "optionId": "allow_once"}},
+                }
+            )
+            assert (await alice.answer("run"))["result"] == {"stopReason": "end_turn"}
+            agent = server.runtime.agents.get(session)
+            assert agent is not None
+            (made,) = [e for e in agent.session.events if isinstance(e, DecisionMade)]
+            assert made.by == "policy (alice)"
 
 
 async def test_each_principal_sees_only_its_own_sessions_and_an_admin_sees_all(
