@@ -92,6 +92,26 @@ class _Portal:
         self.enter(partial(self._start, job, fn, args))
         return job
 
+    def run(
+        self,
+        fn: Callable[..., Awaitable[T]],
+        *args: object,
+        timeout: float | None = None,
+        undo: Callable[[T], None] | None = None,
+    ) -> T:
+        """``await fn(*args)`` on the Trio thread, waited for. A caller interrupted anywhere
+        in here (or past `timeout` seconds, `TimeoutError`) leaves nothing running: a job
+        not started yet never starts, one started is cancelled and waited out, and what it
+        finished anyway is undone by `undo` (given its value) before the interrupt is
+        raised: an interrupt that lands while the job is being queued too."""
+        job: _Job[T] = _Job(self)
+        try:
+            self.enter(partial(self._start, job, fn, args))
+            return job.wait(timeout)
+        except BaseException:
+            job.cancel(undo)
+            raise
+
     def enter(self, callback: Callable[[], object]) -> None:
         """Queue `callback` for the Trio thread (it must not raise)."""
         self._outside_trio()
@@ -122,6 +142,8 @@ class _Portal:
     def _start(
         self, job: _Job[Any], fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
     ) -> None:
+        if not job.take():  # its caller gave it up before it started
+            return
         try:
             self._jobs.start_soon(job.run, fn, args)
         except RuntimeError:  # the job nursery closed: the runtime is closing
@@ -138,13 +160,24 @@ def _call_into(reply: SimpleQueue[_Reply], fn: Callable[..., Any], args: tuple[A
 class _Job(Generic[T]):
     """One async call running on the Trio thread, and its outcome once it has one."""
 
-    __slots__ = ("_outcome", "_portal", "_scope", "reply")
+    __slots__ = ("_given_up", "_outcome", "_portal", "_scope", "_started", "_state", "reply")
 
     def __init__(self, portal: _Portal) -> None:
         self._portal = portal
         self._scope = trio.CancelScope()
         self._outcome: _Reply | None = None
         self.reply: SimpleQueue[_Reply] = SimpleQueue()
+        # Whether it started, or its caller gave it up first: decided once, under the lock,
+        # by whichever of the Trio thread (`take`) and the caller (`cancel`) comes first.
+        self._state = threading.Lock()
+        self._started = False
+        self._given_up = False
+
+    def take(self) -> bool:
+        """On the Trio thread, as it starts: False if its caller gave it up already."""
+        with self._state:
+            self._started = not self._given_up
+            return self._started
 
     async def run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
         """The job's task (on the Trio thread): its outcome goes back, whatever it is."""
@@ -172,22 +205,19 @@ class _Job(Generic[T]):
                 raise TimeoutError(f"no outcome within {timeout} s") from None
         return _unwrap(self._outcome)  # type: ignore[no-any-return]
 
-    def wait_or_cancel(
-        self, timeout: float | None = None, undo: Callable[[T], None] | None = None
-    ) -> T:
-        """`wait`; a caller interrupted meanwhile (or timed out) cancels the job and waits it
-        out (and, given `undo`, undoes what it finished anyway) before it raises, so nothing
-        the job was doing is left behind."""
-        try:
-            return self.wait(timeout)
-        except BaseException:
-            if self._outcome is None:
-                with suppress(RuntimeError):  # closed: the close cancelled the job
-                    self._portal.enter(self._scope.cancel)
-                self._outcome = ok, value = self.reply.get()
-                if ok and undo is not None:
-                    undo(value)
-            raise
+    def cancel(self, undo: Callable[[T], None] | None = None) -> None:
+        """Its caller gives it up: not started, it never starts; started and not waited
+        out, it is cancelled and waited out, and what it finished anyway is undone."""
+        with self._state:
+            if not self._started:
+                self._given_up = True
+                return
+        if self._outcome is None:
+            with suppress(RuntimeError):  # closed: the close cancelled the job
+                self._portal.enter(self._scope.cancel)
+            self._outcome = ok, value = self.reply.get()
+            if ok and undo is not None:
+                undo(value)
 
 
 class BlockingRuntime:
@@ -260,16 +290,16 @@ class BlockingRuntime:
             wait=wait,
         )
         portal = self._portal
-        handle = portal.submit(start).wait_or_cancel(undo=lambda h: portal.submit(h.dispose).wait())
+        handle = portal.run(start, undo=lambda h: portal.submit(h.dispose).wait())
         return BlockingHandle(portal, handle)
 
     def history(self, session_id: str) -> list[HistoryEntry]:
         """`Runtime.history`: a session's conversation as typed values."""
-        return self._portal.submit(self._runtime.history, session_id).wait_or_cancel()
+        return self._portal.run(self._runtime.history, session_id)
 
     def list_sessions(self) -> list[StoredSession]:
         """`Runtime.list_sessions`: the stored sessions."""
-        return self._portal.submit(self._runtime.list_sessions).wait_or_cancel()
+        return self._portal.run(self._runtime.list_sessions)
 
     def close(self) -> None:
         """Dispose every agent, close the runtime, end its thread; raises what the close
@@ -439,7 +469,7 @@ class BlockingAgent:
     def when_idle(self, timeout: float | None = None) -> None:
         """Wait until the agent is idle with nothing queued (`Agent.when_idle`); past
         `timeout` seconds a `TimeoutError`."""
-        self._portal.submit(_until_idle, self._agent).wait_or_cancel(timeout)
+        self._portal.run(_until_idle, self._agent, timeout=timeout)
 
     def history(self) -> list[HistoryEntry]:
         """`Agent.history`: the session's conversation as typed values."""

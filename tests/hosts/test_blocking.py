@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 
+import greenroom.blocking as blocking
 from greenroom import AgentSpec, Answer, blocking_runtime, run_sync, tool
 from greenroom.models import CallTool, Hang, Say, ScriptedModel, Wait
 from greenroom.protocol.events import Disposed, TurnEnd
@@ -114,6 +115,29 @@ def test_an_answer_waited_past_its_timeout_leaves_the_prompt_to_run() -> None:
         assert agent.status == "running"
         agent.cancel("enough")
         assert prompt.answer().stop_reason == "aborted"
+
+
+def test_an_interrupt_while_a_start_is_queued_leaves_nothing_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interrupt lands just after the start was handed to the Trio thread, before the
+    caller waits for it (the window a signal can hit): the start never runs, or runs and is
+    cancelled or undone; either way nothing is left and the next start of it works."""
+    entered = blocking._Portal.enter
+    interrupts = [KeyboardInterrupt()]
+
+    def enter_then_interrupted(portal: blocking._Portal, callback: object) -> None:
+        entered(portal, callback)  # type: ignore[arg-type]
+        if interrupts:
+            raise interrupts.pop()
+
+    with blocking_runtime(model=ScriptedModel(delay=0)) as rt:
+        monkeypatch.setattr(blocking._Portal, "enter", enter_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            rt.start(AgentSpec(name="a"), "s")
+        monkeypatch.undo()
+        handle = rt.start(AgentSpec(name="a"), "s")  # not "already registered"
+        assert handle.agent.run("after").turn == 1
 
 
 def test_an_interrupted_start_leaves_nothing_started(tmp_path: Path) -> None:
