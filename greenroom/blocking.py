@@ -89,8 +89,14 @@ class _Portal:
     def submit(self, fn: Callable[..., Awaitable[T]], *args: object) -> _Job[T]:
         """``await fn(*args)`` in a task on the Trio thread; its `_Job`."""
         job: _Job[T] = _Job(self)
-        self.enter(partial(self._start, job, fn, args))
+        self.queue(job, fn, *args)
         return job
+
+    def queue(self, job: _Job[T], fn: Callable[..., Awaitable[T]], *args: object) -> None:
+        """Have `job` run ``await fn(*args)`` in a task on the Trio thread. A job queued
+        again (its caller could not tell whether an interrupt cut the last try short)
+        starts once."""
+        self.enter(partial(self._start, job, fn, args))
 
     def run(
         self,
@@ -106,7 +112,7 @@ class _Portal:
         raised: an interrupt that lands while the job is being queued too."""
         job: _Job[T] = _Job(self)
         try:
-            self.enter(partial(self._start, job, fn, args))
+            self.queue(job, fn, *args)
             return job.wait(timeout)
         except BaseException:
             job.cancel(undo)
@@ -142,7 +148,7 @@ class _Portal:
     def _start(
         self, job: _Job[Any], fn: Callable[..., Awaitable[Any]], args: tuple[Any, ...]
     ) -> None:
-        if not job.take():  # its caller gave it up before it started
+        if not job.take():  # its caller gave it up before it started, or it started
             return
         try:
             self._jobs.start_soon(job.run, fn, args)
@@ -174,10 +180,13 @@ class _Job(Generic[T]):
         self._given_up = False
 
     def take(self) -> bool:
-        """On the Trio thread, as it starts: False if its caller gave it up already."""
+        """On the Trio thread, as it starts: False if its caller gave it up already, or it
+        started already (queued twice)."""
         with self._state:
-            self._started = not self._given_up
-            return self._started
+            if self._started or self._given_up:
+                return False
+            self._started = True
+            return True
 
     async def run(self, fn: Callable[..., Awaitable[T]], args: tuple[Any, ...]) -> None:
         """The job's task (on the Trio thread): its outcome goes back, whatever it is."""
@@ -559,12 +568,13 @@ class _Following(Generic[T]):
     """A plain iterator over an async iterator of the Trio thread. A read an interrupt left
     waiting is picked up by the next `__next__`, so nothing is lost or read twice."""
 
-    __slots__ = ("_iterator", "_pending", "_portal")
+    __slots__ = ("_iterator", "_pending", "_portal", "_queued")
 
     def __init__(self, portal: _Portal, iterator: AsyncIterator[T]) -> None:
         self._portal = portal
         self._iterator = iterator
         self._pending: _Job[T] | None = None
+        self._queued = False  # whether the pending read is surely queued
 
     def __iter__(self) -> _Following[T]:
         return self
@@ -572,7 +582,11 @@ class _Following(Generic[T]):
     def __next__(self) -> T:
         job = self._pending
         if job is None:
-            job = self._pending = self._portal.submit(_next_of, self._iterator)
+            job = self._pending = _Job(self._portal)
+            self._queued = False
+        if not self._queued:  # again after an interrupt that cut queueing short: it runs once
+            self._portal.queue(job, _next_of, self._iterator)
+            self._queued = True
         try:
             value = job.wait()
         except StopAsyncIteration:

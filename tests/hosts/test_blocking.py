@@ -140,6 +140,30 @@ def test_an_interrupt_while_a_start_is_queued_leaves_nothing_started(
         assert handle.agent.run("after").turn == 1
 
 
+def test_a_read_interrupted_while_it_is_queued_loses_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interrupt lands just after a read was handed to the Trio thread: the next
+    ``next()`` picks that read up, so no text is lost nor read twice."""
+    model = ScriptedModel([[Say("a"), Wait(0.2), Say("b"), Wait(0.2), Say("c")]], delay=0)
+    entered = blocking._Portal.enter
+    interrupts = [KeyboardInterrupt()]
+
+    def enter_then_interrupted(portal: blocking._Portal, callback: object) -> None:
+        entered(portal, callback)  # type: ignore[arg-type]
+        if interrupts:
+            raise interrupts.pop()
+
+    with blocking_runtime(model=model) as rt:
+        texts = rt.start(AgentSpec(name="a")).agent.send("go").text()
+        assert next(texts) == "a"
+        monkeypatch.setattr(blocking._Portal, "enter", enter_then_interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            next(texts)
+        monkeypatch.undo()
+        assert list(texts) == ["b", "c"]
+
+
 def test_an_interrupted_start_leaves_nothing_started(tmp_path: Path) -> None:
     done = script(
         """
