@@ -117,12 +117,9 @@ def test_an_answer_waited_past_its_timeout_leaves_the_prompt_to_run() -> None:
         assert prompt.answer().stop_reason == "aborted"
 
 
-def test_an_interrupt_while_a_start_is_queued_leaves_nothing_started(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The interrupt lands just after the start was handed to the Trio thread, before the
-    caller waits for it (the window a signal can hit): the start never runs, or runs and is
-    cancelled or undone; either way nothing is left and the next start of it works."""
+def interrupt_once_queued(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The next call queued for the Trio thread is interrupted just after it is queued (the
+    window a signal can hit before its caller waits); `monkeypatch.undo` ends it."""
     entered = blocking._Portal.enter
     interrupts = [KeyboardInterrupt()]
 
@@ -131,8 +128,17 @@ def test_an_interrupt_while_a_start_is_queued_leaves_nothing_started(
         if interrupts:
             raise interrupts.pop()
 
+    monkeypatch.setattr(blocking._Portal, "enter", enter_then_interrupted)
+
+
+def test_an_interrupt_while_a_start_is_queued_leaves_nothing_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The interrupt lands just after the start was handed to the Trio thread, before the
+    caller waits for it (the window a signal can hit): the start never runs, or runs and is
+    cancelled or undone; either way nothing is left and the next start of it works."""
     with blocking_runtime(model=ScriptedModel(delay=0)) as rt:
-        monkeypatch.setattr(blocking._Portal, "enter", enter_then_interrupted)
+        interrupt_once_queued(monkeypatch)
         with pytest.raises(KeyboardInterrupt):
             rt.start(AgentSpec(name="a"), "s")
         monkeypatch.undo()
@@ -146,18 +152,10 @@ def test_a_read_interrupted_while_it_is_queued_loses_nothing(
     """The interrupt lands just after a read was handed to the Trio thread: the next
     ``next()`` picks that read up, so no text is lost nor read twice."""
     model = ScriptedModel([[Say("a"), Wait(0.2), Say("b"), Wait(0.2), Say("c")]], delay=0)
-    entered = blocking._Portal.enter
-    interrupts = [KeyboardInterrupt()]
-
-    def enter_then_interrupted(portal: blocking._Portal, callback: object) -> None:
-        entered(portal, callback)  # type: ignore[arg-type]
-        if interrupts:
-            raise interrupts.pop()
-
     with blocking_runtime(model=model) as rt:
         texts = rt.start(AgentSpec(name="a")).agent.send("go").text()
         assert next(texts) == "a"
-        monkeypatch.setattr(blocking._Portal, "enter", enter_then_interrupted)
+        interrupt_once_queued(monkeypatch)
         with pytest.raises(KeyboardInterrupt):
             next(texts)
         monkeypatch.undo()
