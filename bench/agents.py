@@ -585,7 +585,7 @@ def _alternate(
 
 def run(repeats: int, quick: bool) -> list[Row]:
     m = 300 if quick else 2_000  # turns
-    n_life = 2_000 if quick else 10_000  # create + dispose
+    n_life = 500 if quick else 10_000  # create + dispose
     n_mem = 500 if quick else 10_000  # idle agents
     k = 100 if quick else 500  # cancels
 
