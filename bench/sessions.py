@@ -552,7 +552,7 @@ def _fill_jsonl(root: Path, turns: Sequence[Turn]) -> str:
 
 def run(repeats: int, quick: bool) -> list[Row]:
     t = 200 if quick else 1_000  # turns appended, one flush each
-    n = 5_000 if quick else 100_000  # events of the session to resume
+    n = 8_000 if quick else 100_000  # events of the session to resume (whole turns)
     m = 500 if quick else 2_000  # one-step turns through an agent
     sessions = 10
 
