@@ -567,11 +567,11 @@ def _run_one(name: str, n_latency: int, n_throughput: int) -> _Result:
 
 def run(repeats: int, quick: bool) -> list[Row]:
     n_latency = 60 if quick else 300  # sequential prompts on one session
-    n_throughput = 200 if quick else 1000  # prompts over the 10 parallel sessions
+    n_throughput = 100 if quick else 1000  # prompts over the 10 parallel sessions
 
     n_tools = 30 if quick else 150
     n_flood = 2 if quick else 5  # runs of the 10 MB command each way, per repeat
-    m_counted = 50 if quick else 200  # prompts of the shorter counted run (once, not timed)
+    m_counted = 20 if quick else 200  # prompts of the shorter counted run (once, not timed)
     results: dict[str, list[_Result]] = {name: [] for name in _AGENTS}
     tools: list[dict[str, float]] = []
     sdk_asking: list[dict[str, float]] = []
