@@ -308,10 +308,6 @@ class AcpConnection:
         self.nursery.start_soon(run)
 
     def _initialize(self, request_id: RequestId, params: InitializeParams) -> None:
-        if self._routes is self._served:  # what the client offers is settled once
-            raise RpcError(
-                INVALID_REQUEST, "initialize was answered already: a connection initializes once"
-            )
         capabilities = params.client_capabilities
         fs = capabilities.fs
         self._files = (fs.read_text_file, fs.write_text_file)
