@@ -1,11 +1,16 @@
 """A persistence that delegates to a real one: tests override the one call they bend.
 
 Its logs delegate too (`DelegatingLog`): a test that bends a write sets
-``log_type`` to a subclass.
+``log_type`` to a subclass. `Fsyncs` notes how long one file was at each sync of it.
 """
 
 from __future__ import annotations
 
+import os
+import threading
+from collections.abc import Callable
+
+import pytest
 import trio
 
 from greenroom.protocol.events import SessionEvent, SessionHeader
@@ -65,3 +70,28 @@ class GatedOpen(Delegating):
     async def open(self, session_id: str) -> tuple[SessionHeader, list[SessionEvent], SessionLog]:
         await self.gate.wait()
         return await super().open(session_id)
+
+
+class Fsyncs:
+    """Every fsync or fdatasync of one file: how long the file was when it ran."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
+        self.path = path
+        self.sizes: list[int] = []
+        self._lock = threading.Lock()
+        for name in ("fsync", "fdatasync"):
+            monkeypatch.setattr(os, name, self._noting(getattr(os, name)))
+
+    def _noting(self, real: Callable[[int], None]) -> Callable[[int], None]:
+        def sync(fd: int) -> None:
+            size = os.fstat(fd).st_size
+            real(fd)
+            if os.readlink(f"/proc/self/fd/{fd}") == self.path:
+                with self._lock:
+                    self.sizes.append(size)
+
+        return sync
+
+    def covered(self) -> int:
+        with self._lock:
+            return max(self.sizes, default=0)

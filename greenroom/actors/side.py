@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
+from greenroom.actors.step import retried
 from greenroom.models.base import ModelAdapter
-from greenroom.protocol.events import ModelRetry
 from greenroom.protocol.model import Finish, ModelRequest, Retry, TextDelta, Usage
 from greenroom.session import Session
 
@@ -51,16 +51,7 @@ async def read_side_text(
                     raise RuntimeError(chunk.message or f"the model finished {chunk.reason}")
                 cut = chunk.reason == "max-tokens"
             elif type(chunk) is Retry:
-                session.append(
-                    ModelRetry(
-                        turn=turn,
-                        step=step,
-                        attempt=chunk.attempt,
-                        wait=chunk.wait,
-                        error=chunk.error,
-                        code=chunk.code,
-                    )
-                )
+                session.append(retried(chunk, turn, step))
     finally:
         aclose = getattr(stream, "aclose", None)
         if aclose is not None:

@@ -1,5 +1,5 @@
-"""What a step may fail with (a step's failure, a guard's trip), and the write-ahead that
-comes before its side effects.
+"""What a step may fail with (a step's failure, a guard's trip), the write-ahead that
+comes before its side effects, and the log's record of a model call retried.
 
 `StepFailed` is a step that could not finish (the model raised, yielded garbage, or finished
 with an error; or its write-ahead failed); `TurnStopped` (`LimitStop`, `GuardTrip`) ends a
@@ -15,9 +15,11 @@ from greenroom.protocol.events import (
     Guarded,
     GuardTripped,
     LimitReached,
+    ModelRetry,
     SessionEvent,
     TurnEndReason,
 )
+from greenroom.protocol.model import Retry
 from greenroom.session import Session
 from greenroom.session.persistence import PersistenceError
 
@@ -108,3 +110,15 @@ class GuardTrip(TurnStopped):
         return GuardTripped(
             turn=turn, guard=self.guard, at=self.at, message=self.message, call_id=self.call_id
         )
+
+
+def retried(chunk: Retry, turn: int, step: int) -> ModelRetry:
+    """The ``model/retry`` a step's (or a side call's) model call logs for `chunk`."""
+    return ModelRetry(
+        turn=turn,
+        step=step,
+        attempt=chunk.attempt,
+        wait=chunk.wait,
+        error=chunk.error,
+        code=chunk.code,
+    )

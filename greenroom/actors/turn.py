@@ -43,7 +43,7 @@ from greenroom.actors.marker import DEFAULT_CANCEL_REASON, CancelMarker, cancell
 from greenroom.actors.output import OutputTools, OutputTurn
 from greenroom.actors.prompt import Answer, Prompt, TurnOutcome, new_message_id, settle, take
 from greenroom.actors.request import Requests
-from greenroom.actors.step import PERSISTENCE, StepFailed, TurnStopped, write_ahead
+from greenroom.actors.step import PERSISTENCE, StepFailed, TurnStopped, retried, write_ahead
 from greenroom.actors.types import Agent, ToolExecutor
 from greenroom.hooks import Hooks
 from greenroom.models.base import ContextOverflow, ModelAdapter, ModelError
@@ -62,7 +62,6 @@ from greenroom.protocol.events import (
     ContextMessage,
     Errored,
     MessageTrigger,
-    ModelRetry,
     PluginSource,
     SessionEvent,
     SteeringMessage,
@@ -578,16 +577,7 @@ async def _stream(
             elif type(chunk) is Usage:
                 reply.usage = chunk
             elif type(chunk) is Retry:  # no part of the reply: the adapter tries again
-                append(
-                    ModelRetry(
-                        turn=turn,
-                        step=step,
-                        attempt=chunk.attempt,
-                        wait=chunk.wait,
-                        error=chunk.error,
-                        code=chunk.code,
-                    )
-                )
+                append(retried(chunk, turn, step))
                 continue
             elif type(chunk) is Thought:  # kept whole on the step's message, not as a chunk
                 reply.thoughts.append(chunk)

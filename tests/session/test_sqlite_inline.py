@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import sqlite3
 import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
@@ -26,6 +25,7 @@ from greenroom.protocol.events import (
 from greenroom.session.persistence import SqlitePersistence
 from greenroom.session.persistence.batch import Call, run_call
 from greenroom.session.persistence.sqlite import CHECKPOINT_EVERY, CHECKPOINT_LAG
+from tests.persistence_helpers import Fsyncs
 
 LIMIT = 20  # seconds; generous for a loaded machine
 
@@ -100,37 +100,13 @@ async def test_a_write_ahead_waits_for_a_write_lock_held_elsewhere(tmp_path: Pat
         store.close()
 
 
-class WalSyncs:
-    """The WAL file's size at each fdatasync of it."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, wal: Path) -> None:
-        self.wal = str(wal)
-        self.sizes: list[int] = []
-        self._lock = threading.Lock()
-        monkeypatch.setattr(os, "fdatasync", self._noting(os.fdatasync))
-
-    def _noting(self, real: Callable[[int], None]) -> Callable[[int], None]:
-        def sync(fd: int) -> None:
-            size = os.fstat(fd).st_size
-            real(fd)
-            if os.readlink(f"/proc/self/fd/{fd}") == self.wal:
-                with self._lock:
-                    self.sizes.append(size)
-
-        return sync
-
-    def covered(self) -> int:
-        with self._lock:
-            return max(self.sizes, default=0)
-
-
 async def test_always_returns_a_flush_only_after_the_wal_is_synced(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Under ``always`` a write-ahead's inline commit is not durable; the flush after it,
     with nothing left to commit, returns only after an fdatasync of the WAL covered it."""
     db = tmp_path / "sessions.sqlite"
-    syncs = WalSyncs(monkeypatch, Path(str(db) + "-wal"))
+    syncs = Fsyncs(monkeypatch, str(db) + "-wal")
     store = SqlitePersistence(db, sync="always")
     try:
         log = await store.create(SessionHeader(id="s", created_at=1))
@@ -183,7 +159,7 @@ async def test_turns_that_end_while_a_wal_sync_waits_share_it_and_it_covers_them
     which covers all three once it runs (the close after it has nothing to sync), and
     the stored title is the first prompt's."""
     db = tmp_path / "sessions.sqlite"
-    syncs = WalSyncs(monkeypatch, Path(str(db) + "-wal"))
+    syncs = Fsyncs(monkeypatch, str(db) + "-wal")
     store = SqlitePersistence(db)
     release = threading.Event()
     try:

@@ -8,8 +8,6 @@ saw the file at least as long as it was when the end was reported.
 from __future__ import annotations
 
 import os
-import threading
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -20,31 +18,7 @@ from greenroom.actors.types import Agent
 from greenroom.models import ScriptedModel
 from greenroom.protocol.events import TurnEndReason
 from greenroom.session.persistence import JsonlPersistence, SyncPolicy
-
-
-class Fsyncs:
-    """Every fsync of one file: how long the file was when it ran."""
-
-    def __init__(self, monkeypatch: pytest.MonkeyPatch, path: str) -> None:
-        self.path = path
-        self.sizes: list[int] = []
-        self._lock = threading.Lock()
-        for name in ("fsync", "fdatasync"):
-            monkeypatch.setattr(os, name, self._noting(getattr(os, name)))
-
-    def _noting(self, real: Callable[[int], None]) -> Callable[[int], None]:
-        def sync(fd: int) -> None:
-            size = os.fstat(fd).st_size
-            real(fd)
-            if os.readlink(f"/proc/self/fd/{fd}") == self.path:
-                with self._lock:
-                    self.sizes.append(size)
-
-        return sync
-
-    def covered(self) -> int:
-        with self._lock:
-            return max(self.sizes, default=0)
+from tests.persistence_helpers import Fsyncs
 
 
 async def _turns(
