@@ -605,6 +605,11 @@ CHILD = TESTS / "sandbox_child.py"
 NOBODY = 65534
 
 
+def _others_reach(path: Path) -> bool:
+    """Whether a user of no group of the owner's (`nobody`) may reach `path`."""
+    return all(os.stat(p).st_mode & stat.S_IXOTH for p in path.resolve().parents)
+
+
 def _python_for_nobody() -> str | None:
     """An interpreter `nobody` may run, of this one's version (this one may be in a home
     only root reaches)."""
@@ -613,10 +618,7 @@ def _python_for_nobody() -> str | None:
         f"/usr/bin/python{sys.version_info[0]}.{sys.version_info[1]}",
     ):
         real = Path(candidate).resolve()
-        reachable = all(
-            os.stat(p).st_mode & stat.S_IXOTH for p in [real, *real.parents] if p != real
-        )
-        if real.exists() and reachable and real.stat().st_mode & stat.S_IXOTH:
+        if real.exists() and _others_reach(real) and real.stat().st_mode & stat.S_IXOTH:
             return candidate
     return None
 
@@ -652,6 +654,11 @@ def _as_nobody(home: Path, delegated: bool) -> tuple[dict[str, object], Path, st
             os.chown(cgroup / name, NOBODY, NOBODY)
         args.append(str(cgroup))
     site = [p for p in sys.path if p.endswith("site-packages")]
+    for needed in (CHILD, *(Path(p) / "trio" for p in site if (Path(p) / "trio").exists())):
+        assert _others_reach(needed), (
+            f"nobody cannot reach {needed}: a directory above it lets in its owner alone"
+            " (a checkout under a 0700 directory): clone greenroom where others may read"
+        )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(CHILD.parent.parent), *site])}
     try:
         done = subprocess.run(
