@@ -123,6 +123,37 @@ async def test_a_job_past_its_deadline_fails_on_the_trio_side_and_the_writer_is_
     assert gate.ran == [first, again]
 
 
+@pytest.mark.real_clock
+async def test_a_deadline_seen_after_its_batch_returned_leaves_the_writer_going() -> None:
+    """On a loaded machine the Trio side can see a job's deadline pass after its batch
+    returned, before the batch's settling reaches it: the job fails, and the writer goes
+    on (it stayed stuck for good when that happened while the worker gathered its next
+    batch, and every later job failed "still running past its deadline")."""
+    returned = threading.Event()
+    ran: list[Job] = []
+
+    def work(batch: Sequence[Job]) -> None:
+        ran.extend(batch)
+        returned.set()
+
+    writer: Writer[Job] = Writer(work, deadline=LIMIT, gather=2.0)
+    first = Job()
+    writer.submit(first)
+    # No checkpoint until the abandon: the batch's settling waits for this task, and the
+    # worker, its batch returned, gathers for its next one meanwhile.
+    returned.wait(timeout=LIMIT)
+    time.sleep(0.05)  # noqa: ASYNC251 (blocking on purpose: no checkpoint before the abandon)
+    writer.abandon(first)  # the deadline, seen before the settling
+    assert isinstance(first.error, OperationTimeout)
+    assert not writer.stuck
+    again = Job()
+    writer.submit(again)
+    with trio.fail_after(5):
+        await again.wait()
+    assert again.error is None
+    assert ran == [first, again]
+
+
 def _until(check: object) -> None:
     deadline = time.monotonic() + 10
     while not check():  # type: ignore[operator]

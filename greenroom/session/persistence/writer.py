@@ -16,7 +16,9 @@ thread is abandoned to finish when it can; a job abandoned before the worker
 reached it never runs, one it was running may still land. While a job past
 its deadline is still running, the writer is *stuck*: every job submitted
 meanwhile fails at once (it could only queue behind), so a teardown pays the
-deadline once, not once per operation.
+deadline once, not once per operation. Only a batch at work can be stuck: a
+job whose deadline passes after its batch returned (its settling not yet seen
+on the Trio side) fails, and the writer goes on.
 
 **Gathering.** With a ``gather`` time, the batch after one that settled n
 jobs with m queued behind it waits for n + m jobs: the submitters it
@@ -120,6 +122,7 @@ class Writer(Generic[J]):
         "_stuck",
         "_unsettled",
         "_work",
+        "_working",
         "deadline",
         "where",
     )
@@ -145,7 +148,8 @@ class Writer(Generic[J]):
         self._gather_until = 0.0
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
         self._draining = False  # a worker thread is taking batches off the queue
-        self._stuck = False  # ... and the batch it runs holds a job past its deadline
+        self._working = False  # ... and is in `work` (not gathering, not settling)
+        self._stuck = False  # ... and the batch it works on holds a job past its deadline
         # Jobs submitted and not yet settled, per run. Counted down on the run's own thread,
         # as the job is settled, so whoever checks after that step sees it done.
         self._unsettled: dict[trio.lowlevel.TrioToken, int] = {}
@@ -189,9 +193,9 @@ class Writer(Generic[J]):
 
     def abandon(self, job: Job) -> None:
         """Settle `job` as failed, its deadline passed (on the Trio thread); the writer is
-        stuck until the batch running now ends."""
+        stuck until the batch at work now returns, if one is."""
         with self._lock:
-            if self._draining:
+            if self._working:
                 self._stuck = True
         job.error = OperationTimeout(f"{self._prefix}no answer within {self.deadline:g} s")
         job.settle()
@@ -209,13 +213,13 @@ class Writer(Generic[J]):
         """The worker thread: batches until the queue is empty (after any gather)."""
         while True:
             with self._lock:
-                self._stuck = False
                 if len(self._queue) < self._expected:
                     self._gather_more()
                 batch, self._queue = self._queue, []
                 if not batch:
                     self._draining = False
                     return
+                self._working = True
             try:
                 # A job its waiter gave up on before it began is never run.
                 self._work([job for job, _ in batch if not job.settled])
@@ -223,9 +227,9 @@ class Writer(Generic[J]):
                 for job, _ in batch:
                     if job.error is None:
                         job.error = exc
-            if self._gather:
-                with self._lock:  # before a submitter it answers can come back
-                    expected = len(batch) + len(self._queue)
+            with self._lock:  # before a submitter it answers can come back
+                self._working = self._stuck = False
+                expected = len(batch) + len(self._queue)
             # One wake-up of each run for the whole batch: a wake per job would hand the GIL
             # back and forth with a run already resuming the jobs settled before.
             runs: dict[trio.lowlevel.TrioToken, list[J]] = {}
