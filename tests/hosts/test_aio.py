@@ -69,7 +69,7 @@ def test_a_program_cancels_an_awaiting_task_then_the_agent_and_goes_on() -> None
 
 def test_the_verbs_are_synchronous_and_cross_nothing() -> None:
     async def main() -> None:
-        model = ScriptedModel([[Say("a"), Wait(0.3)], [Say("b")]], delay=0)
+        model = ScriptedModel([[Say("a"), Wait(1)], [Say("b")]], delay=0)
         async with open_runtime(model=model) as rt:
             handle = await rt.start(AgentSpec(name="a"), "s")
             agent = handle.agent
@@ -99,7 +99,7 @@ def test_the_verbs_are_synchronous_and_cross_nothing() -> None:
 
 def test_a_cancelled_reader_loses_nothing() -> None:
     async def main() -> list[str]:
-        model = ScriptedModel([[Say("a"), Wait(0.3), Say("b")]], delay=0)
+        model = ScriptedModel([[Say("a"), Wait(1), Say("b")]], delay=0)
         async with open_runtime(model=model) as rt:
             agent = (await rt.start(AgentSpec(name="a"))).agent
             texts = agent.send("go").text()

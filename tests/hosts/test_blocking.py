@@ -71,13 +71,13 @@ def test_a_plain_script_keeps_agents_between_calls_and_its_exit_ends_their_turns
 
 
 def test_the_agents_verbs_are_plain_calls() -> None:
-    model = ScriptedModel([[Say("first"), Wait(0.3)], [Say("b")], [Say("x"), Hang()]], delay=0)
+    model = ScriptedModel([[Say("first"), Wait(1)], [Say("b")], [Say("x"), Hang()]], delay=0)
     with blocking_runtime() as rt:
         handle = rt.start(AgentSpec(name="a", model=model), "s")
         agent = handle.agent
         assert (handle.id, handle.session_id, agent.status) == ("a:s", "s", "idle")
         running = agent.send("go")
-        assert next(running.text()) == "first"  # the turn runs (for 0.3 s more)
+        assert next(running.text()) == "first"  # the turn runs (for 1 s more)
         queued = agent.send("queued")
         steered = agent.steer("also this")
         assert agent.withdraw(queued.id)
@@ -266,12 +266,13 @@ def test_a_reader_interrupted_mid_wait_loses_nothing() -> None:
         import greenroom
         from greenroom.models import Say, ScriptedModel, Wait
 
-        model = ScriptedModel([[Say("a"), Wait(1), Say("b")]], delay=0)
+        # Margins for a loaded machine: the reader is parked within 1 s, "b" comes 3 s later.
+        model = ScriptedModel([[Say("a"), Wait(4), Say("b")]], delay=0)
         with greenroom.blocking_runtime(model=model) as rt:
             events = rt.start(greenroom.AgentSpec(name="a")).agent.send("go").text()
             print(next(events))
             main = threading.main_thread().ident
-            threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT)).start()
+            threading.Timer(1.0, signal.pthread_kill, (main, signal.SIGINT)).start()
             try:
                 next(events)  # waits for "b": interrupted
             except KeyboardInterrupt:
