@@ -44,7 +44,7 @@ import msgspec
 
 from greenroom.acp import frames
 from greenroom.actors.compaction import learned_window
-from greenroom.actors.titles import TITLE_FAILED, TITLE_KEY
+from greenroom.actors.titles import TITLE_FAILED
 from greenroom.actors.types import DEFAULT_MODE, MODES, Titles, mode_descriptions
 from greenroom.protocol.acp import (
     AgentMessageChunk,
@@ -119,6 +119,7 @@ from greenroom.protocol.events import (
 from greenroom.protocol.mcp import McpStatus
 from greenroom.protocol.model import THOUGHT_LEVELS, ReasoningDelta, TextDelta
 from greenroom.session import Session
+from greenroom.session.session import TITLE_KEY
 from greenroom.session.transcript import describe_decision
 from greenroom.spill import cut
 

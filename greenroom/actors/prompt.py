@@ -235,12 +235,14 @@ class Prompt(Generic[T]):
 
     @property
     def pending(self) -> list[DecisionRequested]:
-        """The decisions its turn waits for now (a permission, a question), oldest first:
-        empty while no turn took it, or its turn waits for none."""
+        """The decisions its turn waits for now (a permission, a question), oldest first,
+        each once the log holds it: empty while no turn took it, or its turn waits for
+        none."""
         turn = self._turn
         if turn is None:
             return []
-        return [d for d in self._session.decisions.values() if d.turn == turn]
+        session = self._session
+        return [d for d in session.decisions.values() if d.turn == turn and session.logged(d)]
 
     @property
     def settled(self) -> bool:

@@ -49,7 +49,7 @@ from greenroom.protocol.events import (
 )
 from greenroom.protocol.model import ModelRequest, UserTurn
 from greenroom.session import Session
-from greenroom.session.session import title_of
+from greenroom.session.session import TITLE_KEY, title_of
 from greenroom.spill import cut
 
 #: What the model is asked for a title.
@@ -66,8 +66,6 @@ TITLE_DEADLINE: Final = 30.0
 SHOWN_CHARS: Final = 2_000
 #: The error code of a title turn whose title was not written (its message says why).
 TITLE_FAILED: Final = "title"
-#: The setting the written title is logged as.
-TITLE_KEY: Final = "title"
 #: The characters of the answer read at most: a title is one short line.
 _READ_CHARS: Final = 1_000
 _CONTROL: Final = re.compile(r"[\x00-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u206f]")

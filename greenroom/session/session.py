@@ -160,6 +160,7 @@ class Session:
         "_blobs",
         "_events",
         "_last_turn",
+        "_logged",
         "_messages",
         "_open_turn",
         "_readers",
@@ -237,6 +238,7 @@ class Session:
                     " (a log's seqs run 0, 1, 2, ... without gaps)"
                 )
             self._record(event)
+        self._logged = len(seed)  # the events a write-ahead or flush got to the sink's store
 
     @property
     def id(self) -> str:
@@ -348,7 +350,15 @@ class Session:
         about to run; raises what the sink raised. Without a sink, or when the sink writes
         inline, it returns without a checkpoint."""
         if self._sink is not None:
+            appended = len(self._events)
             await self._sink.write_ahead()
+            self._logged = max(self._logged, appended)
+
+    def logged(self, event: SessionEvent) -> bool:
+        """True once `event` is known to be in the log: a write-ahead or a flush after it
+        returned (without a sink: at once). What the outside world is asked to act on is
+        shown only then (`Prompt.pending`): a crash cannot lose what it was shown."""
+        return self._sink is None or event.seq < self._logged
 
     async def flush(self) -> None:
         """End a turn through the sink; raises what the sink raised.
@@ -356,7 +366,9 @@ class Session:
         Without a sink it returns at once, without a checkpoint.
         """
         if self._sink is not None:
+            appended = len(self._events)
             await self._sink.flush()
+            self._logged = max(self._logged, appended)
 
     def messages(self) -> History:
         """The model-facing history derived from the log, as it stands now (a snapshot):
@@ -616,6 +628,8 @@ def _wrap(tag: str, source: MessageSource, content: str) -> str:
 
 #: The longest title a session gets from its first prompt.
 TITLE_LENGTH: Final = 60
+#: The setting a title a model wrote is logged as (``config/set``): it replaces the prompt's.
+TITLE_KEY: Final = "title"
 
 
 def title_of(prompt: str) -> str:

@@ -135,6 +135,9 @@ async def test_the_model_writes_the_title_once_after_the_first_turn(tmp_path: Pa
         # Not twice: a second turn makes no title call.
         await _prompted(peer, session, "and now?")
         assert model.calls == 3
+        listed = await peer.call("session/list", {})
+        [info] = schema.ListSessionsResponse.model_validate(listed["result"]).sessions
+        assert info.title == "Greeting the world"  # the model's, as the store lists it
         events = _logged(b, session)
         [start] = _title_turns(events)
         end = next(e for e in events if type(e) is TurnEnd and e.turn == start.turn)

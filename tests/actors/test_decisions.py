@@ -21,6 +21,7 @@ from greenroom.protocol.events import (
     TurnResumed,
 )
 from greenroom.tools.ask import ask_plugin
+from tests.persistence_helpers import Delegating, DelegatingLog
 
 RAN: list[str] = []
 
@@ -220,6 +221,48 @@ async def test_a_dispose_while_parked_leaves_the_turn_open_in_the_log(tmp_path: 
     assert of(stored, TurnEnd) == []  # parked: not closed
     assert of(stored, ToolResult) == []
     assert [e.decision_id for e in of(stored, DecisionRequested)] == [pending.decision_id]
+
+
+class _HeldAfterAsking(DelegatingLog):
+    """A log whose write-ahead after a ``decision/requested`` waits for `gate` (a slow
+    store under load)."""
+
+    gate: trio.Event
+    asked = False
+
+    def append(self, event: SessionEvent) -> None:
+        self.asked = self.asked or isinstance(event, DecisionRequested)
+        super().append(event)
+
+    async def write_ahead(self) -> None:
+        if self.asked:
+            await self.gate.wait()
+        await super().write_ahead()
+
+
+async def test_a_decision_is_shown_only_once_the_log_holds_it(tmp_path: Path) -> None:
+    """`prompt.pending` and `rt.decisions()` show a decision once its write-ahead
+    returned: a process killed while it is being written cannot have shown it (a
+    decision shown, then lost, could be answered by no one)."""
+    from greenroom.session.persistence import JsonlPersistence
+
+    _HeldAfterAsking.gate = trio.Event()
+    store = Delegating(JsonlPersistence(tmp_path))
+    store.log_type = _HeldAfterAsking
+    model = ScriptedModel([[CallTool("deploy", {"target": "prod"})], [Say("done")]])
+    async with open_runtime(model=model, persistence=store, tools=[deploy]) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s", options=DEFER)).agent
+        prompt = agent.send("ship it")
+        await trio.sleep(1)
+        assert list(agent.session.decisions)  # appended, not yet written
+        assert prompt.pending == []
+        assert await rt.decisions() == []
+        _HeldAfterAsking.gate.set()
+        await trio.sleep(1)
+        (pending,) = prompt.pending
+        assert [d.request for d in await rt.decisions()] == [pending]
+        agent.decide(pending.decision_id, "allow_once")
+        assert (await prompt).text == "done"
 
 
 def stores(tmp_path: Path) -> dict[str, object]:

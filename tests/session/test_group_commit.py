@@ -89,19 +89,20 @@ async def test_a_lone_session_never_waits_for_company() -> None:
 async def test_a_gather_ends_at_its_time_when_nobody_comes_back() -> None:
     """A batch that ends with a job queued behind it waits for the sessions it answered;
     those that never come back hold the queued job only for the gather time."""
-    release = threading.Event()
+    entered, release = threading.Event(), threading.Event()
     sizes: list[int] = []
 
     def work(batch: Sequence[Job]) -> None:
         sizes.append(len(batch))
         if len(sizes) == 1:
+            entered.set()
             release.wait(LIMIT)
 
     writer: Writer[Job] = Writer(work, gather=0.05)
     with trio.fail_after(LIMIT):
         first, second = Job(), Job()
         writer.submit(first)
-        await trio.sleep(0.1)  # the worker is in the first batch
+        await trio.to_thread.run_sync(entered.wait)  # the worker is in the first batch
         writer.submit(second)  # queued behind it
         release.set()
         await first.wait()  # its session stops here: nobody comes back
@@ -128,8 +129,10 @@ async def test_a_fenced_append_leaves_the_others_of_its_batch_committed(
             logs = {sid: await store.create(SessionHeader(id=sid, created_at=1)) for sid in "ab"}
             with sqlite3.connect(db) as other:  # another life took "a" over
                 other.execute("UPDATE sessions SET epoch = epoch + 1 WHERE id = 'a'")
-            held = Call(lambda: release.wait(LIMIT))
+            entered = threading.Event()
+            held = Call(lambda: (entered.set(), release.wait(LIMIT)))
             store.writer.submit(held)  # both flushes queue behind it: one batch
+            await trio.to_thread.run_sync(entered.wait)
             errors: dict[str, BaseException | None] = {}
 
             async def flush(sid: str) -> None:

@@ -17,7 +17,7 @@ import pytest
 import trio
 import trio.testing
 
-from greenroom import Image, Text, open_runtime
+from greenroom import AgentOptions, Image, Text, open_runtime
 from greenroom.actors.events import AGENT_DISPOSED, AGENT_ERROR
 from greenroom.actors.registry import AgentIdInUse
 from greenroom.actors.types import Agent, ToolInvocation
@@ -356,6 +356,31 @@ async def test_a_file_that_is_not_a_session_log_is_a_typed_error(tmp_path: Path)
         await store.load("s")
     assert path.read_bytes() == b"hello, I am a shopping list\n"
     assert await store.list() == []  # listed sessions skip it
+
+
+async def test_the_list_shows_the_title_a_model_wrote_through_later_lives(
+    backend: Backend,
+) -> None:
+    """`list` gives the title a model wrote (``config/set title``) in place of the first
+    prompt's, and keeps it through later turns and a new life of the session. The first
+    answer is long: in a JSONL log the title lies past the head `list` reads."""
+    options = AgentOptions(titles="model")
+    model = ScriptedModel([[Say("x" * 70_000)], [Say("Greeting the world")]], delay=0)
+    store = backend()
+    async with open_runtime(model=model, persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s", options=options)
+        await handle.agent.run("hello world")
+        await handle.agent.when_idle()
+        [listed] = await store.list()
+        assert listed.title == "Greeting the world"
+        await handle.dispose()
+    store = backend()
+    async with open_runtime(model=ScriptedModel(), persistence=store) as rt:
+        handle = await rt.agents.resume(agent_id="a", session_id="s", options=options)
+        await handle.agent.run("and now?")
+        await handle.dispose()
+    [listed] = await store.list()
+    assert listed.title == "Greeting the world"
 
 
 async def test_a_missing_session_is_a_typed_error_with_the_path(backend: Backend) -> None:

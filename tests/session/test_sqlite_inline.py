@@ -165,8 +165,10 @@ async def test_turns_that_end_while_a_wal_sync_waits_share_it_and_it_covers_them
     try:
         with trio.fail_after(LIMIT):
             log = await store.create(SessionHeader(id="s", created_at=1))
-            held = Call(lambda: release.wait(LIMIT))
+            entered = threading.Event()
+            held = Call(lambda: (entered.set(), release.wait(LIMIT)))
             store.writer.submit(held)
+            await trio.to_thread.run_sync(entered.wait)  # alone in its batch: the syncs queue
             for turn in range(3):
                 log.append(_start(3 * turn))
                 log.append(

@@ -22,7 +22,7 @@ from typing import Protocol, TypeAlias, TypeVar
 
 import trio
 
-from greenroom.protocol.events import SessionEvent, UserMessage
+from greenroom.protocol.events import ConfigSet, SessionEvent, UserMessage
 from greenroom.session.persistence.base import (
     Events,
     LeaseLost,
@@ -32,7 +32,7 @@ from greenroom.session.persistence.base import (
     SyncPolicy,
 )
 from greenroom.session.persistence.writer import Job, Writer
-from greenroom.session.session import title_of
+from greenroom.session.session import TITLE_KEY, title_of
 
 logger = logging.getLogger("greenroom.persistence")
 
@@ -52,9 +52,10 @@ class Call(Job):
 
 class Append(Job):
     """One log's drain: its events, at its epoch; ``sync`` wants the commit durable;
-    ``title`` is the session's title, stored unless it has one (None: none to store)."""
+    ``title`` is the session's title (None: none to store), stored unless it has one,
+    or in place of the one it has when ``retitle`` (a model wrote it)."""
 
-    __slots__ = ("epoch", "events", "session_id", "sync", "title")
+    __slots__ = ("epoch", "events", "retitle", "session_id", "sync", "title")
 
     def __init__(
         self,
@@ -64,6 +65,7 @@ class Append(Job):
         *,
         sync: bool,
         title: str | None = None,
+        retitle: bool = False,
     ) -> None:
         super().__init__()
         self.session_id = session_id
@@ -71,14 +73,20 @@ class Append(Job):
         self.events = events
         self.sync = sync
         self.title = title
+        self.retitle = retitle
 
 
-def _title(events: Events) -> str | None:
-    """The title of the first ``user/message`` among `events`, if any."""
-    for event in events:
-        if isinstance(event, UserMessage):
-            return title_of(event.content)
-    return None
+def _title(events: Events, titled: bool) -> tuple[str | None, bool]:
+    """The title `events` give their session, and whether it replaces the one stored: the
+    last a model wrote among them (``config/set title``) does; else, unless the session
+    is `titled`, its first prompt's is stored if it has none."""
+    prompt: str | None = None
+    for event in reversed(events):
+        if event.__class__ is ConfigSet and event.key == TITLE_KEY:
+            return event.value, True
+        if not titled and event.__class__ is UserMessage:
+            prompt = event.content
+    return (None if prompt is None else title_of(prompt)), False
 
 
 def stored_already(job: Append, where: str, stored: tuple[int, int] | None, by: str) -> int:
@@ -283,8 +291,10 @@ class BatchLog:
             await self._in_flight.wait()
         pending = self._pending
         if pending:
-            title = None if self._titled else _title(pending)
-            job = Append(self.session_id, self._epoch, pending[:], sync=sync, title=title)
+            title, retitle = _title(pending, self._titled)
+            job = Append(
+                self.session_id, self._epoch, pending[:], sync=sync, title=title, retitle=retitle
+            )
             pending.clear()
             # A durable commit goes to the writer: one transaction with its batch's others.
             if sync or self._inline is None or not self._inline(job):

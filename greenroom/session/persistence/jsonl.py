@@ -30,6 +30,7 @@ import trio
 
 from greenroom.protocol.events import (
     SESSION_VERSION,
+    ConfigSet,
     SessionEvent,
     SessionHeader,
     TurnEnd,
@@ -55,7 +56,7 @@ from greenroom.session.persistence.base import (
 from greenroom.session.persistence.blobs import put_files, read_files, remove_files
 from greenroom.session.persistence.lock import SessionLock
 from greenroom.session.persistence.writer import Job, Writer
-from greenroom.session.session import title_of
+from greenroom.session.session import TITLE_KEY, title_of
 from greenroom.session.store import check_session_id
 
 logger = logging.getLogger("greenroom.persistence")
@@ -250,12 +251,14 @@ class JsonlPersistence(AnswersBeside):
             try:
                 with open(path, "rb") as file:
                     header = _decode_header(path, file.readline().rstrip(b"\n"))
-                    head = file.read(_TITLE_SCAN)
-                    updated = _last_time(file) or header.created_at / 1000
+                    head = file.read(_TITLE_SCAN).split(b"\n")[:-1]  # whole lines
+                    tail = _tail(file)
             except (OSError, PersistenceError) as exc:
                 logger.warning("skipping %s: %s", path, exc)
                 continue
-            stored.append(StoredSession(header, _first_title(head), updated))
+            title = _written_title(tail) or _written_title(head) or _first_title(head)
+            updated = _last_time(tail) or header.created_at / 1000
+            stored.append(StoredSession(header, title, updated))
         stored.sort(key=lambda s: (-s.updated_at, s.header.id))
         return stored
 
@@ -478,9 +481,11 @@ def _read_log(path: str, session_id: str) -> tuple[SessionHeader, Events, int, i
     return header, events, keep, len(data)
 
 
-#: How far into a log `list` looks for the first prompt (its title).
+#: How far into a log, and back from its end, `list` looks for its title and last time.
 _TITLE_SCAN: Final = 64 * 1024
 _user_message = msgspec.json.Decoder(UserMessage)
+_config_set = msgspec.json.Decoder(ConfigSet)
+_WRITTEN_TITLE: Final = b'"type":"config/set"'
 
 
 class _Timed(msgspec.Struct):
@@ -490,11 +495,16 @@ class _Timed(msgspec.Struct):
 _timed = msgspec.json.Decoder(_Timed)
 
 
-def _last_time(file: BinaryIO) -> float:
-    """The ``time`` of the last whole line of `file` (0 if it holds none but the header)."""
+def _tail(file: BinaryIO) -> list[bytes]:
+    """The lines of `file`'s last `_TITLE_SCAN` bytes (the first may be a part of one, the
+    last piece, torn or empty, is left out)."""
     size = os.fstat(file.fileno()).st_size
     file.seek(max(0, size - _TITLE_SCAN))
-    lines = file.read().split(b"\n")[:-1]  # the last piece is torn, or empty
+    return file.read().split(b"\n")[:-1]
+
+
+def _last_time(lines: list[bytes]) -> float:
+    """The ``time`` of the last of `lines` that holds one (0 if none does)."""
     for line in reversed(lines):
         try:
             return _timed.decode(line).time
@@ -503,9 +513,22 @@ def _last_time(file: BinaryIO) -> float:
     return 0.0
 
 
-def _first_title(head: bytes) -> str | None:
-    """The title of the first ``user/message`` among the whole lines of `head`."""
-    for line in head.split(b"\n")[:-1]:
+def _written_title(lines: list[bytes]) -> str | None:
+    """The last title a model wrote (``config/set title``) among `lines`, if any."""
+    for line in reversed(lines):
+        if _WRITTEN_TITLE in line:
+            try:
+                event = _config_set.decode(line)
+            except msgspec.DecodeError:
+                continue  # a part of a line, where the tail begins
+            if event.key == TITLE_KEY:
+                return event.value
+    return None
+
+
+def _first_title(head: list[bytes]) -> str | None:
+    """The title of the first ``user/message`` among `head`'s lines."""
+    for line in head:
         if b'"type":"user/message"' in line:
             try:
                 return title_of(_user_message.decode(line).content)

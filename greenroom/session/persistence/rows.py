@@ -55,15 +55,27 @@ class Rows:
     """The statements of one store (see the module docstring). ``where`` names the store in
     errors; ``other`` names who else writes it (``"another process"``, ``"another node"``)."""
 
-    __slots__ = ("_advance", "_fence", "_header", "_insert", "_lines", "other", "where")
+    __slots__ = (
+        "_advance",
+        "_fence",
+        "_header",
+        "_insert",
+        "_lines",
+        "_retitle",
+        "other",
+        "where",
+    )
 
     def __init__(self, where: str, sessions: str, batches: str, mark: str, other: str) -> None:
         self.where = where
         self.other = other
+        fenced = f"WHERE id = {mark} AND epoch = {mark} AND next_seq = {mark}"
         self._advance = (
             f"UPDATE {sessions} SET next_seq = {mark}, updated_at = {mark},"
-            f" title = COALESCE(title, {mark}) WHERE id = {mark} AND epoch = {mark}"
-            f" AND next_seq = {mark}"
+            f" title = COALESCE(title, {mark}) {fenced}"
+        )
+        self._retitle = (
+            f"UPDATE {sessions} SET next_seq = {mark}, updated_at = {mark}, title = {mark} {fenced}"
         )
         self._fence = f"SELECT epoch, next_seq FROM {sessions} WHERE id = {mark}"
         self._insert = (
@@ -91,10 +103,9 @@ class Rows:
 
     def advance(self, db: Connection, job: Append, events: Events) -> bool:
         """Move the session's next seq past `events` if it is still at their first, at the
-        append's epoch (its title stored if the session has none); False if no row
-        matched."""
+        append's epoch (its title stored: see `Append`); False if no row matched."""
         updated: int = db.execute(
-            self._advance,
+            self._retitle if job.retitle else self._advance,
             (
                 events[-1].seq + 1,
                 events[-1].time,
