@@ -83,7 +83,11 @@ async def test_a_client_killed_mid_turn_reconnects_and_gets_every_update_exactly
                 agent = server.runtime.agents.get(session)
                 assert agent is not None
                 await agent.when_idle()
-                await trio.sleep(0.1)  # the turn's last updates reach the client
+                with trio.move_on_after(10):  # the turn's last updates reach the client
+                    while len("".join(t for _, t in got + chunks(again, session)).split()) < len(
+                        WORDS.split()
+                    ):
+                        await trio.sleep(0.01)
                 rest = chunks(again, session)
             seqs = [seq for seq, _ in got + rest]
             assert len(seqs) == len(set(seqs))  # none twice

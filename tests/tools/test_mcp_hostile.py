@@ -764,7 +764,17 @@ async def test_sessions_created_and_disposed_in_a_loop_leave_nothing() -> None:
             assert _descriptors() == descriptors
             # The runtime's sandbox launcher is its one child process, started at the first.
             assert _children() == processes == launchers_of(os.getpid())
-            kept = [o for o in gc.get_objects() if isinstance(o, SessionMcp | ServerSlot)]
-            kept += [o for o in gc.get_objects() if isinstance(o, McpConnection)]
+            # Nothing of the sessions' servers stays: on a loaded machine a task of the last
+            # one may still be letting go of it as its dispose returns, so it gets a moment.
+            for _ in range(50):
+                gc.collect()
+                kept = [
+                    type(o).__name__
+                    for o in gc.get_objects()
+                    if isinstance(o, SessionMcp | ServerSlot | McpConnection)
+                ]
+                if not kept:
+                    break
+                await trio.sleep(0.1)
             assert kept == []
             assert {e.outcome for e in rt.supervisor.exits} == {"normal"}
