@@ -352,7 +352,8 @@ class Session:
         if self._sink is not None:
             appended = len(self._events)
             await self._sink.write_ahead()
-            self._logged = max(self._logged, appended)
+            if appended > self._logged:
+                self._logged = appended
 
     def logged(self, event: SessionEvent) -> bool:
         """True once `event` is known to be in the log: a write-ahead or a flush after it
@@ -368,7 +369,8 @@ class Session:
         if self._sink is not None:
             appended = len(self._events)
             await self._sink.flush()
-            self._logged = max(self._logged, appended)
+            if appended > self._logged:
+                self._logged = appended
 
     def messages(self) -> History:
         """The model-facing history derived from the log, as it stands now (a snapshot):

@@ -76,19 +76,6 @@ class Append(Job):
         self.retitle = retitle
 
 
-def _title(events: Events, titled: bool) -> tuple[str | None, bool]:
-    """The title `events` give their session, and whether it replaces the one stored: the
-    last a model wrote among them (``config/set title``) does; else, unless the session
-    is `titled`, its first prompt's is stored if it has none."""
-    prompt: str | None = None
-    for event in reversed(events):
-        if event.__class__ is ConfigSet and event.key == TITLE_KEY:
-            return event.value, True
-        if not titled and event.__class__ is UserMessage:
-            prompt = event.content
-    return (None if prompt is None else title_of(prompt)), False
-
-
 def stored_already(job: Append, where: str, stored: tuple[int, int] | None, by: str) -> int:
     """How many of an append's events the store holds already, read off the session's
     stored ``(epoch, next_seq)`` after its fenced update matched no row: an earlier try
@@ -291,7 +278,19 @@ class BatchLog:
             await self._in_flight.wait()
         pending = self._pending
         if pending:
-            title, retitle = _title(pending, self._titled)
+            # The title the commit stores (see `Append`): the last a model wrote among its
+            # events, else its first prompt's unless this life stored one. Read here, not in
+            # a function: a commit is the store's hot path (``bench sessions``, calls).
+            title: str | None = None
+            retitle = False
+            prompt: str | None = None
+            for event in pending:
+                if event.__class__ is ConfigSet and event.key == TITLE_KEY:
+                    title, retitle = event.value, True
+                elif prompt is None and event.__class__ is UserMessage:
+                    prompt = event.content
+            if not retitle and prompt is not None and not self._titled:
+                title = title_of(prompt)
             job = Append(
                 self.session_id, self._epoch, pending[:], sync=sync, title=title, retitle=retitle
             )
