@@ -60,6 +60,7 @@ from greenroom.protocol.events import (
     AssistantMessage,
     CompactionTrigger,
     ContextMessage,
+    DecisionRequested,
     Errored,
     MessageTrigger,
     PluginSource,
@@ -224,7 +225,7 @@ class TurnDriver:
         finally:
             marker.running = self._prompts = None
             if self.parked:  # disposed while it waited: left open, parked
-                waits = tuple(self._session.decisions.values())
+                waits = self._waits()
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
                 await self._close(turn, reason, prompts, start, output)
@@ -241,10 +242,17 @@ class TurnDriver:
         the prompts that join it later (steering)."""
         prompts = self._prompts
         if prompts:
-            waits = tuple(self._session.decisions.values())
             turn = self._session.open_turn
-            settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
+            settle(
+                prompts, Answer(stop_reason="requires-action", turn=turn, decisions=self._waits())
+            )
             prompts.clear()
+
+    def _waits(self) -> tuple[DecisionRequested, ...]:
+        """The decisions the turn waits for that the log holds: one still being written
+        (another call's, asked at once) shows in `Prompt.pending` once it is."""
+        session = self._session
+        return tuple(d for d in session.decisions.values() if session.logged(d))
 
     def one_shot(self, trigger: TurnTrigger, event: SessionEvent) -> None:
         """Log `event` into the turn the log has open, else as a turn of its own (every
