@@ -187,6 +187,7 @@ class TurnDriver:
         take(prompts, turn)
         self._prompts = prompts
         reason: TurnEndReason = COMPLETED
+        cut = False  # a cancel or a crash ends it, no turn/end of its own
         marker = self._marker
         marker.running = marker.turns
         if self.limits is not None or self.budget is not None:
@@ -218,16 +219,19 @@ class TurnDriver:
             reason = Errored(step=self.open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self._agent, turn, self.open_step, exc)
         except BaseException as exc:
+            cut = True
             reason, raised = await self._cut(exc, turn, self.open_step)
             if raised is exc:
                 raise
             raise raised from None
         finally:
             marker.running = self._prompts = None
-            if self.parked:  # disposed while it waited: left open, parked
+            if cut and self.parked:  # disposed while it waited: left open, parked
                 waits = self._waits()
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
+                # Not cut: a call's failure, not a disposal, cut the asks of those beside it.
+                self._decisions.parked = False
                 await self._close(turn, reason, prompts, start, output)
 
     @property

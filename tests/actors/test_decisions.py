@@ -16,10 +16,12 @@ from greenroom.protocol.events import (
     DecisionMade,
     DecisionRequested,
     SessionEvent,
+    ToolCall,
     ToolResult,
     TurnEnd,
     TurnResumed,
 )
+from greenroom.session.persistence import PersistenceError
 from greenroom.tools.ask import ask_plugin
 from tests.persistence_helpers import Delegating, DelegatingLog
 
@@ -322,6 +324,51 @@ async def test_a_requires_action_answer_shows_only_the_decisions_the_log_holds(
             agent.decide(request.decision_id, "allow_once")
         await agent.when_idle()
     assert sorted(RAN) == ["prod", "test"]
+
+
+class _FailsAfterTheSecond(_HeldAfterTheSecond):
+    """A log whose first write-ahead after a second ``decision/requested`` fails (a full
+    disk, freed after)."""
+
+    failed = False
+
+    async def write_ahead(self) -> None:
+        if self.asked > 1 and not self.failed:
+            self.failed = True
+            raise PersistenceError("disk full")
+        await self.inner.write_ahead()
+
+
+async def test_a_write_ahead_failing_beside_a_waiting_call_fails_the_turn(
+    tmp_path: Path,
+) -> None:
+    """Two calls ask at once and the second's decision cannot be written: the step fails
+    and the turn ends errored, the first call's wait cut with it. It is not parked (as a
+    disposal leaves it): the agent takes its next prompt as usual."""
+    from greenroom.session.persistence import JsonlPersistence
+
+    RAN.clear()
+    store = Delegating(JsonlPersistence(tmp_path))
+    store.log_type = _FailsAfterTheSecond
+    calls = [CallTool("release", {"target": "prod"}), CallTool("release", {"target": "test"})]
+    model = ScriptedModel([calls, [Say("again")]])
+    async with open_runtime(model=model, persistence=store, tools=[release]) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s", options=DEFER)).agent
+        prompt = agent.send("ship it")
+        answer = await prompt
+        assert answer.stop_reason == "error"
+        assert "disk full" in str(answer.reason)
+        assert prompt.pending == []
+        assert await rt.decisions() == []
+        assert agent.session.open_turn is None
+        assert (await agent.send("and now?")).text == "again"
+        events = list(agent.session.events)
+    assert RAN == []
+    ends = [type(e.reason).__name__ for e in of(events, TurnEnd)]  # type: ignore[attr-defined]
+    assert ends == ["Errored", "Completed"]
+    called = [e.call_id for e in of(events, ToolCall)]  # type: ignore[attr-defined]
+    assert [e.call_id for e in of(events, ToolResult)] == called  # type: ignore[attr-defined]
+    assert len(called) == 2
 
 
 def stores(tmp_path: Path) -> dict[str, object]:
