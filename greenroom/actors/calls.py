@@ -114,9 +114,15 @@ class ToolCalls:
                 if len(batch) == 1:
                     await self.run_one(turn, step, batch[0], results, tools)
                 else:
-                    async with trio.open_nursery() as running:
-                        for call in batch:
-                            running.start_soon(self.run_one, turn, step, call, results, tools)
+                    try:
+                        async with trio.open_nursery() as running:
+                            for call in batch:
+                                running.start_soon(self.run_one, turn, step, call, results, tools)
+                    except BaseExceptionGroup as group:
+                        stopped = _stopped_alone(group)
+                        if stopped is None:
+                            raise
+                        raise stopped from None
             except (StepFailed, TurnStopped) as failure:
                 unrun = ToolOutcome.failed(f"not run: {failure}", "not-run", "NotRun")
                 self._settle_rest(turn, step, calls, views, done, end, results, unrun)
@@ -306,3 +312,16 @@ def _unrun(reached: LimitReached) -> ToolOutcome:
     return ToolOutcome.failed(
         f"not run: the {reached.limit} limit ({reached.allowed}) was reached", "limit", "Limit"
     )
+
+
+def _stopped_alone(group: BaseExceptionGroup[BaseException]) -> BaseException | None:
+    """The first `StepFailed` or `TurnStopped` of concurrent calls' `group`, when it holds
+    nothing else (the others' cuts stay inside their nursery), so that the step stops as a
+    lone call's does; None when it holds more (a cancel from outside, a bug)."""
+    stopped, rest = group.split((StepFailed, TurnStopped))
+    if stopped is None or rest is not None:
+        return None
+    first: BaseException = stopped
+    while isinstance(first, BaseExceptionGroup):
+        first = first.exceptions[0]
+    return first

@@ -60,6 +60,7 @@ from greenroom.protocol.events import (
     AssistantMessage,
     CompactionTrigger,
     ContextMessage,
+    DecisionRequested,
     Errored,
     MessageTrigger,
     PluginSource,
@@ -186,6 +187,7 @@ class TurnDriver:
         take(prompts, turn)
         self._prompts = prompts
         reason: TurnEndReason = COMPLETED
+        cut = False  # a cancel or a crash ends it, no turn/end of its own
         marker = self._marker
         marker.running = marker.turns
         if self.limits is not None or self.budget is not None:
@@ -217,16 +219,19 @@ class TurnDriver:
             reason = Errored(step=self.open_step, message=str(exc) or type(exc).__name__)
             self._hooks.emit(AGENT_ERROR, self._agent, turn, self.open_step, exc)
         except BaseException as exc:
+            cut = True
             reason, raised = await self._cut(exc, turn, self.open_step)
             if raised is exc:
                 raise
             raise raised from None
         finally:
             marker.running = self._prompts = None
-            if self.parked:  # disposed while it waited: left open, parked
-                waits = tuple(self._session.decisions.values())
+            if cut and self.parked:  # disposed while it waited: left open, parked
+                waits = self._waits()
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
+                # Not cut: a call's failure, not a disposal, cut the asks of those beside it.
+                self._decisions.parked = False
                 await self._close(turn, reason, prompts, start, output)
 
     @property
@@ -241,10 +246,17 @@ class TurnDriver:
         the prompts that join it later (steering)."""
         prompts = self._prompts
         if prompts:
-            waits = tuple(self._session.decisions.values())
             turn = self._session.open_turn
-            settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
+            settle(
+                prompts, Answer(stop_reason="requires-action", turn=turn, decisions=self._waits())
+            )
             prompts.clear()
+
+    def _waits(self) -> tuple[DecisionRequested, ...]:
+        """The decisions the turn waits for that the log holds: one still being written
+        (another call's, asked at once) shows in `Prompt.pending` once it is."""
+        session = self._session
+        return tuple(d for d in session.decisions.values() if session.logged(d))
 
     def one_shot(self, trigger: TurnTrigger, event: SessionEvent) -> None:
         """Log `event` into the turn the log has open, else as a turn of its own (every

@@ -635,6 +635,9 @@ TITLE_KEY: Final = "title"
 
 
 def title_of(prompt: str) -> str:
-    """A session's title: the first line of its first prompt, shortened to `TITLE_LENGTH`."""
+    """A session's title: the first line of its first prompt, shortened to `TITLE_LENGTH`,
+    without NUL characters (PostgreSQL's text cannot hold one: every store leaves them out
+    alike)."""
+    prompt = prompt.replace("\x00", "")
     line = prompt.strip().splitlines()[0] if prompt.strip() else ""
     return line if len(line) <= TITLE_LENGTH else line[: TITLE_LENGTH - 1].rstrip() + "…"

@@ -16,10 +16,12 @@ from greenroom.protocol.events import (
     DecisionMade,
     DecisionRequested,
     SessionEvent,
+    ToolCall,
     ToolResult,
     TurnEnd,
     TurnResumed,
 )
+from greenroom.session.persistence import PersistenceError
 from greenroom.tools.ask import ask_plugin
 from tests.persistence_helpers import Delegating, DelegatingLog
 
@@ -263,6 +265,110 @@ async def test_a_decision_is_shown_only_once_the_log_holds_it(tmp_path: Path) ->
         assert [d.request for d in await rt.decisions()] == [pending]
         agent.decide(pending.decision_id, "allow_once")
         assert (await prompt).text == "done"
+
+
+@tool(kind="execute", concurrent=True)
+def release(target: str) -> str:
+    """Release to a target, at once with the others of its step.
+
+    Args:
+        target: Where to.
+    """
+    RAN.append(target)
+    return f"released to {target}"
+
+
+class _HeldAfterTheSecond(DelegatingLog):
+    """A log whose write-ahead after a second ``decision/requested`` waits for `gate`."""
+
+    gate: trio.Event
+    asked = 0
+
+    def append(self, event: SessionEvent) -> None:
+        self.asked += isinstance(event, DecisionRequested)
+        super().append(event)
+
+    async def write_ahead(self) -> None:
+        if self.asked > 1:
+            await self.gate.wait()
+        await super().write_ahead()
+
+
+async def test_a_requires_action_answer_shows_only_the_decisions_the_log_holds(
+    tmp_path: Path,
+) -> None:
+    """Two calls ask at once; the first's wait passes while the second's decision is still
+    being written: the prompt is answered ``requires-action`` with the first alone (a kill
+    then would lose the second), and `prompt.pending` shows the second once written."""
+    from greenroom.session.persistence import JsonlPersistence
+
+    RAN.clear()
+    _HeldAfterTheSecond.gate = trio.Event()
+    store = Delegating(JsonlPersistence(tmp_path))
+    store.log_type = _HeldAfterTheSecond
+    calls = [CallTool("release", {"target": "prod"}), CallTool("release", {"target": "test"})]
+    model = ScriptedModel([calls, [Say("done")]])
+    options = AgentOptions(permissions=Defer(), decision_wait=30)
+    async with open_runtime(model=model, persistence=store, tools=[release]) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s", options=options)).agent
+        prompt = agent.send("ship it")
+        answer = await prompt
+        assert answer.stop_reason == "requires-action"
+        assert len(agent.session.decisions) == 2  # both appended
+        (first,) = answer.decisions
+        assert prompt.pending == [first]
+        _HeldAfterTheSecond.gate.set()
+        await trio.sleep(1)
+        assert prompt.pending == list(agent.session.decisions.values())
+        for request in prompt.pending:
+            agent.decide(request.decision_id, "allow_once")
+        await agent.when_idle()
+    assert sorted(RAN) == ["prod", "test"]
+
+
+class _FailsAfterTheSecond(_HeldAfterTheSecond):
+    """A log whose first write-ahead after a second ``decision/requested`` fails (a full
+    disk, freed after)."""
+
+    failed = False
+
+    async def write_ahead(self) -> None:
+        if self.asked > 1 and not self.failed:
+            self.failed = True
+            raise PersistenceError("disk full")
+        await self.inner.write_ahead()
+
+
+async def test_a_write_ahead_failing_beside_a_waiting_call_fails_the_turn(
+    tmp_path: Path,
+) -> None:
+    """Two calls ask at once and the second's decision cannot be written: the step fails
+    and the turn ends errored, the first call's wait cut with it. It is not parked (as a
+    disposal leaves it): the agent takes its next prompt as usual."""
+    from greenroom.session.persistence import JsonlPersistence
+
+    RAN.clear()
+    store = Delegating(JsonlPersistence(tmp_path))
+    store.log_type = _FailsAfterTheSecond
+    calls = [CallTool("release", {"target": "prod"}), CallTool("release", {"target": "test"})]
+    model = ScriptedModel([calls, [Say("again")]])
+    async with open_runtime(model=model, persistence=store, tools=[release]) as rt:
+        agent = (await rt.agents.create(agent_id="a", session_id="s", options=DEFER)).agent
+        prompt = agent.send("ship it")
+        answer = await prompt
+        assert answer.stop_reason == "error"
+        assert "disk full" in str(answer.reason)
+        assert prompt.pending == []
+        assert await rt.decisions() == []
+        assert agent.session.open_turn is None
+        assert (await agent.send("and now?")).text == "again"
+        events = list(agent.session.events)
+    assert RAN == []
+    ends = [type(e.reason).__name__ for e in of(events, TurnEnd)]  # type: ignore[attr-defined]
+    assert ends == ["Errored", "Completed"]
+    called = [e.call_id for e in of(events, ToolCall)]  # type: ignore[attr-defined]
+    assert [e.call_id for e in of(events, ToolResult)] == called  # type: ignore[attr-defined]
+    assert len(called) == 2
 
 
 def stores(tmp_path: Path) -> dict[str, object]:

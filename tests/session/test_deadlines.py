@@ -124,6 +124,27 @@ async def test_a_job_past_its_deadline_fails_on_the_trio_side_and_the_writer_is_
 
 
 @pytest.mark.real_clock
+async def test_a_job_past_its_deadline_queued_behind_an_unwatched_one_makes_the_writer_stuck(
+    gate: _Gate,
+) -> None:
+    """A batch nobody waits for (a turn's sync) can hang: the first job queued behind it
+    that passes its deadline makes the writer stuck, so the next fails at once."""
+    writer: Writer[Job] = Writer(gate.work, deadline=0.3)
+    writer.submit(Job())  # nobody waits for it
+    await trio.to_thread.run_sync(gate.entered.wait)
+    queued = Job()
+    writer.submit(queued)
+    with trio.fail_after(5):
+        await queued.wait()
+    assert isinstance(queued.error, OperationTimeout)
+    assert writer.stuck
+    late = Job()
+    writer.submit(late)
+    assert late.settled
+    assert "still running past its deadline" in str(late.error)
+
+
+@pytest.mark.real_clock
 async def test_a_deadline_seen_after_its_batch_returned_leaves_the_writer_going() -> None:
     """On a loaded machine the Trio side can see a job's deadline pass after its batch
     returned, before the batch's settling reaches it: the job fails, and the writer goes
@@ -152,6 +173,48 @@ async def test_a_deadline_seen_after_its_batch_returned_leaves_the_writer_going(
         await again.wait()
     assert again.error is None
     assert ran == [first, again]
+
+
+@pytest.mark.real_clock
+async def test_a_deadline_seen_after_its_batch_returned_leaves_the_next_batch_unstuck() -> None:
+    """As above, with the worker already at its next batch when the Trio side sees the
+    deadline: the late job fails alone, and a job submitted while that next batch works
+    queues behind it (the next batch holds nothing past a deadline: the writer is not
+    stuck)."""
+    returned, entered, release = threading.Event(), threading.Event(), threading.Event()
+    ran: list[Job] = []
+
+    def work(batch: Sequence[Job]) -> None:
+        ran.extend(batch)
+        if len(ran) == 1:
+            returned.set()
+        else:
+            entered.set()
+            release.wait(LIMIT)
+
+    writer: Writer[Job] = Writer(work, deadline=LIMIT)
+    first, second = Job(), Job()
+    try:
+        writer.submit(first)
+        # No checkpoint until the abandon: the first batch's settling waits for this task.
+        returned.wait(timeout=LIMIT)
+        time.sleep(0.05)  # noqa: ASYNC251 (blocking on purpose: the worker has left)
+        writer.submit(second)  # a worker takes it at once
+        entered.wait(timeout=LIMIT)
+        writer.abandon(first)  # the deadline, seen before the settling
+        assert isinstance(first.error, OperationTimeout)
+        assert not writer.stuck
+        third = Job()
+        writer.submit(third)
+        assert third.error is None  # queued behind the second, not failed at once
+    finally:
+        release.set()
+    with trio.fail_after(5):
+        await second.wait()
+        await third.wait()
+    assert second.error is None
+    assert third.error is None
+    assert ran == [first, second, third]
 
 
 def _until(check: object) -> None:

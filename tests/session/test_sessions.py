@@ -383,6 +383,25 @@ async def test_the_list_shows_the_title_a_model_wrote_through_later_lives(
     assert listed.title == "Greeting the world"
 
 
+async def test_a_first_prompt_holding_a_nul_is_stored_and_listed_without_it(
+    backend: Backend,
+) -> None:
+    """PostgreSQL's text cannot hold a NUL: a prompt's title leaves it out on every store
+    (the prompt keeps it), instead of failing every write of the session."""
+    store = backend()
+    model = ScriptedModel([[Say("ok")]], delay=0)
+    async with open_runtime(model=model, persistence=store) as rt:
+        handle = await rt.agents.create(agent_id="a", session_id="s")
+        answer = await handle.agent.run("a\x00b")
+        assert (answer.stop_reason, answer.text) == ("completed", "ok")
+        assert handle.agent.session.title == "ab"
+        await handle.dispose()
+    [listed] = await store.list()
+    assert listed.title == "ab"
+    _, events = await store.load("s")
+    assert [e.content for e in events if isinstance(e, UserMessage)] == ["a\x00b"]
+
+
 async def test_a_missing_session_is_a_typed_error_with_the_path(backend: Backend) -> None:
     with pytest.raises(SessionNotFound, match="no stored session 'nope'"):
         await backend().load("nope")

@@ -111,6 +111,7 @@ class Writer(Generic[J]):
 
     __slots__ = (
         "__weakref__",
+        "_at_work",
         "_draining",
         "_expected",
         "_gather",
@@ -122,7 +123,6 @@ class Writer(Generic[J]):
         "_stuck",
         "_unsettled",
         "_work",
-        "_working",
         "deadline",
         "where",
     )
@@ -148,7 +148,8 @@ class Writer(Generic[J]):
         self._gather_until = 0.0
         self._queue: list[tuple[J, trio.lowlevel.TrioToken]] = []
         self._draining = False  # a worker thread is taking batches off the queue
-        self._working = False  # ... and is in `work` (not gathering, not settling)
+        # ... and the batch it is in `work` with (empty while it gathers, settles or is gone)
+        self._at_work: list[tuple[J, trio.lowlevel.TrioToken]] = []
         self._stuck = False  # ... and the batch it works on holds a job past its deadline
         # Jobs submitted and not yet settled, per run. Counted down on the run's own thread,
         # as the job is settled, so whoever checks after that step sees it done.
@@ -193,9 +194,14 @@ class Writer(Generic[J]):
 
     def abandon(self, job: Job) -> None:
         """Settle `job` as failed, its deadline passed (on the Trio thread); the writer is
-        stuck until the batch at work now returns, if one is."""
+        stuck until the batch at work now returns, if `job` is in it or queued behind it.
+        A job whose batch returned, its settling not yet seen here, leaves it going: the
+        batch at work then is a later one, of jobs within their deadlines."""
         with self._lock:
-            if self._working:
+            at_work = self._at_work
+            if any(j is job for j, _ in at_work) or (
+                at_work and any(j is job for j, _ in self._queue)
+            ):
                 self._stuck = True
         job.error = OperationTimeout(f"{self._prefix}no answer within {self.deadline:g} s")
         job.settle()
@@ -219,7 +225,7 @@ class Writer(Generic[J]):
                 if not batch:
                     self._draining = False
                     return
-                self._working = True
+                self._at_work = batch
             try:
                 # A job its waiter gave up on before it began is never run.
                 self._work([job for job, _ in batch if not job.settled])
@@ -228,7 +234,8 @@ class Writer(Generic[J]):
                     if job.error is None:
                         job.error = exc
             with self._lock:  # before a submitter it answers can come back
-                self._working = self._stuck = False
+                self._at_work = []
+                self._stuck = False
                 expected = len(batch) + len(self._queue)
             # One wake-up of each run for the whole batch: a wake per job would hand the GIL
             # back and forth with a run already resuming the jobs settled before.
