@@ -9,12 +9,14 @@ reported is what the server offers.
 from __future__ import annotations
 
 import gc
+import math
 import os
 import re
 import signal
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -138,15 +140,35 @@ async def test_a_server_that_never_answers_initialize_fails_at_its_start_timeout
             assert not any(alive(pid) for pid in pids(record))
 
 
+async def _create_cancelled_once_started(
+    rt: Any, record: Path, **create: Any
+) -> tuple[trio.CancelScope, float]:
+    """``rt.agents.create(**create)``, cancelled once its server's process is up (its pid
+    recorded), however long a loaded machine takes to start it; the scope, and when the
+    cancel came."""
+    cancelled_at = math.inf
+
+    async def cancel_once_started() -> None:
+        nonlocal cancelled_at
+        await until(lambda: pids(record) != [], "the server was started", LIMIT)
+        cancelled_at = time.monotonic()
+        scope.cancel()
+
+    with trio.CancelScope() as scope:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(cancel_once_started)
+            await rt.agents.create(**create)
+    return scope, cancelled_at
+
+
 async def test_a_cancelled_create_leaves_nothing(tmp_path: Path) -> None:
     record = tmp_path / "record"
     with trio.fail_after(LIMIT):
         async with open_runtime() as rt:
             statuses = watch(rt)
-            with trio.move_on_after(0.5) as waited:
-                await rt.agents.create(
-                    agent_id="a", session_id="s", mcp_servers=[silent(record, 2.0)]
-                )
+            waited, _ = await _create_cancelled_once_started(
+                rt, record, agent_id="a", session_id="s", mcp_servers=[silent(record, 2.0)]
+            )
             assert waited.cancelled_caught
             assert rt.agents.list() == []
             assert rt.sessions.get("s") is None
@@ -176,16 +198,16 @@ async def test_a_cancelled_create_under_a_nursery_leaves_nothing(tmp_path: Path)
     with trio.fail_after(LIMIT):
         async with open_runtime() as rt:
             async with trio.open_nursery() as owner:
-                before = time.monotonic()
-                with trio.move_on_after(0.5) as waited:
-                    await rt.agents.create(
-                        agent_id="a",
-                        session_id="s",
-                        mcp_servers=[silent(record, 20.0)],
-                        owner=owner,
-                    )
+                waited, cancelled_at = await _create_cancelled_once_started(
+                    rt,
+                    record,
+                    agent_id="a",
+                    session_id="s",
+                    mcp_servers=[silent(record, 20.0)],
+                    owner=owner,
+                )
                 assert waited.cancelled_caught
-                assert time.monotonic() - before < DISPOSE_BOUND
+                assert time.monotonic() - cancelled_at < DISPOSE_BOUND
             assert rt.agents.list() == []
             assert rt.sessions.get("s") is None
             assert [alive(pid) for pid in pids(record)] == [False]
