@@ -202,9 +202,7 @@ class Runtime:
         live = set()
         for session in self.sessions.list():
             live.add(session.id)
-            found += [
-                OpenDecision(session.id, r) for r in session.decisions.values() if session.logged(r)
-            ]
+            found += [OpenDecision(session.id, r) for r in session.logged_decisions()]
         if self.persistence is None:
             return found
         return found + await stored_decisions(self.persistence, live)

@@ -115,8 +115,7 @@ class Decisions:
     @property
     def pending(self) -> Sequence[DecisionRequested]:
         """The decisions the open turn waits for now, oldest first, once logged."""
-        session = self._session
-        return [d for d in session.decisions.values() if session.logged(d)]
+        return self._session.logged_decisions()
 
     def answered(self, decision_id: str, answer: str, by: str) -> None:
         """An answer the store kept for `decision_id` (a runtime's `decide` while no one

@@ -242,7 +242,7 @@ class Prompt(Generic[T]):
         if turn is None:
             return []
         session = self._session
-        return [d for d in session.decisions.values() if d.turn == turn and session.logged(d)]
+        return [d for d in session.logged_decisions() if d.turn == turn]
 
     @property
     def settled(self) -> bool:

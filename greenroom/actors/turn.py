@@ -60,7 +60,6 @@ from greenroom.protocol.events import (
     AssistantMessage,
     CompactionTrigger,
     ContextMessage,
-    DecisionRequested,
     Errored,
     MessageTrigger,
     PluginSource,
@@ -227,7 +226,7 @@ class TurnDriver:
         finally:
             marker.running = self._prompts = None
             if cut and self.parked:  # disposed while it waited: left open, parked
-                waits = self._waits()
+                waits = tuple(self._session.logged_decisions())
                 settle(prompts, Answer(stop_reason="requires-action", turn=turn, decisions=waits))
             else:
                 # Not cut: a call's failure, not a disposal, cut the asks of those beside it.
@@ -248,15 +247,14 @@ class TurnDriver:
         if prompts:
             turn = self._session.open_turn
             settle(
-                prompts, Answer(stop_reason="requires-action", turn=turn, decisions=self._waits())
+                prompts,
+                Answer(
+                    stop_reason="requires-action",
+                    turn=turn,
+                    decisions=tuple(self._session.logged_decisions()),
+                ),
             )
             prompts.clear()
-
-    def _waits(self) -> tuple[DecisionRequested, ...]:
-        """The decisions the turn waits for that the log holds: one still being written
-        (another call's, asked at once) shows in `Prompt.pending` once it is."""
-        session = self._session
-        return tuple(d for d in session.decisions.values() if session.logged(d))
 
     def one_shot(self, trigger: TurnTrigger, event: SessionEvent) -> None:
         """Log `event` into the turn the log has open, else as a turn of its own (every

@@ -355,11 +355,15 @@ class Session:
             if appended > self._logged:
                 self._logged = appended
 
-    def logged(self, event: SessionEvent) -> bool:
-        """True once `event` is known to be in the log: a write-ahead or a flush after it
-        returned (without a sink: at once). What the outside world is asked to act on is
-        shown only then (`Prompt.pending`): a crash cannot lose what it was shown."""
-        return self._sink is None or event.seq < self._logged
+    def logged_decisions(self) -> list[DecisionRequested]:
+        """The open `decisions` known to be in the log, oldest first: a write-ahead or a
+        flush after each returned (without a sink: all of them). What the outside world
+        is asked to act on is shown only then (`Prompt.pending`, `Runtime.decisions`, a
+        ``requires-action`` answer): a crash cannot lose what it was shown."""
+        if self._sink is None:
+            return list(self.decisions.values())
+        logged = self._logged
+        return [d for d in self.decisions.values() if d.seq < logged]
 
     async def flush(self) -> None:
         """End a turn through the sink; raises what the sink raised.
